@@ -1,0 +1,19 @@
+//! The Kubernetes API types of the project: `NodePool` and `NodeClaim` (karpenter.sh/v1) and
+//! `AKSNodeClass` (karpenter.azure.com/v1beta1), their validation, the well-known label keys, and
+//! the CRD manifests generated from them (`karpenter-azure crdgen`).
+
+pub mod aksnodeclass;
+pub mod common;
+pub mod conditions;
+pub mod crdgen;
+pub mod duration;
+pub mod labels;
+pub mod nodeclaim;
+pub mod nodepool;
+pub mod sysctls;
+pub mod validation;
+
+pub use aksnodeclass::{AKSNodeClass, AKSNodeClassSpec, AKSNodeClassStatus};
+pub use common::{NodeClassReference, NodeSelectorRequirementWithMinValues, Operator, Quantity, Taint, TaintEffect};
+pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};

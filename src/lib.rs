@@ -1,0 +1,8 @@
+//! karpenter-azure: a Kubernetes node autoscaler for Azure.
+//!
+//! The crate is laid out as in the design document: `apis` holds the CRD types, `scheduling` the pure
+//! decision code, `catalog` the Azure VM sizes with their allocatable resources and prices.
+
+pub mod apis;
+pub mod catalog;
+pub mod scheduling;

@@ -1,0 +1,4 @@
+//! Pure scheduling code: requirement sets and resource vectors. No I/O, no clock; deterministic.
+
+pub mod requirements;
+pub mod resources;
