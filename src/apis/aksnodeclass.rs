@@ -33,6 +33,7 @@ const TRUSTED_LAUNCH: &str = "(has(self.security) && has(self.security.trustedLa
     shortname = "aksnc",
     shortname = "aksncs",
     category = "karpenter",
+    derive = "PartialEq",
     category = "nap",
     doc = "AKSNodeClass is the Schema for the AKSNodeClass API: how the Azure VMs behind nodes are configured",
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),

@@ -26,6 +26,7 @@ fn default_expire_after() -> String {
     shortname = "nc",
     shortname = "ncs",
     category = "karpenter",
+    derive = "PartialEq",
     doc = "NodeClaim is the Schema for the NodeClaims API: a request for one node and its lifecycle",
     printcolumn(name = "Type", type_ = "string", json_path = ".metadata.labels.node\\.kubernetes\\.io/instance-type"),
     printcolumn(name = "Capacity", type_ = "string", json_path = ".metadata.labels.karpenter\\.sh/capacity-type"),

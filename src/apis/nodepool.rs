@@ -30,6 +30,7 @@ pub const DEFAULT_BUDGET_NODES: &str = "10%";
     shortname = "np",
     shortname = "nps",
     category = "karpenter",
+    derive = "PartialEq",
     doc = "NodePool is the Schema for the NodePools API: which nodes may be launched, for which pods, and how they are disrupted",
     printcolumn(name = "NodeClass", type_ = "string", json_path = ".spec.template.spec.nodeClassRef.name"),
     printcolumn(name = "Nodes", type_ = "string", json_path = ".status.resources.nodes"),
