@@ -4,6 +4,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use karpenter_azure::catalog::command::{self as catalog_command, CatalogArgs};
+use karpenter_azure::catalog::OutputFormat;
+
+/// Exit code for bad input: unknown flags, invalid files, unknown regions.
+const EXIT_USAGE: u8 = 2;
 
 #[derive(Parser)]
 #[command(name = "karpenter-azure", version, about = "A Kubernetes node autoscaler for Azure")]
@@ -14,6 +19,21 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// List the VM sizes a NodePool allows in a region, with allocatable resources and prices.
+    Catalog {
+        /// The Azure region, such as eastus.
+        #[arg(long, default_value = "eastus")]
+        region: String,
+        /// A NodePool manifest whose requirements select the sizes.
+        #[arg(long)]
+        nodepool: Option<PathBuf>,
+        /// An AKSNodeClass manifest (maxPods, osDiskSizeGB) that shapes allocatable resources.
+        #[arg(long)]
+        nodeclass: Option<PathBuf>,
+        /// table or json.
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        output: OutputFormat,
+    },
     /// Write the CRD manifests to crds/ and charts/karpenter-azure/crds/.
     Crdgen {
         /// The repository root to write under.
@@ -22,9 +42,46 @@ enum Command {
     },
 }
 
+/// Prints a command's output; a closed pipe (`| head`) is a normal end, not a crash.
+fn print_output(text: &str) -> ExitCode {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: writing output: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version are not errors.
+            print!("{e}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // One line naming the problem; the usage text is one `--help` away.
+            let rendered = e.to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            eprintln!("{first} (see --help)");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     match cli.command {
+        Command::Catalog { region, nodepool, nodeclass, output } => {
+            match catalog_command::run(&CatalogArgs { region, nodepool, nodeclass, output }) {
+                Ok(text) => print_output(&text),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(EXIT_USAGE)
+                }
+            }
+        }
         Command::Crdgen { root } => match karpenter_azure::apis::crdgen::write_all(&root) {
             Ok(files) => {
                 for f in files {

@@ -23,6 +23,8 @@ pub const SUBNET_ID_PATTERN: &str = r"(?i)^\/subscriptions\/[^\/]+\/resourceGrou
 const TRUSTED_LAUNCH: &str = "(has(self.security) && has(self.security.trustedLaunch) && ((has(self.security.trustedLaunch.vtpm) && self.security.trustedLaunch.vtpm) || (has(self.security.trustedLaunch.secureBoot) && self.security.trustedLaunch.secureBoot)))";
 
 /// The desired state of an AKSNodeClass.
+// Each `printcolumn(...)` is its own column; clippy mistakes the repeated keys for duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "karpenter.azure.com",
@@ -36,7 +38,11 @@ const TRUSTED_LAUNCH: &str = "(has(self.security) && has(self.security.trustedLa
     derive = "PartialEq",
     category = "nap",
     doc = "AKSNodeClass is the Schema for the AKSNodeClass API: how the Azure VMs behind nodes are configured",
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     printcolumn(name = "ImageFamily", type_ = "string", json_path = ".spec.imageFamily", priority = 1)
 )]

@@ -173,7 +173,8 @@ mod tests {
 
     #[test]
     fn quantity_accepts_numbers_and_strings() {
-        let list: ResourceList = serde_json::from_str(r#"{"cpu": 200, "memory": "400Gi", "x": 1.5}"#).unwrap();
+        let list: ResourceList =
+            serde_json::from_str(r#"{"cpu": 200, "memory": "400Gi", "x": 1.5}"#).unwrap();
         assert_eq!(list["cpu"].as_str(), "200");
         assert_eq!(list["memory"].as_str(), "400Gi");
         assert_eq!(list["x"].as_str(), "1.5");

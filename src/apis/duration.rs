@@ -14,7 +14,9 @@ pub enum NillableDuration {
 
 /// Why a duration string could not be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("invalid duration {value:?}: {reason}; write whole hours, minutes and seconds such as 720h, 1h30m or 90s")]
+#[error(
+    "invalid duration {value:?}: {reason}; write whole hours, minutes and seconds such as 720h, 1h30m or 90s"
+)]
 pub struct DurationError {
     pub value: String,
     pub reason: &'static str,

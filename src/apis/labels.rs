@@ -26,6 +26,8 @@ pub const LABEL_INITIALIZED: &str = "karpenter.sh/initialized";
 pub const LABEL_DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
 
 pub const CAPACITY_TYPE_ON_DEMAND: &str = "on-demand";
+/// Nodes are Linux only (Windows is not supported, as in upstream VM mode).
+pub const OS_LINUX: &str = "linux";
 pub const CAPACITY_TYPE_SPOT: &str = "spot";
 
 // --- Azure provider (karpenter.azure.com) --------------------------------------------------------

@@ -8,12 +8,16 @@ pub mod conditions;
 pub mod crdgen;
 pub mod duration;
 pub mod labels;
+pub mod manifest;
 pub mod nodeclaim;
 pub mod nodepool;
 pub mod sysctls;
+pub mod validate;
 pub mod validation;
 
 pub use aksnodeclass::{AKSNodeClass, AKSNodeClassSpec, AKSNodeClassStatus};
-pub use common::{NodeClassReference, NodeSelectorRequirementWithMinValues, Operator, Quantity, Taint, TaintEffect};
+pub use common::{
+    NodeClassReference, NodeSelectorRequirementWithMinValues, Operator, Quantity, Taint, TaintEffect,
+};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};

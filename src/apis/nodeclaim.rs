@@ -16,6 +16,8 @@ fn default_expire_after() -> String {
 }
 
 /// The desired state of a NodeClaim.
+// Each `printcolumn(...)` is its own column; clippy mistakes the repeated keys for duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "karpenter.sh",
@@ -28,15 +30,36 @@ fn default_expire_after() -> String {
     category = "karpenter",
     derive = "PartialEq",
     doc = "NodeClaim is the Schema for the NodeClaims API: a request for one node and its lifecycle",
-    printcolumn(name = "Type", type_ = "string", json_path = ".metadata.labels.node\\.kubernetes\\.io/instance-type"),
-    printcolumn(name = "Capacity", type_ = "string", json_path = ".metadata.labels.karpenter\\.sh/capacity-type"),
-    printcolumn(name = "Zone", type_ = "string", json_path = ".metadata.labels.topology\\.kubernetes\\.io/zone"),
+    printcolumn(
+        name = "Type",
+        type_ = "string",
+        json_path = ".metadata.labels.node\\.kubernetes\\.io/instance-type"
+    ),
+    printcolumn(
+        name = "Capacity",
+        type_ = "string",
+        json_path = ".metadata.labels.karpenter\\.sh/capacity-type"
+    ),
+    printcolumn(
+        name = "Zone",
+        type_ = "string",
+        json_path = ".metadata.labels.topology\\.kubernetes\\.io/zone"
+    ),
     printcolumn(name = "Node", type_ = "string", json_path = ".status.nodeName"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     printcolumn(name = "ImageID", type_ = "string", json_path = ".status.imageID", priority = 1),
     printcolumn(name = "ID", type_ = "string", json_path = ".status.providerID", priority = 1),
-    printcolumn(name = "NodePool", type_ = "string", json_path = ".metadata.labels.karpenter\\.sh/nodepool", priority = 1),
+    printcolumn(
+        name = "NodePool",
+        type_ = "string",
+        json_path = ".metadata.labels.karpenter\\.sh/nodepool",
+        priority = 1
+    ),
     printcolumn(name = "NodeClass", type_ = "string", json_path = ".spec.nodeClassRef.name", priority = 1)
 )]
 #[schemars(extend("x-kubernetes-validations" = [

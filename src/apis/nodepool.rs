@@ -20,6 +20,8 @@ pub const DEFAULT_EXPIRE_AFTER: &str = "720h";
 pub const DEFAULT_BUDGET_NODES: &str = "10%";
 
 /// The desired state of a NodePool.
+// Each `printcolumn(...)` is its own column; clippy mistakes the repeated keys for duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "karpenter.sh",
@@ -34,7 +36,11 @@ pub const DEFAULT_BUDGET_NODES: &str = "10%";
     doc = "NodePool is the Schema for the NodePools API: which nodes may be launched, for which pods, and how they are disrupted",
     printcolumn(name = "NodeClass", type_ = "string", json_path = ".spec.template.spec.nodeClassRef.name"),
     printcolumn(name = "Nodes", type_ = "string", json_path = ".status.resources.nodes"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     printcolumn(name = "Weight", type_ = "integer", json_path = ".spec.weight", priority = 1),
     printcolumn(name = "CPU", type_ = "string", json_path = ".status.resources.cpu", priority = 1),

@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 
 use crate::apis::labels::{
     ALLOWED_K8S_IO_SUBDOMAINS, ALLOWED_KARPENTER_AZURE_LABELS, ALLOWED_KARPENTER_SH_LABELS,
-    ALLOWED_KUBERNETES_AZURE_LABELS, ALLOWED_KUBERNETES_IO_LABELS,
-    ALLOWED_KUBERNETES_IO_SUBDOMAINS, LABEL_HOSTNAME, LABEL_NODEPOOL,
+    ALLOWED_KUBERNETES_AZURE_LABELS, ALLOWED_KUBERNETES_IO_LABELS, ALLOWED_KUBERNETES_IO_SUBDOMAINS,
+    LABEL_HOSTNAME, LABEL_NODEPOOL,
 };
 
 /// A Kubernetes qualified name with an optional DNS-subdomain prefix (label keys, taint keys).
@@ -130,7 +130,8 @@ fn descend<'a>(
     path: &[&str],
 ) -> Option<&'a mut serde_json::Map<String, Value>> {
     for step in path {
-        let next = if *step == "[]" { at.get_mut("items")? } else { at.get_mut("properties")?.get_mut(*step)? };
+        let next =
+            if *step == "[]" { at.get_mut("items")? } else { at.get_mut("properties")?.get_mut(*step)? };
         at = next.as_object_mut()?;
     }
     Some(at)
@@ -232,7 +233,9 @@ mod tests {
     fn key_rules_cover_every_restricted_domain() {
         let rules = label_key_rules("self", KeyContext::NodePool);
         let messages: Vec<&str> = rules.iter().map(|(_, m)| m.as_str()).collect();
-        for domain in ["kubernetes.io", "k8s.io", "karpenter.sh", "karpenter.azure.com", "kubernetes.azure.com"] {
+        for domain in
+            ["kubernetes.io", "k8s.io", "karpenter.sh", "karpenter.azure.com", "kubernetes.azure.com"]
+        {
             assert!(messages.iter().any(|m| m.contains(&format!("\"{domain}\""))), "{domain}");
         }
         assert!(messages.iter().any(|m| m.contains(LABEL_NODEPOOL)));

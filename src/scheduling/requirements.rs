@@ -92,7 +92,14 @@ impl Requirement {
     }
 
     fn with(key: &str, values: Values, absent_allowed: bool) -> Self {
-        Self { key: key.to_string(), values, greater_than: None, less_than: None, absent_allowed, min_values: None }
+        Self {
+            key: key.to_string(),
+            values,
+            greater_than: None,
+            less_than: None,
+            absent_allowed,
+            min_values: None,
+        }
     }
 
     /// Builds a requirement from the operator form used by the APIs.
@@ -114,7 +121,9 @@ impl Requirement {
             })
         };
         let requirement = match operator {
-            Operator::In if values.is_empty() => return Err(RequirementError::EmptyIn { key: key.to_string() }),
+            Operator::In if values.is_empty() => {
+                return Err(RequirementError::EmptyIn { key: key.to_string() })
+            }
             Operator::In => Self::is_in(key, values.iter().cloned()),
             Operator::NotIn => Self::not_in(key, values.iter().cloned()),
             Operator::Exists => Self::exists(key),
@@ -166,7 +175,9 @@ impl Requirement {
     /// The finite set of admitted values, when there is one (In after bounds are applied).
     pub fn finite_values(&self) -> Option<BTreeSet<&str>> {
         match &self.values {
-            Values::Only(set) => Some(set.iter().map(String::as_str).filter(|v| self.within_bounds(v)).collect()),
+            Values::Only(set) => {
+                Some(set.iter().map(String::as_str).filter(|v| self.within_bounds(v)).collect())
+            }
             Values::AllBut(_) => None,
         }
     }
@@ -389,14 +400,21 @@ impl Requirements {
     /// A key `self` does not define means the label will be absent, except for well-known labels
     /// when `undefined_well_known_is_open` is set: those are decided later by the instance type and
     /// offering, so they may take any value (upstream's `AllowUndefinedWellKnownLabels`).
-    pub fn compatible(&self, wanted: &Requirements, undefined_well_known_is_open: bool) -> Result<(), Incompatibility> {
+    pub fn compatible(
+        &self,
+        wanted: &Requirements,
+        undefined_well_known_is_open: bool,
+    ) -> Result<(), Incompatibility> {
         for want in wanted.by_key.values() {
             let offered = match self.by_key.get(&want.key) {
                 Some(offered) => offered.clone(),
                 None if undefined_well_known_is_open && labels::is_well_known(&want.key) => continue,
                 None if want.absent_allowed => continue,
                 None => {
-                    return Err(Incompatibility::Undefined { key: want.key.clone(), wanted: want.to_string() });
+                    return Err(Incompatibility::Undefined {
+                        key: want.key.clone(),
+                        wanted: want.to_string(),
+                    });
                 }
             };
             if offered.intersect(want).is_empty() {

@@ -65,7 +65,9 @@ fn intersections_of_upstream_edge_cases() {
     // Gt on i64::MAX admits nothing.
     assert!(Requirement::greater_than(k, i64::MAX).intersect(&Requirement::less_than(k, 0)).is_empty());
     // minValues takes the larger bound.
-    let r = Requirement::exists(k).with_min_values(Some(2)).intersect(&Requirement::exists(k).with_min_values(Some(3)));
+    let r = Requirement::exists(k)
+        .with_min_values(Some(2))
+        .intersect(&Requirement::exists(k).with_min_values(Some(3)));
     assert_eq!(r.min_values(), Some(3));
 }
 
@@ -143,7 +145,10 @@ const VALUES: &[&str] = &["1", "2", "3", "5", "a", "b"];
 fn arb_requirement() -> impl Strategy<Value = Requirement> {
     let subset = proptest::sample::subsequence(VALUES, 0..=VALUES.len());
     prop_oneof![
-        subset.clone().prop_filter("In needs a value", |v| !v.is_empty()).prop_map(|v| Requirement::is_in("k", v)),
+        subset
+            .clone()
+            .prop_filter("In needs a value", |v| !v.is_empty())
+            .prop_map(|v| Requirement::is_in("k", v)),
         subset.prop_map(|v| Requirement::not_in("k", v)),
         Just(Requirement::exists("k")),
         Just(Requirement::does_not_exist("k")),

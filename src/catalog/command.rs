@@ -1,0 +1,83 @@
+//! The `karpenter-azure catalog` command: the sizes a NodePool allows in a region, with allocatable
+//! resources and prices, cheapest first. Reads the NodePool and AKSNodeClass files; the selection
+//! itself is the pure [`crate::catalog::selection`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::apis::manifest::{self, ManifestError};
+use crate::apis::validate::{self, ValidationError};
+use crate::apis::{AKSNodeClass, NodePool};
+use crate::catalog::cli::{render, OutputFormat};
+use crate::catalog::instancetype::{instance_types, CatalogError};
+use crate::catalog::pricing::PriceTable;
+use crate::catalog::selection;
+use crate::catalog::unavailable::UnavailableOfferings;
+use crate::catalog::CapacityOptions;
+use crate::scheduling::requirements::{MinValuesError, RequirementError, Requirements};
+
+/// What the command was asked for.
+#[derive(Debug, Clone)]
+pub struct CatalogArgs {
+    pub region: String,
+    pub nodepool: Option<PathBuf>,
+    pub nodeclass: Option<PathBuf>,
+    pub output: OutputFormat,
+}
+
+/// Why the command could not produce a listing; each message is one line naming the problem.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("{file}: {object}: {error}")]
+    Invalid { file: String, object: String, error: ValidationError },
+    #[error("{file}: {object}: {error}")]
+    Requirement { file: String, object: String, error: RequirementError },
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error("{file}: {object}: {error}")]
+    MinValues { file: String, object: String, error: MinValuesError },
+}
+
+/// Runs the command and returns what it prints.
+pub fn run(args: &CatalogArgs) -> Result<String, CommandError> {
+    let mut options = CapacityOptions::default();
+    if let Some(path) = &args.nodeclass {
+        let (raw, class): (_, AKSNodeClass) = manifest::read_one(path, "AKSNodeClass")?;
+        let file = path.display().to_string();
+        validate::aksnodeclass(&class).map_err(|error| CommandError::Invalid {
+            file,
+            object: raw.display.clone(),
+            error,
+        })?;
+        options.max_pods = class.spec.max_pods.map(|m| m as u32);
+        options.os_disk_size_gb = class.spec.os_disk_size_gb.map(|g| g as u32);
+    }
+    let pricing = PriceTable::static_for_region(&args.region);
+    let types =
+        instance_types(&args.region, &options, &pricing, &UnavailableOfferings::default(), Duration::ZERO)?;
+    let types = match &args.nodepool {
+        None => types,
+        Some(path) => {
+            let file = path.display().to_string();
+            let (raw, pool): (_, NodePool) = manifest::read_one(path, "NodePool")?;
+            let object = raw.display.clone();
+            validate::nodepool(&pool).map_err(|error| CommandError::Invalid {
+                file: file.clone(),
+                object: object.clone(),
+                error,
+            })?;
+            let requirements =
+                Requirements::from_api(&pool.spec.template.spec.requirements).map_err(|error| {
+                    CommandError::Requirement { file: file.clone(), object: object.clone(), error }
+                })?;
+            selection::select(&types, &requirements).map_err(|error| CommandError::MinValues {
+                file,
+                object,
+                error,
+            })?
+        }
+    };
+    Ok(render(&types, args.output))
+}

@@ -1,0 +1,242 @@
+//! Instance types: the VM sizes a region can launch, with labels, capacity, allocatable and offerings.
+//!
+//! Owns the global size filters, the well-known labels per size (reference §2), and the offerings per
+//! zone and capacity type with their prices and availability. Pure: prices, the unavailable-offerings
+//! cache and `now` are passed in. Output is sorted cheapest first (then by name) so every consumer sees
+//! the same order.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::allocatable::{self, CapacityOptions, Overhead};
+use super::pricing::PriceTable;
+use super::sku::{embedded_skus, embedded_zones, SkuRecord};
+use super::unavailable::{CapacityType, OfferingRef, Timestamp, UnavailableOfferings};
+use crate::apis::labels;
+use crate::scheduling::resources::Resources;
+
+/// Sizes below these are filtered out everywhere (upstream provider instancetypes.go): the AKS node
+/// components alone would leave too little for pods.
+pub const MIN_VCPUS: u32 = 2;
+/// 3.5 GiB, in MiB.
+pub const MIN_MEMORY_MIB: u64 = 3584;
+
+/// Errors of instance-type listing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CatalogError {
+    #[error("unknown region {region:?}; known regions: {}", known.join(", "))]
+    UnknownRegion { region: String, known: Vec<String> },
+}
+
+impl CatalogError {
+    /// Static category, usable as a metric label or event reason.
+    pub fn category(&self) -> &'static str {
+        match self {
+            CatalogError::UnknownRegion { .. } => "UnknownRegion",
+        }
+    }
+}
+
+/// One way to buy a size: a zone and a capacity type, with its hourly price.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Offering {
+    /// `<region>-<n>`, the `topology.kubernetes.io/zone` value.
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    /// USD per hour.
+    pub price: f64,
+    /// False while the unavailable-offerings cache blocks it.
+    pub available: bool,
+}
+
+/// A launchable VM size in one region.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InstanceType {
+    pub name: String,
+    pub vcpus: u32,
+    pub memory_mib: u64,
+    /// Single-valued labels every node of this size carries (zone and capacity type are per offering).
+    pub labels: BTreeMap<String, String>,
+    pub capacity: Resources,
+    pub overhead: Overhead,
+    pub allocatable: Resources,
+    /// Sorted by price, then zone, then capacity type.
+    pub offerings: Vec<Offering>,
+}
+
+impl InstanceType {
+    /// The cheapest available offering, if any.
+    pub fn cheapest_available(&self) -> Option<&Offering> {
+        self.offerings.iter().find(|o| o.available)
+    }
+
+    /// Lowest price of any offering of `capacity_type`, available or not.
+    pub fn price(&self, capacity_type: CapacityType) -> Option<f64> {
+        self.offerings.iter().filter(|o| o.capacity_type == capacity_type).map(|o| o.price).reduce(f64::min)
+    }
+
+    /// Zones with at least one available offering, sorted.
+    pub fn available_zones(&self) -> Vec<&str> {
+        let mut zones: Vec<&str> =
+            self.offerings.iter().filter(|o| o.available).map(|o| o.zone.as_str()).collect();
+        zones.sort_unstable();
+        zones.dedup();
+        zones
+    }
+
+    /// Cheapest offering price, for sorting; types without offerings sort last.
+    fn sort_price(&self) -> f64 {
+        self.offerings.first().map_or(f64::INFINITY, |o| o.price)
+    }
+}
+
+/// Regions the embedded data knows, sorted.
+pub fn known_regions() -> Vec<String> {
+    embedded_zones().keys().cloned().collect()
+}
+
+/// The instance types of `region` from the embedded catalog.
+///
+/// Filters: restricted sizes (AKS- and Karpenter-restricted lists), fewer than 2 vCPUs, less than
+/// 3.5 GiB, constrained-core sizes (their `vcpus` overstates what the VM can use), and sizes without an
+/// on-demand price in `pricing`. Unlike upstream, which keeps unpriced sizes at a placeholder price of
+/// 999 $/h, an unpriced size is left out of the region: a made-up price would distort cost ranking and
+/// the solver's lower bound, and the static table covers every size the region actually sells.
+pub fn instance_types(
+    region: &str,
+    options: &CapacityOptions,
+    pricing: &PriceTable,
+    unavailable: &UnavailableOfferings,
+    now: Timestamp,
+) -> Result<Vec<InstanceType>, CatalogError> {
+    let zones = embedded_zones()
+        .get(region)
+        .ok_or_else(|| CatalogError::UnknownRegion { region: region.to_string(), known: known_regions() })?;
+    Ok(build_instance_types(embedded_skus(), region, zones, options, pricing, unavailable, now))
+}
+
+/// [`instance_types`] over explicit records and zone numbers (for tests and what-if runs).
+pub fn build_instance_types(
+    skus: &[SkuRecord],
+    region: &str,
+    zone_numbers: &[String],
+    options: &CapacityOptions,
+    pricing: &PriceTable,
+    unavailable: &UnavailableOfferings,
+    now: Timestamp,
+) -> Vec<InstanceType> {
+    let zones: Vec<String> = zone_numbers.iter().map(|n| format!("{region}-{n}")).collect();
+    let mut types: Vec<InstanceType> = skus
+        .iter()
+        .filter(|sku| passes_global_filters(sku))
+        .filter_map(|sku| instance_type(sku, region, &zones, options, pricing, unavailable, now))
+        .collect();
+    types.sort_by(|a, b| a.sort_price().total_cmp(&b.sort_price()).then_with(|| a.name.cmp(&b.name)));
+    types
+}
+
+/// Whether a size may be offered at all, independent of region and NodeClass.
+pub fn passes_global_filters(sku: &SkuRecord) -> bool {
+    !sku.restricted && sku.vcpus >= MIN_VCPUS && sku.memory_mib >= MIN_MEMORY_MIB && !sku.is_constrained_cpu()
+}
+
+/// Builds one instance type; None when the size has no on-demand price in `pricing`.
+pub fn instance_type(
+    sku: &SkuRecord,
+    region: &str,
+    zones: &[String],
+    options: &CapacityOptions,
+    pricing: &PriceTable,
+    unavailable: &UnavailableOfferings,
+    now: Timestamp,
+) -> Option<InstanceType> {
+    let price = pricing.get(&sku.name);
+    let on_demand = price.on_demand?;
+    // Upstream starts spot at the on-demand price until a live spot price is known; we do the same so
+    // spot is never assumed cheaper than evidence says.
+    let spot = price.spot.unwrap_or(on_demand);
+    let capacity_types: &[CapacityType] = if sku.low_priority_capable() {
+        &[CapacityType::OnDemand, CapacityType::Spot]
+    } else {
+        &[CapacityType::OnDemand]
+    };
+    let mut offerings: Vec<Offering> = zones
+        .iter()
+        .flat_map(|zone| capacity_types.iter().map(move |ct| (zone, *ct)))
+        .map(|(zone, capacity_type)| {
+            let reference = OfferingRef {
+                capacity_type,
+                sku: &sku.name,
+                zone,
+                family: sku.family.as_deref(),
+                vcpus: sku.vcpus,
+            };
+            Offering {
+                zone: zone.clone(),
+                capacity_type,
+                price: if capacity_type == CapacityType::Spot { spot } else { on_demand },
+                available: !unavailable.is_unavailable(&reference, now),
+            }
+        })
+        .collect();
+    offerings.sort_by(|a, b| {
+        a.price
+            .total_cmp(&b.price)
+            .then_with(|| a.zone.cmp(&b.zone))
+            .then_with(|| a.capacity_type.cmp(&b.capacity_type))
+    });
+    let capacity = allocatable::capacity(sku, options);
+    let overhead = allocatable::overhead(sku);
+    Some(InstanceType {
+        name: sku.name.clone(),
+        vcpus: sku.vcpus,
+        memory_mib: sku.memory_mib,
+        labels: labels_for(sku, region),
+        allocatable: allocatable::allocatable(&capacity, &overhead),
+        capacity,
+        overhead,
+        offerings,
+    })
+}
+
+/// The well-known labels of a size (reference §2). Capability labels appear only where the data knows
+/// the capability; GPU name and manufacturer only for sizes with whole GPUs; GPU count always ("0" for
+/// non-GPU sizes, so `Lt`/`Gt` requirements work).
+pub fn labels_for(sku: &SkuRecord, region: &str) -> BTreeMap<String, String> {
+    let size = sku.size_name();
+    let mut out = BTreeMap::new();
+    let mut put = |key: &str, value: String| {
+        out.insert(key.to_string(), value);
+    };
+    put(labels::LABEL_INSTANCE_TYPE, sku.name.clone());
+    put(labels::LABEL_SKU_NAME, sku.name.clone());
+    put(labels::LABEL_ARCH, sku.arch.as_str().to_string());
+    put(labels::LABEL_OS, labels::OS_LINUX.to_string());
+    put(labels::LABEL_REGION, region.to_string());
+    put(labels::LABEL_SKU_FAMILY, size.family.clone());
+    put(labels::LABEL_SKU_SERIES, size.series());
+    put(labels::LABEL_SKU_VERSION, sku.version_label());
+    put(labels::LABEL_SKU_CPU, sku.vcpus.to_string());
+    put(labels::LABEL_AKS_SKU_CPU, sku.vcpus.to_string());
+    put(labels::LABEL_SKU_MEMORY, sku.memory_mib.to_string());
+    put(labels::LABEL_AKS_SKU_MEMORY, sku.memory_mib.to_string());
+    let gpus = sku.whole_gpus();
+    put(labels::LABEL_SKU_GPU_COUNT, gpus.map_or(0, |(_, n)| n).to_string());
+    if let Some((vendor, _)) = gpus {
+        put(labels::LABEL_SKU_GPU_MANUFACTURER, vendor.as_str().to_string());
+        if let Some(accelerator) = size.accelerator.clone() {
+            put(labels::LABEL_SKU_GPU_NAME, accelerator);
+        }
+    }
+    if let Some(accelerated) = sku.accelerated_networking {
+        put(labels::LABEL_SKU_NETWORKING_ACCELERATED, accelerated.to_string());
+    }
+    if let Some(premium) = sku.premium_io {
+        put(labels::LABEL_SKU_STORAGE_PREMIUM_CAPABLE, premium.to_string());
+    }
+    if let Some(gb) = sku.ephemeral_os_disk_max_gb() {
+        put(labels::LABEL_SKU_STORAGE_EPHEMERAL_OS_MAX_SIZE, gb.to_string());
+    }
+    out
+}
