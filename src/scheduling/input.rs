@@ -129,7 +129,7 @@ pub struct PodAffinityTerm {
 impl PodAffinityTerm {
     /// Whether `pod` is one of the pods this term selects.
     pub fn selects(&self, pod: &Pod) -> bool {
-        self.namespaces.iter().any(|ns| *ns == pod.namespace) && self.selector.matches(&pod.labels)
+        self.namespaces.contains(&pod.namespace) && self.selector.matches(&pod.labels)
     }
 }
 

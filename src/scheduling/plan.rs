@@ -77,6 +77,7 @@ impl Plan {
 
     /// Number of pods placed anywhere.
     pub fn placed_pods(&self) -> usize {
-        self.existing.values().map(Vec::len).sum::<usize>() + self.nodeclaims.iter().map(|n| n.pods.len()).sum::<usize>()
+        self.existing.values().map(Vec::len).sum::<usize>()
+            + self.nodeclaims.iter().map(|n| n.pods.len()).sum::<usize>()
     }
 }
