@@ -1,0 +1,214 @@
+//! A fake Azure Resource Manager that speaks the real ARM wire format, for integration and e2e tests.
+//!
+//! The production clients (azure_mgmt_compute / azure_mgmt_network 0.21 built with `.endpoint(base_url)`,
+//! azure_identity 0.21 credentials with the fake as authority host) work against it unchanged. It serves,
+//! on `http://127.0.0.1:<free port>`:
+//! - `POST /<tenant>/oauth2/v2.0/token` (`token`): client-secret and workload-identity grants;
+//! - VMs as long-running operations (`compute`), NICs (`network`), operation status (`operations`),
+//!   Resource SKUs from the embedded catalog (`skus`);
+//! - injected faults (`faults`) and an admin API (`admin`);
+//! - boot simulation (`boot`, `node`): a succeeded VM registers a Node through a `NodeRegistrar`.
+//!
+//! Include it from a test crate with
+//! `#[path = "support/fake_arm/mod.rs"] mod fake_arm;` and start it with `FakeArm::start(config).await`.
+
+// Each test crate that includes this module uses a different part of it.
+#![allow(dead_code)]
+
+mod admin;
+pub mod arm;
+pub mod boot;
+mod compute;
+pub mod faults;
+mod network;
+pub mod node;
+mod operations;
+mod server;
+mod skus;
+mod state;
+mod token;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+// The public surface; any one test crate uses part of it.
+#[allow(unused_imports)]
+pub use arm::ArmError;
+#[allow(unused_imports)]
+pub use boot::{BootedVm, NodeRegistrar};
+#[allow(unused_imports)]
+pub use faults::{CreateError, Delivery, Fault, QuotaScope, Target};
+#[allow(unused_imports)]
+pub use node::KubeNodeRegistrar;
+#[allow(unused_imports)]
+pub use state::{FakeArmConfig, RequestRecord};
+
+/// A running fake. Dropping it (or `shutdown`) stops the server.
+pub struct FakeArm {
+    shared: Arc<state::Shared>,
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    server: Option<JoinHandle<()>>,
+}
+
+/// A VM as the fake holds it, for assertions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VmView {
+    pub name: String,
+    pub resource_group: String,
+    pub provisioning_state: String,
+    pub vm_size: String,
+    /// Logical zone ("1"), None when regional.
+    pub zone: Option<String>,
+    pub spot: bool,
+    /// The document GET returns.
+    pub document: Value,
+    /// The base64 custom data the VM was created with.
+    pub custom_data: Option<String>,
+}
+
+impl FakeArm {
+    /// Binds 127.0.0.1 on a free port and serves on the current tokio runtime.
+    pub async fn start(config: FakeArmConfig) -> std::io::Result<FakeArm> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(state::Shared {
+            config,
+            base_url: format!("http://{addr}"),
+            state: Mutex::new(state::State::default()),
+        });
+        let (stop, stopped) = watch::channel(false);
+        let server = tokio::spawn(server::serve(listener, shared.clone(), stopped));
+        Ok(FakeArm { shared, addr, stop, server: Some(server) })
+    }
+
+    /// `http://127.0.0.1:<port>`, without a trailing slash.
+    pub fn base_url(&self) -> String {
+        self.shared.base_url.clone()
+    }
+
+    /// The ARM endpoint for the SDK builders' `.endpoint(..)`.
+    pub fn endpoint(&self) -> url::Url {
+        url::Url::parse(&self.shared.base_url).expect("the fake's base URL parses")
+    }
+
+    /// The authority host for azure_identity credentials (the token endpoint lives on the same server).
+    pub fn authority_host(&self) -> url::Url {
+        self.endpoint()
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn config(&self) -> &FakeArmConfig {
+        &self.shared.config
+    }
+
+    pub fn subscription_id(&self) -> &str {
+        &self.shared.config.subscription_id
+    }
+
+    pub fn tenant_id(&self) -> &str {
+        &self.shared.config.tenant_id
+    }
+
+    /// The first configured resource group (the node resource group).
+    pub fn resource_group(&self) -> &str {
+        self.shared.config.resource_groups.first().map(String::as_str).unwrap_or_default()
+    }
+
+    pub fn location(&self) -> &str {
+        &self.shared.config.location
+    }
+
+    /// The first configured client id / secret pair.
+    pub fn client_credentials(&self) -> (&str, &str) {
+        self.shared.config.client_secrets.first().map(|(id, s)| (id.as_str(), s.as_str())).unwrap_or_default()
+    }
+
+    /// A bearer token the ARM endpoints accept, for hand-made requests.
+    pub fn issue_token(&self) -> String {
+        token::mint(&self.shared)
+    }
+
+    pub fn inject(&self, fault: Fault) {
+        self.shared.lock().faults.push(fault);
+    }
+
+    pub fn clear_faults(&self) {
+        self.shared.lock().faults.clear();
+    }
+
+    pub fn faults(&self) -> Vec<Fault> {
+        self.shared.lock().faults.clone()
+    }
+
+    /// Spot eviction: the VM disappears as if Azure deleted it. False when no VM has that name.
+    pub fn evict(&self, vm_name: &str) -> bool {
+        admin::evict(&self.shared, vm_name)
+    }
+
+    pub fn vms(&self) -> Vec<VmView> {
+        let state = self.shared.lock();
+        state
+            .vms
+            .values()
+            .map(|vm| VmView {
+                name: vm.name.clone(),
+                resource_group: vm.resource_group.clone(),
+                provisioning_state: vm.phase.provisioning_state().to_string(),
+                vm_size: vm.vm_size.clone(),
+                zone: vm.zone.clone(),
+                spot: vm.spot,
+                document: compute::render_vm(vm, false),
+                custom_data: vm.custom_data.clone(),
+            })
+            .collect()
+    }
+
+    pub fn vm(&self, name: &str) -> Option<VmView> {
+        self.vms().into_iter().find(|vm| vm.name.eq_ignore_ascii_case(name))
+    }
+
+    /// NIC documents as GET returns them.
+    pub fn nics(&self) -> Vec<Value> {
+        self.shared.lock().nics.values().map(|nic| nic.document.clone()).collect()
+    }
+
+    /// How many PUTs named this VM, refused ones included.
+    pub fn vm_put_count(&self, name: &str) -> u32 {
+        self.shared.lock().vm_puts.get(&arm::key(name)).copied().unwrap_or(0)
+    }
+
+    /// Every ARM and token request handled so far, in order.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// The admin API's state dump.
+    pub fn state_json(&self) -> Value {
+        admin::dump(&self.shared)
+    }
+
+    /// Stops the server and waits for it to finish.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+    }
+}
+
+impl Drop for FakeArm {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+    }
+}
