@@ -4,5 +4,7 @@
 //! decision code, `catalog` the Azure VM sizes with their allocatable resources and prices.
 
 pub mod apis;
+pub mod bench;
 pub mod catalog;
 pub mod scheduling;
+pub mod sim;

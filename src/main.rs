@@ -34,6 +34,24 @@ enum Command {
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         output: OutputFormat,
     },
+    /// Show what would be launched for a scenario or a cluster snapshot, and what it would cost.
+    ///
+    /// FILEs are Kubernetes YAML or JSON (multi-document or List): NodePool, AKSNodeClass, Pod,
+    /// Deployment, ReplicaSet, StatefulSet, Job, DaemonSet, Node, PodDisruptionBudget, Namespace.
+    /// With no FILE a built-in demo runs.
+    Simulate {
+        /// Scenario files; none runs the built-in demo.
+        files: Vec<PathBuf>,
+        /// The Azure region, such as eastus.
+        #[arg(long, default_value = "eastus")]
+        region: String,
+        /// A JSON list of instance types that replaces the Azure catalog (schema in the README).
+        #[arg(long)]
+        catalog: Option<PathBuf>,
+        /// table or json.
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        output: OutputFormat,
+    },
     /// Write the CRD manifests to crds/ and charts/karpenter-azure/crds/.
     Crdgen {
         /// The repository root to write under.
@@ -75,6 +93,16 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Catalog { region, nodepool, nodeclass, output } => {
             match catalog_command::run(&CatalogArgs { region, nodepool, nodeclass, output }) {
+                Ok(text) => print_output(&text),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(EXIT_USAGE)
+                }
+            }
+        }
+        Command::Simulate { files, region, catalog, output } => {
+            let args = karpenter_azure::sim::SimulateArgs { files, region, catalog, output };
+            match karpenter_azure::sim::run(&args) {
                 Ok(text) => print_output(&text),
                 Err(e) => {
                     eprintln!("error: {e}");

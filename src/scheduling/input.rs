@@ -49,14 +49,14 @@ impl Pod {
 }
 
 /// A preference with its weight (1..100).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Weighted<T> {
     pub weight: i32,
     pub term: T,
 }
 
 /// A toleration, as `corev1.Toleration`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Toleration {
     /// Empty with operator Exists tolerates every taint.
     pub key: Option<String>,
@@ -66,7 +66,7 @@ pub struct Toleration {
     pub effect: Option<TaintEffect>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TolerationOperator {
     Equal,
     Exists,
@@ -100,7 +100,7 @@ pub fn tolerates_all(tolerations: &[Toleration], taints: &[Taint]) -> bool {
 }
 
 /// A topology spread constraint.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TopologySpread {
     pub topology_key: String,
     pub max_skew: u32,
@@ -111,14 +111,14 @@ pub struct TopologySpread {
     pub selector: Requirements,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WhenUnsatisfiable {
     DoNotSchedule,
     ScheduleAnyway,
 }
 
 /// A pod (anti-)affinity term: pods matching `selector` in `namespaces`, per `topology_key` domain.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PodAffinityTerm {
     pub selector: Requirements,
     /// The namespaces whose pods are considered; the pod's own namespace when the source left it empty.

@@ -47,7 +47,7 @@ pub struct Requirement {
 }
 
 /// A requirement could not be built from its API form.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum RequirementError {
     #[error("requirement on {key:?}: operator {operator} needs exactly one integer value, got {values:?}")]
     BadIntegerOperand { key: String, operator: &'static str, values: Vec<String> },

@@ -1,0 +1,136 @@
+//! The lower bound on the $/hour of new capacity, and the per-pod values packing uses.
+//!
+//! # Why it is a bound
+//! Take any feasible plan that places the same pods. Relax it three ways, each of which can only
+//! lower its cost: (1) pods become divisible, so a node only has to provide enough of each resource
+//! in total; (2) all free capacity on existing nodes may serve any pod; (3) each new node costs its
+//! type's cheapest available offering. What remains is a covering LP per *component* — classes of
+//! pods linked by sharing at least one template (NodePool × instance type): buy nodes (fractionally)
+//! so that, per resource, capacity after DaemonSets covers the demand minus existing free capacity;
+//! and for a class that may hold at most `k` of its pods on one node (hostname anti-affinity, hostname
+//! spread, host ports), buy at least `⌈n/k⌉` nodes that class can use, less the existing nodes.
+//! Components share no template, so no node of any plan serves two components and their optima add
+//! up. Each LP is solved by [`crate::scheduling::lp`], which certifies its result through a
+//! dual-feasible solution (weak duality), so rounding inside the simplex cannot overstate the bound.
+
+use crate::scheduling::lp::CoveringLp;
+use crate::scheduling::templates::Template;
+
+/// One class as the bound sees it.
+pub struct BoundClass<'a> {
+    pub demand: &'a [i64],
+    pub count: u64,
+    /// Templates the class may use (`mask != 0`).
+    pub templates: Vec<usize>,
+    /// At most this many pods of the class fit on one node because of per-node rules.
+    pub per_node: Option<u64>,
+}
+
+/// The bound and the pricing it implies.
+#[derive(Clone, Debug, Default)]
+pub struct Bound {
+    pub per_hour: f64,
+    /// Value of one pod of each class at the dual prices.
+    pub values: Vec<f64>,
+    /// Dual price of each resource dimension (the largest over components, for efficiency caps).
+    pub resource_prices: Vec<f64>,
+}
+
+/// Computes the bound for `classes` given the free capacity and number of existing nodes.
+pub fn compute(
+    classes: &[BoundClass],
+    templates: &[Template],
+    free_existing: &[i64],
+    existing_nodes: u64,
+) -> Bound {
+    let dims = free_existing.len();
+    let mut bound =
+        Bound { per_hour: 0.0, values: vec![0.0; classes.len()], resource_prices: vec![0.0; dims] };
+    for component in components(classes, templates.len()) {
+        let mut columns: Vec<usize> =
+            component.iter().flat_map(|&c| classes[c].templates.iter().copied()).collect();
+        columns.sort_unstable();
+        columns.dedup();
+        if columns.is_empty() {
+            continue;
+        }
+        let limited: Vec<usize> =
+            component.iter().copied().filter(|&c| classes[c].per_node.is_some()).collect();
+        let mut demand = vec![0.0; dims + limited.len()];
+        for &c in &component {
+            for (r, d) in classes[c].demand.iter().enumerate() {
+                demand[r] += (*d as f64) * classes[c].count as f64;
+            }
+        }
+        for r in 0..dims {
+            demand[r] = (demand[r] - free_existing[r].max(0) as f64).max(0.0);
+        }
+        for (k, &c) in limited.iter().enumerate() {
+            let per_node = classes[c].per_node.unwrap_or(1).max(1);
+            let nodes = classes[c].count.div_ceil(per_node);
+            demand[dims + k] = nodes.saturating_sub(existing_nodes) as f64;
+        }
+        let lp_columns = columns
+            .iter()
+            .map(|&t| {
+                let tpl = &templates[t];
+                let mut a: Vec<f64> = tpl.capacity.iter().map(|v| (*v).max(0) as f64).collect();
+                for &c in &limited {
+                    a.push(if classes[c].templates.binary_search(&t).is_ok() { 1.0 } else { 0.0 });
+                }
+                (tpl.price(tpl.full_mask()), a)
+            })
+            .collect();
+        let result = CoveringLp { demand, columns: lp_columns }.solve();
+        bound.per_hour += result.lower_bound;
+        for &c in &component {
+            let mut v: f64 = classes[c].demand.iter().zip(&result.duals).map(|(d, y)| *d as f64 * y).sum();
+            if let Some(k) = limited.iter().position(|&x| x == c) {
+                v += result.duals[dims + k] / classes[c].per_node.unwrap_or(1).max(1) as f64;
+            }
+            bound.values[c] = v;
+        }
+        for r in 0..dims {
+            bound.resource_prices[r] = bound.resource_prices[r].max(result.duals[r]);
+        }
+    }
+    bound
+}
+
+/// Classes grouped by shared templates (union-find over the templates they use).
+fn components(classes: &[BoundClass], templates: usize) -> Vec<Vec<usize>> {
+    let mut parent: Vec<usize> = (0..classes.len()).collect();
+    fn find(parent: &mut [usize], x: usize) -> usize {
+        let mut r = x;
+        while parent[r] != r {
+            r = parent[r];
+        }
+        let mut y = x;
+        while parent[y] != r {
+            let next = parent[y];
+            parent[y] = r;
+            y = next;
+        }
+        r
+    }
+    let mut owner: Vec<Option<usize>> = vec![None; templates];
+    for (c, class) in classes.iter().enumerate() {
+        for &t in &class.templates {
+            match owner[t] {
+                None => owner[t] = Some(c),
+                Some(o) => {
+                    let (a, b) = (find(&mut parent, o), find(&mut parent, c));
+                    if a != b {
+                        parent[a.max(b)] = a.min(b);
+                    }
+                }
+            }
+        }
+    }
+    let mut groups: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    for c in 0..classes.len() {
+        let root = find(&mut parent, c);
+        groups.entry(root).or_default().push(c);
+    }
+    groups.into_values().collect()
+}

@@ -1,0 +1,255 @@
+//! From the solver's planned nodes to a [`Plan`]: right-size each new node to the cheapest template
+//! that still holds its pods, pick its offering, list the other instance types that would do
+//! (cheapest first), and write the NodeClaim's requirements, labels and resources.
+
+use std::collections::BTreeMap;
+
+use crate::apis::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE};
+use crate::catalog::selection::offering_labels;
+use crate::catalog::Offering;
+use crate::scheduling::model::fits;
+use crate::scheduling::node::NodeState;
+use crate::scheduling::plan::{NewNodeClaim, Plan, Unschedulable};
+use crate::scheduling::requirements::{Requirement, Requirements};
+use crate::scheduling::solve::{Slot, Solver};
+
+/// Builds the plan; `unschedulable` comes from the relaxation rounds.
+pub(crate) fn build_plan(solver: &Solver, mut unschedulable: Vec<Unschedulable>) -> Plan {
+    let mut plan = Plan::default();
+    let mut cursor = vec![0usize; solver.classes.len()];
+    let mut per_pool = vec![0usize; solver.input.nodepools.len()];
+    let mut zone_use: BTreeMap<String, usize> = BTreeMap::new();
+    let mut placed = vec![0u64; solver.classes.len()];
+    for slot in &solver.slots {
+        let mut pods = vec![];
+        for &(c, n) in &slot.classes {
+            let list = &solver.classes[c].pods;
+            for &p in &list[cursor[c]..cursor[c] + n as usize] {
+                pods.push(solver.input.pods[p].id());
+            }
+            cursor[c] += n as usize;
+            placed[c] += n;
+        }
+        match (slot.existing, slot.template) {
+            (Some(i), _) if !pods.is_empty() => {
+                plan.existing.entry(solver.input.nodes[i].name.clone()).or_default().extend(pods);
+            }
+            (None, Some(_)) if !pods.is_empty() => {
+                match new_claim(solver, slot, pods.clone(), &mut per_pool, &mut zone_use) {
+                    Ok(claim) => plan.nodeclaims.push(claim),
+                    Err(reason) => unschedulable
+                        .extend(pods.into_iter().map(|pod| Unschedulable { pod, reason: reason.clone() })),
+                }
+            }
+            _ => {}
+        }
+    }
+    unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+    plan.unschedulable = unschedulable;
+    plan.price_per_hour = plan.nodeclaims.iter().map(|c| c.price_per_hour).sum();
+    let ids: Vec<usize> = (0..solver.classes.len()).collect();
+    let (bound, _) = solver.bound_for(&ids, &placed);
+    plan.lower_bound_per_hour = bound.per_hour;
+    plan
+}
+
+/// The joint offering mask of a node's classes on template `t` (0 when one of them cannot use it).
+fn joint_mask(solver: &Solver, slot: &Slot, t: usize) -> u32 {
+    slot.classes.iter().fold(solver.templates[t].full_mask(), |m, &(c, _)| m & solver.classes[c].masks[t])
+}
+
+/// Whether the node's pods, with their per-node rules, all fit a fresh node of template `t`.
+fn holds(solver: &Solver, slot: &Slot, t: usize) -> bool {
+    let tpl = &solver.templates[t];
+    let mut total = vec![0i64; tpl.capacity.len()];
+    for &(c, n) in &slot.classes {
+        for (x, d) in total.iter_mut().zip(&solver.classes[c].traits.demand) {
+            *x += d * n as i64;
+        }
+    }
+    if !fits(&total, &tpl.capacity) {
+        return false;
+    }
+    let mut state = NodeState::empty(tpl.capacity.clone(), solver.selectors.list.len());
+    for &(c, n) in &slot.classes {
+        // Affinity groups bootstrapped on this node: the rule is satisfied by their own members.
+        let traits = &solver.classes[c].traits;
+        if state.max_addable(traits, n, |_| true) < n {
+            return false;
+        }
+        state.add(traits, n);
+    }
+    true
+}
+
+/// Templates of the slot's pool and tier that hold its pods, cheapest first (ties by name), limited
+/// so that a pool with limits never gets an option larger than the chosen node.
+fn options(solver: &Solver, slot: &Slot) -> Vec<(usize, u32, f64)> {
+    let chosen = slot.template.expect("new slots have a template");
+    let pool = solver.templates[chosen].pool;
+    let limits = solver.input.nodepools[pool].remaining.as_ref();
+    let chosen_capacity =
+        &solver.input.nodepools[pool].instance_types[solver.templates[chosen].instance_type].capacity;
+    let mut out: Vec<(usize, u32, f64)> = solver
+        .templates
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.pool == pool)
+        .filter_map(|(t, tpl)| {
+            let mask = joint_mask(solver, slot, t);
+            if mask == 0 || !holds(solver, slot, t) {
+                return None;
+            }
+            if let Some(limits) = limits {
+                let capacity = &solver.input.nodepools[pool].instance_types[tpl.instance_type].capacity;
+                if limits
+                    .iter()
+                    .any(|(name, _)| name != "nodes" && capacity.get(name) > chosen_capacity.get(name))
+                {
+                    return None;
+                }
+            }
+            Some((t, mask, tpl.price(mask)))
+        })
+        .collect();
+    out.sort_by(|a, b| a.2.total_cmp(&b.2).then_with(|| type_name(solver, a.0).cmp(type_name(solver, b.0))));
+    out
+}
+
+fn type_name<'s>(solver: &'s Solver, t: usize) -> &'s str {
+    let tpl = &solver.templates[t];
+    &solver.input.nodepools[tpl.pool].instance_types[tpl.instance_type].name
+}
+
+fn new_claim(
+    solver: &Solver,
+    slot: &Slot,
+    pods: Vec<String>,
+    per_pool: &mut [usize],
+    zone_use: &mut BTreeMap<String, usize>,
+) -> Result<NewNodeClaim, String> {
+    let mut options = options(solver, slot);
+    if options.is_empty() {
+        // Cannot happen: the slot's own template holds its pods; keep it as the only option.
+        let t = slot.template.expect("new slot");
+        options.push((t, slot.mask, solver.templates[t].price(slot.mask)));
+    }
+    // Right-size: the cheapest option wins.
+    let (t, mask, price) = options[0];
+    let tpl = &solver.templates[t];
+    let pool = &solver.input.nodepools[tpl.pool];
+    let it = &pool.instance_types[tpl.instance_type];
+    // Among equally cheap offerings prefer spot, then the zone with the fewest new nodes so far.
+    let offering = tpl
+        .offerings
+        .iter()
+        .enumerate()
+        .filter(|(i, o)| mask & (1 << i) != 0 && (o.price - price).abs() <= 1e-12)
+        .map(|(_, o)| o)
+        .min_by(|a, b| {
+            b.capacity_type
+                .cmp(&a.capacity_type)
+                .then_with(|| zone_use.get(&a.zone).cmp(&zone_use.get(&b.zone)))
+                .then_with(|| a.zone.cmp(&b.zone))
+        })
+        .expect("the mask holds the cheapest offering");
+    *zone_use.entry(offering.zone.clone()).or_default() += 1;
+
+    let mut all_options: Vec<String> =
+        options.iter().map(|&(o, ..)| type_name(solver, o).to_string()).collect();
+    let mut requirements = pool.requirements.clone();
+    for &(c, _) in &slot.classes {
+        requirements = requirements.intersect(&solver.classes[c].requirements);
+    }
+    // minValues is judged on every type that would do, then the list is truncated for the claim.
+    check_min_values(solver, &requirements, &options)?;
+    all_options.truncate(solver.input.options.max_instance_type_options.max(1));
+    let listed = &options[..all_options.len()];
+    let mut capacity_types: Vec<&str> = listed
+        .iter()
+        .flat_map(|&(o, m, _)| {
+            solver.templates[o]
+                .offerings
+                .iter()
+                .enumerate()
+                .filter(move |(i, _)| m & (1 << i) != 0)
+                .map(|(_, off)| off.capacity_type.as_str())
+        })
+        .collect();
+    capacity_types.sort_unstable();
+    capacity_types.dedup();
+    requirements.add(Requirement::is_in(LABEL_INSTANCE_TYPE, all_options.iter().cloned()));
+    requirements.add(Requirement::is_in(LABEL_CAPACITY_TYPE, capacity_types.iter().map(|s| s.to_string())));
+
+    let mut labels = pool.labels.clone();
+    for r in requirements.iter() {
+        if let Some(v) = r.single_value() {
+            labels.insert(r.key().to_string(), v.to_string());
+        }
+    }
+    labels.extend(it.labels.clone());
+    let probe = Offering {
+        zone: offering.zone.clone(),
+        capacity_type: offering.capacity_type,
+        price: offering.price,
+        available: true,
+    };
+    for (k, v) in offering_labels(&probe) {
+        labels.insert(k.to_string(), v.to_string());
+    }
+    let mut requests = tpl.daemon_overhead.clone();
+    for &(c, n) in &slot.classes {
+        let demand = solver.dims.resources(&solver.classes[c].traits.demand);
+        for _ in 0..n {
+            requests.add_assign(&demand);
+        }
+    }
+    per_pool[tpl.pool] += 1;
+    Ok(NewNodeClaim {
+        name: format!("{}-{}", pool.name, per_pool[tpl.pool]),
+        nodepool: pool.name.clone(),
+        instance_type: it.name.clone(),
+        instance_type_options: all_options,
+        zone: offering.zone.clone(),
+        capacity_type: offering.capacity_type,
+        price_per_hour: offering.price,
+        requirements,
+        labels,
+        taints: pool.taints.clone(),
+        startup_taints: pool.startup_taints.clone(),
+        allocatable: it.allocatable.clone(),
+        requests,
+        daemon_overhead: tpl.daemon_overhead.clone(),
+        pods,
+    })
+}
+
+fn check_min_values(
+    solver: &Solver,
+    requirements: &Requirements,
+    options: &[(usize, u32, f64)],
+) -> Result<(), String> {
+    if requirements.iter().all(|r| r.min_values().is_none()) {
+        return Ok(());
+    }
+    let mut label_sets: Vec<BTreeMap<String, String>> = vec![];
+    for &(t, mask, _) in options {
+        let tpl = &solver.templates[t];
+        let it = &solver.input.nodepools[tpl.pool].instance_types[tpl.instance_type];
+        for (i, o) in tpl.offerings.iter().enumerate() {
+            if mask & (1 << i) == 0 {
+                continue;
+            }
+            let mut labels = it.labels.clone();
+            let probe = Offering {
+                zone: o.zone.clone(),
+                capacity_type: o.capacity_type,
+                price: o.price,
+                available: true,
+            };
+            labels.extend(offering_labels(&probe).iter().map(|(k, v)| (k.to_string(), v.to_string())));
+            label_sets.push(labels);
+        }
+    }
+    requirements.check_min_values(label_sets.iter()).map_err(|e| format!("nodepool requirements: {e}"))
+}

@@ -1,0 +1,229 @@
+//! Packing classes of pods onto new nodes at least cost.
+//!
+//! Each step takes the most valuable class still waiting (the head), and for every template the head
+//! may use it fills an empty node two ways — largest classes first, and in proportion to what is left —
+//! then keeps the fill with the best *efficiency*: the value of the pods placed divided by the node's
+//! price. A pod's value is its resource demand priced at the lower bound's dual prices
+//! ([`crate::scheduling::bound`]), so a node whose efficiency is 1 is exactly as good as the LP
+//! optimum, and the search can stop early: no template can beat the efficiency its capacity allows.
+//! The winning fill is then repeated for as many nodes as the remaining pods allow, which is what
+//! makes 20,000 pods a few hundred decisions instead of 20,000.
+
+use crate::scheduling::model::Selectors;
+use crate::scheduling::node::{NodeState, PodTraits};
+use crate::scheduling::templates::Template;
+
+/// What the packer needs to know about a class.
+pub struct PackClass<'a> {
+    pub traits: &'a PodTraits,
+    /// Offering mask per template index (0 = the class cannot use the template).
+    pub masks: &'a [u32],
+    pub value: f64,
+}
+
+/// One planned fill of a node.
+#[derive(Clone, Debug)]
+pub struct Pattern {
+    pub template: usize,
+    pub mask: u32,
+    /// `(class, pods)` in the order they were added.
+    pub counts: Vec<(usize, u64)>,
+    pub state: NodeState,
+    pub price: f64,
+    pub value: f64,
+}
+
+impl Pattern {
+    pub fn efficiency(&self) -> f64 {
+        if self.price > 0.0 {
+            self.value / self.price
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
+/// Packing context for one batch.
+pub struct Packer<'a> {
+    pub templates: &'a [Template],
+    pub classes: Vec<PackClass<'a>>,
+    pub selectors: &'a Selectors,
+    /// Whether two classes may share a node (their requirements intersect).
+    pub compatible: &'a dyn Fn(usize, usize) -> bool,
+    /// Whether a self-matching pod may start a hostname affinity group (no matching pod yet).
+    pub bootstrap: &'a dyn Fn(usize) -> bool,
+    /// Dual price of each resource dimension, for the efficiency bound of a template.
+    pub resource_prices: Vec<f64>,
+}
+
+/// How many proportional fills to try per decision (on the best greedy templates).
+const PROPORTIONAL_CANDIDATES: usize = 6;
+
+impl<'a> Packer<'a> {
+    fn empty_state(&self, template: usize) -> NodeState {
+        NodeState::empty(self.templates[template].capacity.clone(), self.selectors.list.len())
+    }
+
+    fn can_join(&self, class: usize, members: &[(usize, u64)]) -> bool {
+        members.iter().all(|&(m, _)| m == class || (self.compatible)(class, m))
+    }
+
+    /// Largest-first fill: the head as many times as it goes, then every other class in `order`.
+    pub fn fill_greedy(
+        &self,
+        template: usize,
+        head: usize,
+        order: &[usize],
+        remaining: &[u64],
+    ) -> Option<Pattern> {
+        let mut mask = self.classes[head].masks[template];
+        if mask == 0 {
+            return None;
+        }
+        let mut state = self.empty_state(template);
+        let mut counts = vec![];
+        let n = state.max_addable(self.classes[head].traits, remaining[head], self.bootstrap);
+        if n == 0 {
+            return None;
+        }
+        state.add(self.classes[head].traits, n);
+        counts.push((head, n));
+        for &c in order {
+            if c == head || remaining[c] == 0 {
+                continue;
+            }
+            let m = self.classes[c].masks[template] & mask;
+            if m == 0 || !self.can_join(c, &counts) {
+                continue;
+            }
+            let n = state.max_addable(self.classes[c].traits, remaining[c], self.bootstrap);
+            if n > 0 {
+                state.add(self.classes[c].traits, n);
+                counts.push((c, n));
+                mask = m;
+            }
+        }
+        Some(self.finish(template, mask, counts, state))
+    }
+
+    /// Proportional fill: one pod at a time, always from the class with the most pods left per pod
+    /// already on the node, so complementary shapes (CPU-heavy next to memory-heavy) share nodes.
+    pub fn fill_proportional(
+        &self,
+        template: usize,
+        head: usize,
+        order: &[usize],
+        remaining: &[u64],
+    ) -> Option<Pattern> {
+        let mut mask = self.classes[head].masks[template];
+        if mask == 0 {
+            return None;
+        }
+        let mut state = self.empty_state(template);
+        if state.max_addable(self.classes[head].traits, 1, self.bootstrap) == 0 {
+            return None;
+        }
+        state.add(self.classes[head].traits, 1);
+        let mut counts: Vec<(usize, u64)> = vec![(head, 1)];
+        let mut blocked = vec![false; self.classes.len()];
+        loop {
+            let placed = |c: usize| counts.iter().find(|(k, _)| *k == c).map_or(0, |(_, n)| *n);
+            let mut best: Option<(usize, f64)> = None;
+            for &c in order {
+                let left = remaining[c].saturating_sub(placed(c));
+                if left == 0 || blocked[c] {
+                    continue;
+                }
+                let score = left as f64 / (placed(c) + 1) as f64;
+                if best.is_none_or(|(_, s)| score > s) {
+                    best = Some((c, score));
+                }
+            }
+            let Some((c, _)) = best else { break };
+            let m = self.classes[c].masks[template] & mask;
+            if m == 0
+                || !self.can_join(c, &counts)
+                || state.max_addable(self.classes[c].traits, 1, self.bootstrap) == 0
+            {
+                blocked[c] = true;
+                continue;
+            }
+            state.add(self.classes[c].traits, 1);
+            mask = m;
+            match counts.iter_mut().find(|(k, _)| *k == c) {
+                Some(entry) => entry.1 += 1,
+                None => counts.push((c, 1)),
+            }
+        }
+        Some(self.finish(template, mask, counts, state))
+    }
+
+    fn finish(&self, template: usize, mask: u32, counts: Vec<(usize, u64)>, state: NodeState) -> Pattern {
+        let value = counts.iter().map(|&(c, n)| self.classes[c].value * n as f64).sum();
+        let price = self.templates[template].price(mask);
+        Pattern { template, mask, counts, state, price, value }
+    }
+
+    /// The best fill for `head` among `candidates` (templates it may use, already limited to the
+    /// tier and the pools' remaining limits).
+    pub fn best_pattern(
+        &self,
+        head: usize,
+        candidates: &[usize],
+        order: &[usize],
+        remaining: &[u64],
+    ) -> Option<Pattern> {
+        // Efficiency can never exceed what the template's capacity is worth at the dual prices.
+        let mut ranked: Vec<(usize, f64)> = candidates
+            .iter()
+            .map(|&t| {
+                let tpl = &self.templates[t];
+                let worth: f64 =
+                    tpl.capacity.iter().zip(&self.resource_prices).map(|(c, p)| (*c).max(0) as f64 * p).sum();
+                let price = tpl.price(self.classes[head].masks[t]);
+                (t, if price > 0.0 { worth / price } else { f64::INFINITY })
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let better = |p: &Pattern, best: &Option<Pattern>| match best {
+            None => true,
+            Some(b) => {
+                let (e, be) = (p.efficiency(), b.efficiency());
+                e > be * (1.0 + 1e-9)
+                    || (e >= be * (1.0 - 1e-9) && (p.price, p.template) < (b.price, b.template))
+            }
+        };
+        let mut best: Option<Pattern> = None;
+        let mut greedy: Vec<Pattern> = vec![];
+        for &(t, upper) in &ranked {
+            if let Some(b) = &best {
+                // Strictly below: a template that could only tie is not worth the fill.
+                if upper.is_finite() && upper < b.efficiency() * (1.0 - 1e-9) && b.value > 0.0 {
+                    break;
+                }
+            }
+            if let Some(p) = self.fill_greedy(t, head, order, remaining) {
+                if better(&p, &best) {
+                    best = Some(p.clone());
+                }
+                greedy.push(p);
+            }
+        }
+        greedy.sort_by(|a, b| {
+            b.efficiency().total_cmp(&a.efficiency()).then_with(|| a.template.cmp(&b.template))
+        });
+        for p in greedy.iter().take(PROPORTIONAL_CANDIDATES) {
+            if let Some(q) = self.fill_proportional(p.template, head, order, remaining) {
+                if better(&q, &best) {
+                    best = Some(q);
+                }
+            }
+        }
+        best
+    }
+}
+
+/// How many times a pattern can be repeated with the pods that remain.
+pub fn repeats(pattern: &Pattern, remaining: &[u64]) -> u64 {
+    pattern.counts.iter().map(|&(c, n)| remaining[c] / n.max(1)).min().unwrap_or(0).max(1)
+}

@@ -1,0 +1,635 @@
+//! The solver: from a [`SolveInput`] to a [`Plan`].
+//!
+//! 1. Pods are grouped into shapes ([`crate::scheduling::model`]); each shape is tried with all its
+//!    preferences honoured first (relaxation level 0).
+//! 2. Zone- and capacity-type-scoped topology rules pin each pod to a domain
+//!    ([`crate::scheduling::topology`]); pods of a shape with the same domain form a class.
+//! 3. Classes fill existing and in-flight nodes first (free capacity), largest first.
+//! 4. What is left is packed onto new nodes at least cost ([`crate::scheduling::pack`]), valued by
+//!    the lower bound's dual prices ([`crate::scheduling::bound`]), in NodePool weight order.
+//! 5. Pods that did not fit give up one more preference, in upstream's order, and go round again;
+//!    pods with nothing left to give up are reported with a reason ([`crate::scheduling::explain`]).
+//! 6. New nodes are right-sized and turned into NodeClaims ([`crate::scheduling::claims`]).
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::apis::labels::{LABEL_CAPACITY_TYPE, LABEL_ZONE};
+use crate::scheduling::bound::{self, BoundClass};
+use crate::scheduling::claims;
+use crate::scheduling::explain;
+use crate::scheduling::input::{tolerates_all, SolveInput};
+use crate::scheduling::model::{build_shapes, Dims, Rule, Scope, Selectors, Shape};
+use crate::scheduling::node::{NodeState, PodTraits};
+use crate::scheduling::pack::{repeats, PackClass, Packer, Pattern};
+use crate::scheduling::plan::{Plan, Unschedulable};
+use crate::scheduling::requirements::{Requirement, Requirements};
+use crate::scheduling::templates::{self, Template};
+use crate::scheduling::topology::{Assignment, Domains};
+
+/// A pod waiting to be placed: (shape, pod index, relaxation level).
+type PendingPod = (usize, usize, usize);
+/// A pod that could not be placed this round, with the reason.
+type Failure = (usize, usize, usize, String);
+/// A shape's constraints at one level: effective rules, the term chosen, eligible zones and capacity types.
+type ShapeAtLevel = (crate::scheduling::model::Effective, usize, Vec<String>, Vec<String>);
+
+/// A group of identical pods with one domain assignment at one relaxation level.
+pub(crate) struct Class {
+    pub shape: usize,
+    pub level: usize,
+    pub pods: Vec<usize>,
+    pub requirements: Requirements,
+    pub traits: PodTraits,
+    /// Offering mask per template (0 = cannot use).
+    pub masks: Vec<u32>,
+    /// At most this many pods of the class fit on one node because of its own per-node rules.
+    pub per_node_limit: Option<u64>,
+    /// The domains its pods were given, and the rules that chose them (to undo for unplaced pods).
+    pub assignment: Assignment,
+    pub rules: Vec<Rule>,
+}
+
+/// A node being planned: an existing node, or a new one from a template.
+pub(crate) struct Slot {
+    pub existing: Option<usize>,
+    pub template: Option<usize>,
+    pub mask: u32,
+    pub state: NodeState,
+    /// `(class, count)` in placement order.
+    pub classes: Vec<(usize, u64)>,
+}
+
+/// The solver's working state across relaxation rounds.
+pub(crate) struct Solver<'a> {
+    pub input: &'a SolveInput,
+    pub dims: Dims,
+    pub selectors: Selectors,
+    pub shapes: Vec<Shape>,
+    pub templates: Vec<Template>,
+    pub classes: Vec<Class>,
+    pub slots: Vec<Slot>,
+    /// Pods matching each selector anywhere (for hostname affinity bootstrapping).
+    pub matching_anywhere: Vec<u32>,
+    pub domains: Domains,
+    /// Remaining limits per pool (resources of instance-type capacity, plus `nodes`).
+    pub remaining: Vec<Option<crate::scheduling::resources::Resources>>,
+    pair_memo: HashMap<(usize, usize), bool>,
+    compat_memo: HashMap<(usize, Requirements), Vec<u32>>,
+}
+
+/// Solves one batch. Pure and deterministic.
+pub fn solve(input: &SolveInput) -> Plan {
+    let mut solver = Solver::new(input);
+    let unschedulable = solver.run();
+    claims::build_plan(&solver, unschedulable)
+}
+
+impl<'a> Solver<'a> {
+    fn new(input: &'a SolveInput) -> Self {
+        let dims = Dims::for_input(input);
+        let mut selectors = Selectors::default();
+        let shapes = build_shapes(input, &dims, &mut selectors);
+        let templates = templates::build(input, &dims);
+        let domains = Domains::from_running(input, &selectors);
+        let mut solver = Solver {
+            input,
+            dims,
+            selectors,
+            shapes,
+            templates,
+            classes: vec![],
+            slots: vec![],
+            matching_anywhere: vec![],
+            domains,
+            remaining: input.nodepools.iter().map(|p| p.remaining.clone()).collect(),
+            pair_memo: HashMap::new(),
+            compat_memo: HashMap::new(),
+        };
+        solver.matching_anywhere = vec![0; solver.selectors.list.len()];
+        solver.init_existing();
+        solver
+    }
+
+    /// Existing nodes with what their running pods use and count.
+    fn init_existing(&mut self) {
+        let index: BTreeMap<&str, usize> =
+            self.input.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+        let nsel = self.selectors.list.len();
+        let mut states: Vec<NodeState> = self
+            .input
+            .nodes
+            .iter()
+            .map(|n| NodeState::empty(self.dims.vector(&n.allocatable), nsel))
+            .collect();
+        for pod in &self.input.running {
+            let matched = self.selectors.matching(pod);
+            for &s in &matched {
+                self.matching_anywhere[s] += 1;
+            }
+            let Some(&i) = pod.node_name.as_deref().and_then(|n| index.get(n)) else { continue };
+            let rules: Vec<Rule> = pod
+                .anti_affinity
+                .iter()
+                .filter(|t| t.topology_key == crate::apis::labels::LABEL_HOSTNAME)
+                .filter_map(|t| {
+                    let sel = crate::scheduling::model::Selector {
+                        namespaces: t.namespaces.clone(),
+                        labels: t.selector.clone(),
+                    };
+                    self.selectors.list.iter().position(|x| *x == sel)
+                })
+                .map(|selector| Rule::AntiAffinity { scope: Scope::Hostname, selector })
+                .collect();
+            let traits =
+                PodTraits::new(self.dims.vector(&pod.requests), matched, &rules, pod.host_ports.clone());
+            states[i].add(&traits, 1);
+        }
+        for (i, state) in states.into_iter().enumerate() {
+            self.slots.push(Slot { existing: Some(i), template: None, mask: 0, state, classes: vec![] });
+        }
+    }
+
+    /// Runs relaxation rounds until every pod is placed or has nothing left to relax.
+    fn run(&mut self) -> Vec<Unschedulable> {
+        let mut pending: Vec<PendingPod> = vec![];
+        for (s, shape) in self.shapes.iter().enumerate() {
+            for &p in &shape.pods {
+                pending.push((s, p, 0));
+            }
+        }
+        let mut failed: Vec<Unschedulable> = vec![];
+        while !pending.is_empty() {
+            let (batch, topology_failures) = self.classify(&pending);
+            let mut unplaced: Vec<Failure> = topology_failures;
+            let before = self.classes.len();
+            self.classes.extend(batch);
+            let ids: Vec<usize> = (before..self.classes.len()).collect();
+            let left = self.place(&ids);
+            for (class, pods) in left {
+                let reason = explain::why_not(self, class);
+                let c = &self.classes[class];
+                for p in pods {
+                    // The pod's domain counted for topology; it is not there after all.
+                    self.domains.unassign(&self.shapes[c.shape].matched_by, &c.rules, &c.assignment);
+                    unplaced.push((c.shape, p, c.level, reason.clone()));
+                }
+            }
+            pending.clear();
+            for (shape, pod, level, reason) in unplaced {
+                if level < self.shapes[shape].relaxable_steps {
+                    pending.push((shape, pod, level + 1));
+                } else {
+                    failed.push(Unschedulable { pod: self.input.pods[pod].id(), reason });
+                }
+            }
+            pending.sort();
+        }
+        failed.sort_by(|a, b| a.pod.cmp(&b.pod));
+        failed
+    }
+
+    /// Builds the classes of a round: effective constraints, domains, template masks.
+    fn classify(&mut self, pending: &[PendingPod]) -> (Vec<Class>, Vec<Failure>) {
+        let mut failures = vec![];
+        let mut groups: BTreeMap<(usize, usize, usize, Assignment), Vec<usize>> = BTreeMap::new();
+        let mut cache: HashMap<(usize, usize), ShapeAtLevel> = HashMap::new();
+        for &(s, p, level) in pending {
+            if let std::collections::hash_map::Entry::Vacant(slot) = cache.entry((s, level)) {
+                slot.insert(self.effective_for(s, level));
+            }
+            let (effective, term, zones, capacity_types) = &cache[&(s, level)];
+            match self.domains.assign(&self.shapes[s].matched_by, &effective.rules, zones, capacity_types) {
+                Ok(assignment) => groups.entry((s, level, *term, assignment)).or_default().push(p),
+                Err(reason) => failures.push((s, p, level, reason)),
+            }
+        }
+        let mut classes = vec![];
+        for ((s, level, _term, assignment), pods) in groups {
+            let (effective, ..) = &cache[&(s, level)];
+            let mut requirements = effective.requirements.clone();
+            if let Some(z) = &assignment.zone {
+                requirements.add(Requirement::is_in(LABEL_ZONE, [z.clone()]));
+            }
+            if let Some(c) = &assignment.capacity_type {
+                requirements.add(Requirement::is_in(LABEL_CAPACITY_TYPE, [c.clone()]));
+            }
+            let shape = &self.shapes[s];
+            let pod = &self.input.pods[shape.pods[0]];
+            let traits = PodTraits::new(
+                shape.demand.clone(),
+                shape.matched_by.clone(),
+                &effective.rules,
+                pod.host_ports.clone(),
+            );
+            let per_node_limit = per_node_limit(&traits);
+            let masks = self.masks(s, &requirements);
+            let rules = effective.rules.clone();
+            classes.push(Class {
+                shape: s,
+                level,
+                pods,
+                requirements,
+                traits,
+                masks,
+                per_node_limit,
+                assignment,
+                rules,
+            });
+        }
+        (classes, failures)
+    }
+
+    /// The effective constraints of a shape at a level, the required term chosen, and the zones and
+    /// capacity types its pods may be assigned to.
+    fn effective_for(&mut self, s: usize, level: usize) -> ShapeAtLevel {
+        let pod = &self.input.pods[self.shapes[s].pods[0]];
+        let terms = pod.required_terms.len().max(1);
+        let mut chosen = None;
+        for term in 0..terms {
+            let effective = self.shapes[s].effective(pod, level, term, &self.selectors);
+            let requirements = with_volume_zones(&effective.requirements, pod);
+            let masks = self.masks(s, &requirements);
+            let homes = masks.iter().any(|m| *m != 0) || self.existing_homes(s, &requirements);
+            if homes || term + 1 == terms {
+                chosen = Some((effective, term, requirements, masks));
+                if homes {
+                    break;
+                }
+            }
+        }
+        let (mut effective, term, requirements, masks) = chosen.expect("at least one term is tried");
+        effective.requirements = requirements;
+        let (zones, capacity_types) = self.eligible_domains(&effective.requirements, &masks);
+        (effective, term, zones, capacity_types)
+    }
+
+    fn existing_homes(&self, s: usize, requirements: &Requirements) -> bool {
+        let pod = &self.input.pods[self.shapes[s].pods[0]];
+        self.input
+            .nodes
+            .iter()
+            .any(|n| requirements.matches(&n.labels) && tolerates_all(&pod.tolerations, &n.taints))
+    }
+
+    /// Zones and capacity types reachable through templates (by their masks) or existing nodes.
+    fn eligible_domains(&self, requirements: &Requirements, masks: &[u32]) -> (Vec<String>, Vec<String>) {
+        let mut zones = std::collections::BTreeSet::new();
+        let mut capacity_types = std::collections::BTreeSet::new();
+        for (t, &mask) in masks.iter().enumerate() {
+            for (i, o) in self.templates[t].offerings.iter().enumerate() {
+                if mask & (1 << i) != 0 {
+                    zones.insert(o.zone.clone());
+                    capacity_types.insert(o.capacity_type.as_str().to_string());
+                }
+            }
+        }
+        for n in &self.input.nodes {
+            if requirements.matches(&n.labels) {
+                if let Some(z) = n.labels.get(LABEL_ZONE) {
+                    zones.insert(z.clone());
+                }
+                if let Some(c) = n.labels.get(LABEL_CAPACITY_TYPE) {
+                    capacity_types.insert(c.clone());
+                }
+            }
+        }
+        (zones.into_iter().collect(), capacity_types.into_iter().collect())
+    }
+
+    /// Offering masks of every template for a shape's tolerations and demand with `requirements`.
+    pub(crate) fn masks(&mut self, s: usize, requirements: &Requirements) -> Vec<u32> {
+        if let Some(m) = self.compat_memo.get(&(s, requirements.clone())) {
+            return m.clone();
+        }
+        let pod = &self.input.pods[self.shapes[s].pods[0]];
+        let mut masks = vec![0u32; self.templates.len()];
+        for (t, mask) in templates::compatible(
+            self.input,
+            &self.templates,
+            requirements,
+            &pod.tolerations,
+            &self.shapes[s].demand,
+        ) {
+            masks[t] = mask;
+        }
+        self.compat_memo.insert((s, requirements.clone()), masks.clone());
+        masks
+    }
+
+    /// Whether two classes may share a node: their requirements have a common outcome for every key.
+    fn pair_ok(&mut self, a: usize, b: usize) -> bool {
+        let key = (a.min(b), a.max(b));
+        if let Some(&ok) = self.pair_memo.get(&key) {
+            return ok;
+        }
+        let joint = self.classes[a].requirements.intersect(&self.classes[b].requirements);
+        let ok = joint.first_empty().is_none();
+        self.pair_memo.insert(key, ok);
+        ok
+    }
+
+    /// Places the classes of a round; returns the pods that found no node, per class.
+    fn place(&mut self, ids: &[usize]) -> Vec<(usize, Vec<usize>)> {
+        let mut order: Vec<usize> = ids.to_vec();
+        let mut remaining: Vec<u64> = vec![0; self.classes.len()];
+        for &c in ids {
+            remaining[c] = self.classes[c].pods.len() as u64;
+        }
+        let (bound, _) = self.bound_for(ids, &remaining);
+        let values = self.values(ids, &bound);
+        order.sort_by(|&a, &b| values[b].total_cmp(&values[a]).then_with(|| a.cmp(&b)));
+        self.fill_existing(&order, &mut remaining);
+        self.pack_new(&order, &mut remaining, &values, &bound.resource_prices);
+        // Hand out pod identities: the first pods of each class were placed, in slot order.
+        ids.iter()
+            .filter(|&&c| remaining[c] > 0)
+            .map(|&c| {
+                let pods = &self.classes[c].pods;
+                (c, pods[pods.len() - remaining[c] as usize..].to_vec())
+            })
+            .collect()
+    }
+
+    /// Per-pod values from the lower bound's duals, with a fallback for classes the LP leaves at 0.
+    fn values(&self, ids: &[usize], bound: &bound::Bound) -> Vec<f64> {
+        let mut values = vec![0.0; self.classes.len()];
+        for (k, &c) in ids.iter().enumerate() {
+            // A tiny share of the cheapest node that could hold it keeps zero-valued pods ordered.
+            let fallback = self.cheapest_share(c) * 1e-6;
+            values[c] = bound.values[k] + fallback;
+        }
+        values
+    }
+
+    fn cheapest_share(&self, c: usize) -> f64 {
+        let class = &self.classes[c];
+        class
+            .masks
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| **m != 0)
+            .map(|(t, m)| {
+                let tpl = &self.templates[t];
+                let share = class
+                    .traits
+                    .demand
+                    .iter()
+                    .zip(&tpl.capacity)
+                    .filter(|(_, cap)| **cap > 0)
+                    .map(|(d, cap)| *d as f64 / *cap as f64)
+                    .fold(0.0, f64::max);
+                tpl.price(*m) * share
+            })
+            .fold(f64::INFINITY, f64::min)
+            .min(1e6)
+    }
+
+    /// The bound over `ids` with `counts` pods each.
+    pub(crate) fn bound_for(&self, ids: &[usize], counts: &[u64]) -> (bound::Bound, Vec<i64>) {
+        let free = self.existing_free();
+        let bound_classes: Vec<BoundClass> = ids
+            .iter()
+            .map(|&c| {
+                let class = &self.classes[c];
+                BoundClass {
+                    demand: &class.traits.demand,
+                    count: counts[c],
+                    templates: class
+                        .masks
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, m)| **m != 0)
+                        .map(|(t, _)| t)
+                        .collect(),
+                    per_node: class.per_node_limit,
+                }
+            })
+            .collect();
+        let existing = self.input.nodes.len() as u64;
+        (bound::compute(&bound_classes, &self.templates, &free, existing), free)
+    }
+
+    /// Free capacity summed over existing nodes before this solve placed anything.
+    fn existing_free(&self) -> Vec<i64> {
+        let mut free = vec![0i64; self.dims.len()];
+        for slot in self.slots.iter().filter(|s| s.existing.is_some()) {
+            let mut f = slot.state.free.clone();
+            for &(c, n) in &slot.classes {
+                for (x, d) in f.iter_mut().zip(&self.classes[c].traits.demand) {
+                    *x += d * n as i64;
+                }
+            }
+            for (acc, x) in free.iter_mut().zip(f) {
+                *acc += x.max(0);
+            }
+        }
+        free
+    }
+
+    /// First fit onto existing and already planned nodes.
+    fn fill_existing(&mut self, order: &[usize], remaining: &mut [u64]) {
+        for &c in order {
+            for i in 0..self.slots.len() {
+                if remaining[c] == 0 {
+                    break;
+                }
+                if !self.slot_accepts(i, c) {
+                    continue;
+                }
+                let bootstrap = |s: usize| self.matching_anywhere[s] == 0;
+                let n = self.slots[i].state.max_addable(&self.classes[c].traits, remaining[c], bootstrap);
+                if n > 0 {
+                    self.commit(i, c, n);
+                    remaining[c] -= n;
+                }
+            }
+        }
+    }
+
+    fn slot_accepts(&mut self, i: usize, c: usize) -> bool {
+        match (self.slots[i].existing, self.slots[i].template) {
+            (Some(n), _) => {
+                let node = &self.input.nodes[n];
+                let pod = &self.input.pods[self.classes[c].pods[0]];
+                let taints: Vec<_> =
+                    node.taints.iter().filter(|t| !node.startup_taints.contains(t)).cloned().collect();
+                self.classes[c].requirements.matches(&node.labels) && tolerates_all(&pod.tolerations, &taints)
+            }
+            (None, Some(t)) => {
+                let m = self.classes[c].masks[t] & self.slots[i].mask;
+                if m == 0 {
+                    return false;
+                }
+                let members: Vec<usize> = self.slots[i].classes.iter().map(|(k, _)| *k).collect();
+                if !members.iter().all(|&k| k == c || self.pair_ok(c, k)) {
+                    return false;
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn commit(&mut self, slot: usize, c: usize, n: u64) {
+        let traits = self.classes[c].traits.clone();
+        self.slots[slot].state.add(&traits, n);
+        if let Some(t) = self.slots[slot].template {
+            self.slots[slot].mask &= self.classes[c].masks[t];
+        }
+        match self.slots[slot].classes.iter_mut().find(|(k, _)| *k == c) {
+            Some(e) => e.1 += n,
+            None => self.slots[slot].classes.push((c, n)),
+        }
+        for &s in &traits.matched_by {
+            self.matching_anywhere[s] += n as u32;
+        }
+    }
+
+    /// Opens new nodes for what is left, highest-weight pools first.
+    fn pack_new(&mut self, order: &[usize], remaining: &mut [u64], values: &[f64], resource_prices: &[f64]) {
+        // Classes no new node can take (no template, limits reached); their pods stay in `remaining`
+        // and are explained by the caller.
+        let mut parked = vec![false; self.classes.len()];
+        while let Some(&head) = order.iter().find(|&&c| remaining[c] > 0 && !parked[c]) {
+            let candidates = self.candidates(head);
+            if candidates.is_empty() {
+                parked[head] = true;
+                continue;
+            }
+            let pattern = {
+                let classes: Vec<PackClass> = (0..self.classes.len())
+                    .map(|c| PackClass {
+                        traits: &self.classes[c].traits,
+                        masks: &self.classes[c].masks,
+                        value: values[c],
+                    })
+                    .collect();
+                let pair_memo = std::cell::RefCell::new(&mut self.pair_memo);
+                let class_reqs: Vec<&Requirements> = self.classes.iter().map(|c| &c.requirements).collect();
+                let compatible = |a: usize, b: usize| {
+                    let key = (a.min(b), a.max(b));
+                    let mut memo = pair_memo.borrow_mut();
+                    *memo
+                        .entry(key)
+                        .or_insert_with(|| class_reqs[a].intersect(class_reqs[b]).first_empty().is_none())
+                };
+                let matching = &self.matching_anywhere;
+                let bootstrap = |s: usize| matching[s] == 0;
+                let packer = Packer {
+                    templates: &self.templates,
+                    classes,
+                    selectors: &self.selectors,
+                    compatible: &compatible,
+                    bootstrap: &bootstrap,
+                    resource_prices: resource_prices.to_vec(),
+                };
+                packer.best_pattern(head, &candidates, order, remaining)
+            };
+            let Some(pattern) = pattern else {
+                parked[head] = true;
+                continue;
+            };
+            let mut copies = repeats(&pattern, remaining).min(self.limit_copies(pattern.template));
+            if pattern.counts.iter().any(|&(c, _)| self.bootstraps(c)) {
+                copies = 1;
+            }
+            for _ in 0..copies.max(1) {
+                self.open(&pattern, remaining);
+            }
+        }
+    }
+
+    fn bootstraps(&self, c: usize) -> bool {
+        self.classes[c]
+            .traits
+            .rules
+            .iter()
+            .any(|r| matches!(r, Rule::Affinity { selector, .. } if self.matching_anywhere[*selector] == 0))
+    }
+
+    /// Templates the class may use now: its lowest tier with a template whose pool has room.
+    fn candidates(&self, c: usize) -> Vec<usize> {
+        let usable: Vec<usize> = self.classes[c]
+            .masks
+            .iter()
+            .enumerate()
+            .filter(|(t, m)| **m != 0 && self.limit_copies(*t) > 0)
+            .map(|(t, _)| t)
+            .collect();
+        let Some(tier) = usable.iter().map(|&t| self.templates[t].tier).min() else { return vec![] };
+        usable.into_iter().filter(|&t| self.templates[t].tier == tier).collect()
+    }
+
+    /// How many nodes of a template the pool's limits still allow.
+    pub(crate) fn limit_copies(&self, t: usize) -> u64 {
+        let tpl = &self.templates[t];
+        let Some(remaining) = &self.remaining[tpl.pool] else { return u64::MAX };
+        let capacity = &self.input.nodepools[tpl.pool].instance_types[tpl.instance_type].capacity;
+        let mut copies = u64::MAX;
+        for (name, left) in remaining.iter() {
+            let per_node = if name == "nodes" { 1 } else { capacity.get(name) };
+            if per_node > 0 {
+                copies = copies.min((left.max(0) / per_node) as u64);
+            }
+        }
+        copies
+    }
+
+    fn open(&mut self, pattern: &Pattern, remaining: &mut [u64]) {
+        let tpl = &self.templates[pattern.template];
+        if let Some(left) = &mut self.remaining[tpl.pool] {
+            let capacity = &self.input.nodepools[tpl.pool].instance_types[tpl.instance_type].capacity;
+            let names: Vec<String> = left.iter().map(|(n, _)| n.to_string()).collect();
+            for name in names {
+                let per_node = if name == "nodes" { 1 } else { capacity.get(&name) };
+                left.set(&name, left.get(&name) - per_node);
+            }
+        }
+        for &(c, n) in &pattern.counts {
+            remaining[c] -= n;
+            for &s in &self.classes[c].traits.matched_by {
+                self.matching_anywhere[s] += n as u32;
+            }
+        }
+        self.slots.push(Slot {
+            existing: None,
+            template: Some(pattern.template),
+            mask: pattern.mask,
+            state: pattern.state.clone(),
+            classes: pattern.counts.clone(),
+        });
+    }
+}
+
+/// At most this many pods of a class fit on one node because of its own per-node rules.
+fn per_node_limit(traits: &PodTraits) -> Option<u64> {
+    let mut limit: Option<u64> = None;
+    let mut tighten = |n: u64| limit = Some(limit.map_or(n, |l| l.min(n)));
+    for rule in &traits.rules {
+        match *rule {
+            Rule::AntiAffinity { selector, .. } if traits.matched_by.binary_search(&selector).is_ok() => {
+                tighten(1)
+            }
+            Rule::Spread { selector, max_skew, .. } if traits.matched_by.binary_search(&selector).is_ok() => {
+                tighten(max_skew as u64)
+            }
+            _ => {}
+        }
+    }
+    if !traits.host_ports.is_empty() {
+        tighten(1);
+    }
+    limit
+}
+
+/// Bound volumes pin zones like a node requirement.
+fn with_volume_zones(requirements: &Requirements, pod: &crate::scheduling::input::Pod) -> Requirements {
+    match &pod.volume_zones {
+        Some(zones) => {
+            let mut r = requirements.clone();
+            r.add(Requirement::is_in(LABEL_ZONE, zones.iter().cloned()));
+            r
+        }
+        None => requirements.clone(),
+    }
+}

@@ -1,0 +1,245 @@
+//! Node templates: every (NodePool, instance type) pair a new node could be, with the capacity left
+//! after the pool's DaemonSets, the offerings the pool allows, and the pool's priority tier; and the
+//! test of whether a class of pods can use a template (taints, requirements, offerings, fit).
+
+use crate::catalog::selection::{offering_labels, type_allowed};
+use crate::catalog::CapacityType;
+use crate::scheduling::input::{tolerates_all, NodePoolInput, Pod, SolveInput, Toleration};
+use crate::scheduling::model::{fits, Dims};
+use crate::scheduling::requirements::Requirements;
+use crate::scheduling::resources::Resources;
+
+/// One offering a template may launch as.
+#[derive(Clone, Debug)]
+pub struct TemplateOffering {
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    pub price: f64,
+}
+
+/// A possible new node: a pool and one of its instance types.
+#[derive(Clone, Debug)]
+pub struct Template {
+    pub pool: usize,
+    pub instance_type: usize,
+    /// Allocatable minus DaemonSet overhead, in solver dimensions.
+    pub capacity: Vec<i64>,
+    pub daemon_overhead: Resources,
+    /// Available offerings the pool's requirements allow, cheapest first (at most 32).
+    pub offerings: Vec<TemplateOffering>,
+    /// 0 for the heaviest pools; pods use the lowest tier that can take them.
+    pub tier: usize,
+}
+
+impl Template {
+    /// The cheapest offering within `mask`, ties going to spot (as upstream's allocation strategy).
+    pub fn cheapest(&self, mask: u32) -> Option<(usize, &TemplateOffering)> {
+        self.offerings.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).min_by(|(_, a), (_, b)| {
+            a.price
+                .total_cmp(&b.price)
+                .then_with(|| b.capacity_type.cmp(&a.capacity_type))
+                .then_with(|| a.zone.cmp(&b.zone))
+        })
+    }
+
+    pub fn price(&self, mask: u32) -> f64 {
+        self.cheapest(mask).map_or(f64::INFINITY, |(_, o)| o.price)
+    }
+
+    pub fn full_mask(&self) -> u32 {
+        if self.offerings.len() >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << self.offerings.len()) - 1
+        }
+    }
+}
+
+/// Pool order: weight descending, ties to the name later in the alphabet (upstream `OrderByWeight`).
+pub fn pool_order(pools: &[NodePoolInput]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..pools.len()).collect();
+    order.sort_by(|&a, &b| {
+        pools[b].weight.cmp(&pools[a].weight).then_with(|| pools[b].name.cmp(&pools[a].name))
+    });
+    order
+}
+
+/// Whether a DaemonSet pod would run on a node of `pool` with these instance-type labels.
+fn daemon_runs_on(
+    daemon: &Pod,
+    pool: &NodePoolInput,
+    type_labels: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    if !tolerates_all(&daemon.tolerations, &pool.taints) {
+        return false;
+    }
+    let terms: Vec<Requirements> = if daemon.required_terms.is_empty() {
+        vec![Requirements::new()]
+    } else {
+        daemon.required_terms.clone()
+    };
+    terms
+        .iter()
+        .any(|term| pool.requirements.compatible(term, true).is_ok() && type_admits(type_labels, term))
+}
+
+/// Whether the well-known labels an instance type defines satisfy `requirements`.
+fn type_admits(
+    type_labels: &std::collections::BTreeMap<String, String>,
+    requirements: &Requirements,
+) -> bool {
+    requirements.iter().all(|r| {
+        let key = r.key();
+        !crate::apis::labels::is_well_known(key)
+            || is_offering_key(key)
+            || key == crate::apis::labels::LABEL_NODEPOOL
+            || r.admits(type_labels.get(key).map(String::as_str))
+    })
+}
+
+fn is_offering_key(key: &str) -> bool {
+    use crate::apis::labels::*;
+    [LABEL_ZONE, LABEL_CAPACITY_TYPE, LABEL_AKS_SCALESET_PRIORITY, LABEL_AKS_PRIORITY].contains(&key)
+}
+
+/// Builds every template of every pool.
+pub fn build(input: &SolveInput, dims: &Dims) -> Vec<Template> {
+    let order = pool_order(&input.nodepools);
+    let mut tiers = vec![0usize; input.nodepools.len()];
+    let mut tier = 0;
+    for (rank, &p) in order.iter().enumerate() {
+        if rank > 0 && input.nodepools[order[rank - 1]].weight != input.nodepools[p].weight {
+            tier += 1;
+        }
+        tiers[p] = tier;
+    }
+    let mut templates = vec![];
+    for &p in &order {
+        let pool = &input.nodepools[p];
+        for (t, it) in pool.instance_types.iter().enumerate() {
+            if !type_allowed(it, &pool.requirements) {
+                continue;
+            }
+            let mut offerings: Vec<TemplateOffering> = it
+                .offerings
+                .iter()
+                .filter(|o| o.available)
+                .filter(|o| {
+                    offering_labels(o)
+                        .iter()
+                        .all(|(k, v)| pool.requirements.get(k).is_none_or(|r| r.admits(Some(v))))
+                })
+                .map(|o| TemplateOffering {
+                    zone: o.zone.clone(),
+                    capacity_type: o.capacity_type,
+                    price: o.price,
+                })
+                .collect();
+            if offerings.is_empty() {
+                continue;
+            }
+            offerings.sort_by(|a, b| a.price.total_cmp(&b.price).then_with(|| a.zone.cmp(&b.zone)));
+            offerings.truncate(32);
+            let mut overhead = Resources::new();
+            for daemon in &input.daemonsets {
+                if daemon_runs_on(daemon, pool, &it.labels) {
+                    overhead.add_assign(&daemon.requests);
+                }
+            }
+            let allocatable = dims.vector(&it.allocatable);
+            let used = dims.vector(&overhead);
+            let capacity: Vec<i64> = allocatable.iter().zip(&used).map(|(a, u)| a - u).collect();
+            if capacity.iter().any(|c| *c < 0) {
+                continue; // the DaemonSets alone do not fit
+            }
+            templates.push(Template {
+                pool: p,
+                instance_type: t,
+                capacity,
+                daemon_overhead: overhead,
+                offerings,
+                tier: tiers[p],
+            });
+        }
+    }
+    templates
+}
+
+/// Why a class of pods cannot use a pool at all (before looking at instance types).
+pub fn pool_rejects(
+    pool: &NodePoolInput,
+    requirements: &Requirements,
+    tolerations: &[Toleration],
+) -> Option<String> {
+    if let Some(taint) = pool.taints.iter().find(|t| {
+        t.effect != crate::apis::TaintEffect::PreferNoSchedule
+            && !tolerations.iter().any(|tol| tol.tolerates(t))
+    }) {
+        let value = taint.value.as_deref().map(|v| format!("={v}")).unwrap_or_default();
+        return Some(format!("taint {}{value}:{:?} is not tolerated", taint.key, taint.effect));
+    }
+    pool.requirements.compatible(requirements, true).err().map(|e| e.to_string())
+}
+
+/// The offerings of `template` a class with `requirements` may use, as a bit mask (0 = none).
+pub fn offering_mask(template: &Template, requirements: &Requirements) -> u32 {
+    use crate::apis::labels::*;
+    let zone = requirements.get(LABEL_ZONE);
+    let capacity_type = requirements.get(LABEL_CAPACITY_TYPE);
+    let priorities = [requirements.get(LABEL_AKS_SCALESET_PRIORITY), requirements.get(LABEL_AKS_PRIORITY)];
+    if zone.is_none() && capacity_type.is_none() && priorities.iter().all(Option::is_none) {
+        return template.full_mask();
+    }
+    let mut mask = 0;
+    for (i, o) in template.offerings.iter().enumerate() {
+        let priority = match o.capacity_type {
+            CapacityType::OnDemand => "regular",
+            CapacityType::Spot => "spot",
+        };
+        let ok = zone.is_none_or(|r| r.admits(Some(&o.zone)))
+            && capacity_type.is_none_or(|r| r.admits(Some(o.capacity_type.as_str())))
+            && priorities.iter().all(|p| p.is_none_or(|r| r.admits(Some(priority))));
+        if ok {
+            mask |= 1 << i;
+        }
+    }
+    mask
+}
+
+/// The templates a class may use: `(template index, offering mask)` for every template whose pool
+/// accepts the class, whose type's labels meet its requirements, that has an allowed offering and
+/// that can hold at least one pod.
+pub fn compatible(
+    input: &SolveInput,
+    templates: &[Template],
+    requirements: &Requirements,
+    tolerations: &[Toleration],
+    demand: &[i64],
+) -> Vec<(usize, u32)> {
+    let pool_ok: Vec<bool> =
+        input.nodepools.iter().map(|p| pool_rejects(p, requirements, tolerations).is_none()).collect();
+    // Only well-known keys decided by the instance type need a per-type look; often there are none.
+    let type_keys: Vec<_> = requirements
+        .iter()
+        .filter(|r| {
+            crate::apis::labels::is_well_known(r.key())
+                && !is_offering_key(r.key())
+                && r.key() != crate::apis::labels::LABEL_NODEPOOL
+        })
+        .collect();
+    let mut out = vec![];
+    for (i, t) in templates.iter().enumerate() {
+        if !pool_ok[t.pool] || !fits(demand, &t.capacity) {
+            continue;
+        }
+        let it = &input.nodepools[t.pool].instance_types[t.instance_type];
+        if !type_keys.iter().all(|r| r.admits(it.labels.get(r.key()).map(String::as_str))) {
+            continue;
+        }
+        let mask = offering_mask(t, requirements);
+        if mask != 0 {
+            out.push((i, mask));
+        }
+    }
+    out
+}

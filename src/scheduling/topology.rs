@@ -1,0 +1,259 @@
+//! Zone and capacity-type topology: before pods are packed, each pod with a zone- or capacity-type-
+//! scoped rule (spread, pod affinity, pod anti-affinity) is given its domain, counting the pods
+//! already running and those assigned earlier in the solve. The pod then carries `zone In [z]` (or
+//! `capacity-type In [c]`) like any node requirement, and packing never has to reason about
+//! topology across nodes.
+//!
+//! Spread picks the eligible domain with the fewest matching pods (ties by name), as upstream does;
+//! with fewer eligible domains than `minDomains` the global minimum counts as 0.
+
+use std::collections::BTreeMap;
+
+use crate::scheduling::input::{ExistingNode, SolveInput};
+use crate::scheduling::model::{Rule, Scope, Selectors};
+
+/// Matching-pod counts per selector and domain, for one scope.
+#[derive(Clone, Debug, Default)]
+struct ScopeCounts {
+    matching: Vec<BTreeMap<String, u32>>,
+    repelling: Vec<BTreeMap<String, u32>>,
+}
+
+impl ScopeCounts {
+    fn new(selectors: usize) -> Self {
+        ScopeCounts {
+            matching: vec![BTreeMap::new(); selectors],
+            repelling: vec![BTreeMap::new(); selectors],
+        }
+    }
+
+    fn count(&self, selector: usize, domain: &str) -> u32 {
+        self.matching[selector].get(domain).copied().unwrap_or(0)
+    }
+}
+
+/// Domain counters for the zone and capacity-type scopes.
+#[derive(Clone, Debug)]
+pub struct Domains {
+    zone: ScopeCounts,
+    capacity_type: ScopeCounts,
+}
+
+/// A pod's assigned domains.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Assignment {
+    pub zone: Option<String>,
+    pub capacity_type: Option<String>,
+}
+
+impl Domains {
+    /// Counts the running pods by the zone and capacity type of their nodes.
+    pub fn from_running(input: &SolveInput, selectors: &Selectors) -> Self {
+        let n = selectors.list.len();
+        let mut domains = Domains { zone: ScopeCounts::new(n), capacity_type: ScopeCounts::new(n) };
+        let nodes: BTreeMap<&str, &ExistingNode> = input.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        for pod in &input.running {
+            let Some(node) = pod.node_name.as_deref().and_then(|name| nodes.get(name)) else { continue };
+            let matched = selectors.matching(pod);
+            for scope in [Scope::Zone, Scope::CapacityType] {
+                let Some(domain) = node.labels.get(scope.label()) else { continue };
+                let counts = domains.scope_mut(scope);
+                for &s in &matched {
+                    *counts.matching[s].entry(domain.clone()).or_default() += 1;
+                }
+                for t in &pod.anti_affinity {
+                    if Scope::of(&t.topology_key) == Some(scope) {
+                        let sel = crate::scheduling::model::Selector {
+                            namespaces: t.namespaces.clone(),
+                            labels: t.selector.clone(),
+                        };
+                        if let Some(s) = selectors.list.iter().position(|x| *x == sel) {
+                            *counts.repelling[s].entry(domain.clone()).or_default() += 1;
+                        }
+                    }
+                }
+            }
+        }
+        domains
+    }
+
+    fn scope_mut(&mut self, scope: Scope) -> &mut ScopeCounts {
+        match scope {
+            Scope::Zone => &mut self.zone,
+            _ => &mut self.capacity_type,
+        }
+    }
+
+    fn scope(&self, scope: Scope) -> &ScopeCounts {
+        match scope {
+            Scope::Zone => &self.zone,
+            _ => &self.capacity_type,
+        }
+    }
+
+    /// Picks the domains for one pod and records it; `eligible` lists the domains its requirements
+    /// and the pools allow, per scope. Errors explain which rule cannot be met.
+    pub fn assign(
+        &mut self,
+        matched_by: &[usize],
+        rules: &[Rule],
+        eligible_zones: &[String],
+        eligible_capacity_types: &[String],
+    ) -> Result<Assignment, String> {
+        let zone = self.pick(Scope::Zone, matched_by, rules, eligible_zones)?;
+        let capacity_type = self.pick(Scope::CapacityType, matched_by, rules, eligible_capacity_types)?;
+        for (scope, domain) in [(Scope::Zone, &zone), (Scope::CapacityType, &capacity_type)] {
+            let Some(domain) = domain else { continue };
+            let counts = self.scope_mut(scope);
+            for &s in matched_by {
+                *counts.matching[s].entry(domain.clone()).or_default() += 1;
+            }
+            for rule in rules {
+                if let Rule::AntiAffinity { scope: rs, selector } = *rule {
+                    if rs == scope {
+                        *counts.repelling[selector].entry(domain.clone()).or_default() += 1;
+                    }
+                }
+            }
+        }
+        Ok(Assignment { zone, capacity_type })
+    }
+
+    /// Forgets one pod recorded by [`Domains::assign`] (it could not be placed after all).
+    pub fn unassign(&mut self, matched_by: &[usize], rules: &[Rule], assignment: &Assignment) {
+        for (scope, domain) in
+            [(Scope::Zone, &assignment.zone), (Scope::CapacityType, &assignment.capacity_type)]
+        {
+            let Some(domain) = domain else { continue };
+            let counts = self.scope_mut(scope);
+            for &s in matched_by {
+                if let Some(c) = counts.matching[s].get_mut(domain) {
+                    *c = c.saturating_sub(1);
+                }
+            }
+            for rule in rules {
+                if let Rule::AntiAffinity { scope: rs, selector } = *rule {
+                    if rs == scope {
+                        if let Some(c) = counts.repelling[selector].get_mut(domain) {
+                            *c = c.saturating_sub(1);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn pick(
+        &self,
+        scope: Scope,
+        matched_by: &[usize],
+        rules: &[Rule],
+        eligible: &[String],
+    ) -> Result<Option<String>, String> {
+        let scoped: Vec<&Rule> = rules.iter().filter(|r| r.scope() == scope).collect();
+        let counts = self.scope(scope);
+        let repelled =
+            |d: &String| matched_by.iter().any(|&s| counts.repelling[s].get(d).is_some_and(|c| *c > 0));
+        // Existing pods' anti-affinity matters even for pods without rules of their own, but only
+        // pods with rules in this scope are pinned to a domain.
+        if scoped.is_empty() {
+            return Ok(None);
+        }
+        let what = scope.label();
+        let mut candidates: Vec<&String> = eligible.iter().filter(|d| !repelled(d)).collect();
+        if candidates.is_empty() {
+            return Err(format!(
+                "every {what} allowed for the pod holds a pod whose anti-affinity excludes it"
+            ));
+        }
+        let mut spread_selectors = vec![];
+        for rule in scoped {
+            match *rule {
+                Rule::AntiAffinity { selector, .. } => {
+                    candidates.retain(|d| counts.count(selector, d) == 0);
+                    if candidates.is_empty() {
+                        return Err(format!("required pod anti-affinity on {what}: every allowed domain already has a matching pod"));
+                    }
+                }
+                Rule::Affinity { selector, self_matching, .. } => {
+                    let with: Vec<&String> =
+                        candidates.iter().copied().filter(|d| counts.count(selector, d) > 0).collect();
+                    let anywhere = counts.matching[selector].values().any(|c| *c > 0);
+                    if !with.is_empty() {
+                        candidates = with;
+                    } else if !self_matching || anywhere {
+                        return Err(format!(
+                            "required pod affinity on {what}: no allowed domain has a matching pod"
+                        ));
+                    }
+                }
+                Rule::Spread { selector, max_skew, min_domains, .. } => {
+                    let mut global_min =
+                        eligible.iter().map(|d| counts.count(selector, d)).min().unwrap_or(0);
+                    if min_domains.is_some_and(|m| (eligible.len() as u32) < m) {
+                        global_min = 0;
+                    }
+                    let own = u32::from(matched_by.binary_search(&selector).is_ok());
+                    candidates.retain(|d| counts.count(selector, d) + own <= global_min + max_skew);
+                    if candidates.is_empty() {
+                        return Err(format!(
+                            "topology spread on {what} (maxSkew {max_skew}) cannot be met in the allowed domains"
+                        ));
+                    }
+                    spread_selectors.push(selector);
+                }
+            }
+        }
+        let load = |d: &String| spread_selectors.iter().map(|&s| counts.count(s, d)).sum::<u32>();
+        let best = candidates.into_iter().min_by(|a, b| load(a).cmp(&load(b)).then_with(|| a.cmp(b)));
+        Ok(best.cloned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zones() -> Vec<String> {
+        vec!["z-1".into(), "z-2".into(), "z-3".into()]
+    }
+
+    #[test]
+    fn spread_round_robins_over_zones() {
+        let mut d = Domains { zone: ScopeCounts::new(1), capacity_type: ScopeCounts::new(1) };
+        let rule = Rule::Spread { scope: Scope::Zone, selector: 0, max_skew: 1, min_domains: None };
+        let picks: Vec<String> =
+            (0..6).map(|_| d.assign(&[0], &[rule], &zones(), &[]).unwrap().zone.unwrap()).collect();
+        assert_eq!(picks, ["z-1", "z-2", "z-3", "z-1", "z-2", "z-3"]);
+    }
+
+    #[test]
+    fn self_affinity_follows_the_first_pod() {
+        let mut d = Domains { zone: ScopeCounts::new(1), capacity_type: ScopeCounts::new(1) };
+        let rule = Rule::Affinity { scope: Scope::Zone, selector: 0, self_matching: true };
+        let eligible = vec!["z-2".to_string(), "z-3".to_string()];
+        for _ in 0..3 {
+            assert_eq!(d.assign(&[0], &[rule], &eligible, &[]).unwrap().zone.as_deref(), Some("z-2"));
+        }
+    }
+
+    #[test]
+    fn anti_affinity_uses_each_zone_once() {
+        let mut d = Domains { zone: ScopeCounts::new(1), capacity_type: ScopeCounts::new(1) };
+        let rule = Rule::AntiAffinity { scope: Scope::Zone, selector: 0 };
+        for _ in 0..3 {
+            assert!(d.assign(&[0], &[rule], &zones(), &[]).is_ok());
+        }
+        assert!(d.assign(&[0], &[rule], &zones(), &[]).is_err());
+    }
+
+    #[test]
+    fn min_domains_caps_each_domain() {
+        let mut d = Domains { zone: ScopeCounts::new(1), capacity_type: ScopeCounts::new(1) };
+        let rule = Rule::Spread { scope: Scope::Zone, selector: 0, max_skew: 1, min_domains: Some(5) };
+        for _ in 0..3 {
+            assert!(d.assign(&[0], &[rule], &zones(), &[]).is_ok());
+        }
+        assert!(d.assign(&[0], &[rule], &zones(), &[]).is_err());
+    }
+}

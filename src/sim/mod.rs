@@ -1,0 +1,17 @@
+//! The simulator: runs the same decision code as the controller on a scenario written as Kubernetes
+//! manifests (or a snapshot of a real cluster), without a cluster, and reports what would be launched
+//! and what it would cost (`karpenter-azure simulate`).
+//!
+//! - `load`: reading and decoding the files (the only manifest I/O).
+//! - `scenario`: objects to one [`crate::scheduling::SolveInput`] (workload expansion, NodePools,
+//!   limits, DaemonSets); the per-object conversion is [`crate::scheduling::from_k8s`].
+//! - `catalog_file`: the `--catalog` JSON list of instance types.
+//! - `report`: table and JSON output; `command`: the command itself. `demo.yaml`: the built-in demo.
+
+pub mod catalog_file;
+pub mod command;
+pub mod load;
+pub mod report;
+pub mod scenario;
+
+pub use command::{run, SimulateArgs, SimulateError};
