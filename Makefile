@@ -4,13 +4,13 @@
 
 CARGO ?= cargo
 
-.PHONY: build test unit lint fmt crds crds-check bench e2e catalog
+.PHONY: build test unit lint fmt crds crds-check bench e2e controlplane catalog
 
 build:
 	$(CARGO) build --release
 
-# Every check: formatting, lints, generated files, unit, property and integration tests.
-test: lint
+# Every check: formatting, lints, generated files, unit, property, integration and e2e tests.
+test: lint controlplane
 	$(CARGO) test --all-targets
 	$(CARGO) test --doc
 
@@ -28,8 +28,19 @@ fmt:
 crds:
 	$(CARGO) run --quiet -- crdgen
 
+# Solver benchmarks (upstream's scheduling benchmark and a mixed eastus workload); prints numbers.
 bench:
-	$(CARGO) bench
+	$(CARGO) run --release -- bench
+
+# The e2e control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm),
+# built from pinned Go modules into ~/.cache/karpenter-azure/controlplane: ~10 min cold, instant
+# once cached. See hack/controlplane/README.md.
+controlplane:
+	hack/e2e-cluster.sh build >/dev/null
+
+# End-to-end tests (tests/e2e) against that control plane; one cluster per run, about 8 s to start.
+e2e: controlplane
+	$(CARGO) test --test e2e
 
 catalog:
 	$(CARGO) run --release -- catalog --region eastus

@@ -52,6 +52,15 @@ enum Command {
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         output: OutputFormat,
     },
+    /// Time the solver on upstream's benchmark and a mixed workload; prints a table of numbers.
+    Bench {
+        /// upstream, mixed or all.
+        #[arg(long, value_enum, default_value_t = karpenter_azure::bench::Workload::All)]
+        workload: karpenter_azure::bench::Workload,
+        /// Pod counts to solve, comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "1000,5000,20000")]
+        sizes: Vec<usize>,
+    },
     /// Write the CRD manifests to crds/ and charts/karpenter-azure/crds/.
     Crdgen {
         /// The repository root to write under.
@@ -109,6 +118,13 @@ fn main() -> ExitCode {
                     ExitCode::from(EXIT_USAGE)
                 }
             }
+        }
+        Command::Bench { workload, sizes } => {
+            println!("{}", karpenter_azure::bench::render_header());
+            karpenter_azure::bench::run(workload, &sizes, karpenter_azure::scheduling::solve, |result| {
+                println!("{}", karpenter_azure::bench::render_row(result));
+            });
+            ExitCode::SUCCESS
         }
         Command::Crdgen { root } => match karpenter_azure::apis::crdgen::write_all(&root) {
             Ok(files) => {

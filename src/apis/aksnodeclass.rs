@@ -148,11 +148,11 @@ pub struct KubeletConfiguration {
     #[schemars(pattern(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"), extend("default" = "100ms"))]
     pub cpu_cfs_quota_period: Option<String>,
     /// Disk usage percent above which image garbage collection always runs, 0 to 100.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "imageGCHighThresholdPercent", skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
     pub image_gc_high_threshold_percent: Option<i32>,
     /// Disk usage percent below which image garbage collection never runs, 0 to 100.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "imageGCLowThresholdPercent", skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
     pub image_gc_low_threshold_percent: Option<i32>,
     /// restricted, best-effort, none or single-numa-node.

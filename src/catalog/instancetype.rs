@@ -99,7 +99,7 @@ pub fn known_regions() -> Vec<String> {
 /// The instance types of `region` from the embedded catalog.
 ///
 /// Filters: restricted sizes (AKS- and Karpenter-restricted lists), fewer than 2 vCPUs, less than
-/// 3.5 GiB, constrained-core sizes (their `vcpus` overstates what the VM can use), and sizes without an
+/// 3.5 GiB, confidential DC*/EC* sizes, constrained-core sizes (their `vcpus` overstates what the VM can use), and sizes without an
 /// on-demand price in `pricing`. Unlike upstream, which keeps unpriced sizes at a placeholder price of
 /// 999 $/h, an unpriced size is left out of the region: a made-up price would distort cost ranking and
 /// the solver's lower bound, and the static table covers every size the region actually sells.
@@ -138,7 +138,11 @@ pub fn build_instance_types(
 
 /// Whether a size may be offered at all, independent of region and NodeClass.
 pub fn passes_global_filters(sku: &SkuRecord) -> bool {
-    !sku.restricted && sku.vcpus >= MIN_VCPUS && sku.memory_mib >= MIN_MEMORY_MIB && !sku.is_constrained_cpu()
+    !sku.restricted
+        && sku.vcpus >= MIN_VCPUS
+        && sku.memory_mib >= MIN_MEMORY_MIB
+        && !sku.is_constrained_cpu()
+        && !sku.is_confidential()
 }
 
 /// Builds one instance type; None when the size has no on-demand price in `pricing`.

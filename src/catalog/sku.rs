@@ -176,7 +176,23 @@ impl SkuRecord {
 
     /// True for constrained-core sizes (`E32-8s_v3`), whose `vcpus` overstates the usable cores.
     pub fn is_constrained_cpu(&self) -> bool {
-        self.vcpus_available.is_some_and(|available| available < self.vcpus)
+        // `E4-2as_v7`: 4 vCPUs of licence, 2 usable. The data lacks vCPUsAvailable for newer series,
+        // so the name's `-<n>` after the size counts too.
+        let short = self.name.trim_start_matches("Standard_");
+        let size_then_dash = short
+            .find(|c: char| c.is_ascii_digit())
+            .map(|start| &short[start..])
+            .map(|rest| rest.trim_start_matches(|c: char| c.is_ascii_digit()))
+            .is_some_and(|rest| rest.starts_with('-') && rest[1..].starts_with(|c: char| c.is_ascii_digit()));
+        size_then_dash || self.vcpus_available.is_some_and(|available| available < self.vcpus)
+    }
+
+    /// Confidential-computing sizes (DC*, EC*: SGX enclaves and confidential VMs), which AKS node
+    /// images do not boot as ordinary nodes; upstream filters them out globally.
+    pub fn is_confidential(&self) -> bool {
+        let short = self.name.trim_start_matches("Standard_");
+        let bytes = short.as_bytes();
+        bytes.len() > 2 && (short.starts_with("DC") || short.starts_with("EC")) && bytes[2].is_ascii_digit()
     }
 
     /// The vendor and number of whole GPUs that a device plugin would expose, if any.
@@ -337,6 +353,10 @@ mod tests {
         assert!(e.is_constrained_cpu());
         let d = embedded_sku("Standard_D4s_v5").unwrap();
         assert!(!d.is_constrained_cpu());
+        assert!(!d.is_confidential());
+        assert!(embedded_sku("Standard_E4-2as_v7").is_none_or(|s| s.is_constrained_cpu()));
+        assert!(embedded_sku("Standard_EC4as_cc_v5").unwrap().is_confidential());
+        assert!(embedded_sku("Standard_DC2as_v5").unwrap().is_confidential());
         assert_eq!(d.hyperv_generation_numbers(), vec!["1", "2"]);
         assert_eq!(d.version_label(), "5");
         assert_eq!(embedded_sku("Standard_B2ms").unwrap().version_label(), "1");

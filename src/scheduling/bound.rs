@@ -10,7 +10,10 @@
 //! and for a class that may hold at most `k` of its pods on one node (hostname anti-affinity, hostname
 //! spread, host ports), buy at least `⌈n/k⌉` nodes that class can use, less the existing nodes.
 //! Components share no template, so no node of any plan serves two components and their optima add
-//! up. Each LP is solved by [`crate::scheduling::lp`], which certifies its result through a
+//! up. Within a component the resource rows are repeated per *template set*: the classes that can
+//! only use templates of a set must have their demand covered by nodes of that set (a 2-CPU pod
+//! cannot use the capacity of a 1.9-CPU node, however cheap), which keeps the relaxation from
+//! counting small cheap nodes that no pod of the set fits on. Each LP is solved by [`crate::scheduling::lp`], which certifies its result through a
 //! dual-feasible solution (weak duality), so rounding inside the simplex cannot overstate the bound.
 
 use crate::scheduling::lp::CoveringLp;
@@ -56,27 +59,43 @@ pub fn compute(
         }
         let limited: Vec<usize> =
             component.iter().copied().filter(|&c| classes[c].per_node.is_some()).collect();
-        let mut demand = vec![0.0; dims + limited.len()];
-        for &c in &component {
-            for (r, d) in classes[c].demand.iter().enumerate() {
-                demand[r] += (*d as f64) * classes[c].count as f64;
+        let groups = demand_groups(classes, &component);
+        // Rows: per group (a template set and the classes confined to it) and resource, then one
+        // node-count row per per-node-limited class.
+        let base = groups.len() * dims;
+        let rows = base + limited.len();
+        let mut demand = vec![0.0; rows];
+        for (g, group) in groups.iter().enumerate() {
+            for &c in &group.members {
+                for (r, d) in classes[c].demand.iter().enumerate() {
+                    demand[g * dims + r] += (*d as f64) * classes[c].count as f64;
+                }
             }
-        }
-        for r in 0..dims {
-            demand[r] = (demand[r] - free_existing[r].max(0) as f64).max(0.0);
+            for (row, free) in demand[g * dims..(g + 1) * dims].iter_mut().zip(free_existing) {
+                *row = (*row - (*free).max(0) as f64).max(0.0);
+            }
         }
         for (k, &c) in limited.iter().enumerate() {
             let per_node = classes[c].per_node.unwrap_or(1).max(1);
             let nodes = classes[c].count.div_ceil(per_node);
-            demand[dims + k] = nodes.saturating_sub(existing_nodes) as f64;
+            demand[base + k] = nodes.saturating_sub(existing_nodes) as f64;
         }
         let lp_columns = columns
             .iter()
             .map(|&t| {
                 let tpl = &templates[t];
-                let mut a: Vec<f64> = tpl.capacity.iter().map(|v| (*v).max(0) as f64).collect();
-                for &c in &limited {
-                    a.push(if classes[c].templates.binary_search(&t).is_ok() { 1.0 } else { 0.0 });
+                let mut a = vec![0.0; rows];
+                for (g, group) in groups.iter().enumerate() {
+                    if group.templates.binary_search(&t).is_ok() {
+                        for (r, v) in tpl.capacity.iter().enumerate() {
+                            a[g * dims + r] = (*v).max(0) as f64;
+                        }
+                    }
+                }
+                for (k, &c) in limited.iter().enumerate() {
+                    if classes[c].templates.binary_search(&t).is_ok() {
+                        a[base + k] = 1.0;
+                    }
                 }
                 (tpl.price(tpl.full_mask()), a)
             })
@@ -84,17 +103,60 @@ pub fn compute(
         let result = CoveringLp { demand, columns: lp_columns }.solve();
         bound.per_hour += result.lower_bound;
         for &c in &component {
-            let mut v: f64 = classes[c].demand.iter().zip(&result.duals).map(|(d, y)| *d as f64 * y).sum();
+            let mut v = 0.0;
+            for (g, group) in groups.iter().enumerate() {
+                if group.members.contains(&c) {
+                    let y = &result.duals[g * dims..(g + 1) * dims];
+                    v += classes[c].demand.iter().zip(y).map(|(d, y)| *d as f64 * y).sum::<f64>();
+                }
+            }
             if let Some(k) = limited.iter().position(|&x| x == c) {
-                v += result.duals[dims + k] / classes[c].per_node.unwrap_or(1).max(1) as f64;
+                v += result.duals[base + k] / classes[c].per_node.unwrap_or(1).max(1) as f64;
             }
             bound.values[c] = v;
         }
+        // A unit of a resource on a node is worth at most the sum of its prices over the groups.
         for r in 0..dims {
-            bound.resource_prices[r] = bound.resource_prices[r].max(result.duals[r]);
+            let price: f64 = (0..groups.len()).map(|g| result.duals[g * dims + r]).sum();
+            bound.resource_prices[r] = bound.resource_prices[r].max(price);
         }
     }
     bound
+}
+
+/// Most template-set rows per component; dropping rows only weakens the bound, never breaks it.
+const MAX_GROUPS: usize = 24;
+
+/// A set of templates and the classes that can use nothing outside it.
+struct DemandGroup {
+    templates: Vec<usize>,
+    members: Vec<usize>,
+}
+
+/// One group per distinct template set in the component (the most restrictive first, capped), plus
+/// the whole component. A class belongs to every group whose templates include all of its own.
+fn demand_groups(classes: &[BoundClass], component: &[usize]) -> Vec<DemandGroup> {
+    let mut union: Vec<usize> =
+        component.iter().flat_map(|&c| classes[c].templates.iter().copied()).collect();
+    union.sort_unstable();
+    union.dedup();
+    let mut sets: Vec<&Vec<usize>> = component.iter().map(|&c| &classes[c].templates).collect();
+    sets.sort_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
+    sets.dedup();
+    let mut chosen: Vec<Vec<usize>> =
+        sets.into_iter().filter(|s| s.len() < union.len()).take(MAX_GROUPS).cloned().collect();
+    chosen.push(union);
+    chosen
+        .into_iter()
+        .map(|templates| {
+            let members = component
+                .iter()
+                .copied()
+                .filter(|&c| classes[c].templates.iter().all(|t| templates.binary_search(t).is_ok()))
+                .collect();
+            DemandGroup { templates, members }
+        })
+        .collect()
 }
 
 /// Classes grouped by shared templates (union-find over the templates they use).

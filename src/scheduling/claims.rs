@@ -7,8 +7,6 @@ use std::collections::BTreeMap;
 use crate::apis::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE};
 use crate::catalog::selection::offering_labels;
 use crate::catalog::Offering;
-use crate::scheduling::model::fits;
-use crate::scheduling::node::NodeState;
 use crate::scheduling::plan::{NewNodeClaim, Plan, Unschedulable};
 use crate::scheduling::requirements::{Requirement, Requirements};
 use crate::scheduling::solve::{Slot, Solver};
@@ -53,35 +51,6 @@ pub(crate) fn build_plan(solver: &Solver, mut unschedulable: Vec<Unschedulable>)
     plan
 }
 
-/// The joint offering mask of a node's classes on template `t` (0 when one of them cannot use it).
-fn joint_mask(solver: &Solver, slot: &Slot, t: usize) -> u32 {
-    slot.classes.iter().fold(solver.templates[t].full_mask(), |m, &(c, _)| m & solver.classes[c].masks[t])
-}
-
-/// Whether the node's pods, with their per-node rules, all fit a fresh node of template `t`.
-fn holds(solver: &Solver, slot: &Slot, t: usize) -> bool {
-    let tpl = &solver.templates[t];
-    let mut total = vec![0i64; tpl.capacity.len()];
-    for &(c, n) in &slot.classes {
-        for (x, d) in total.iter_mut().zip(&solver.classes[c].traits.demand) {
-            *x += d * n as i64;
-        }
-    }
-    if !fits(&total, &tpl.capacity) {
-        return false;
-    }
-    let mut state = NodeState::empty(tpl.capacity.clone(), solver.selectors.list.len());
-    for &(c, n) in &slot.classes {
-        // Affinity groups bootstrapped on this node: the rule is satisfied by their own members.
-        let traits = &solver.classes[c].traits;
-        if state.max_addable(traits, n, |_| true) < n {
-            return false;
-        }
-        state.add(traits, n);
-    }
-    true
-}
-
 /// Templates of the slot's pool and tier that hold its pods, cheapest first (ties by name), limited
 /// so that a pool with limits never gets an option larger than the chosen node.
 fn options(solver: &Solver, slot: &Slot) -> Vec<(usize, u32, f64)> {
@@ -96,8 +65,8 @@ fn options(solver: &Solver, slot: &Slot) -> Vec<(usize, u32, f64)> {
         .enumerate()
         .filter(|(_, t)| t.pool == pool)
         .filter_map(|(t, tpl)| {
-            let mask = joint_mask(solver, slot, t);
-            if mask == 0 || !holds(solver, slot, t) {
+            let mask = solver.joint_mask(&slot.classes, t);
+            if mask == 0 || !solver.holds(&slot.classes, t) {
                 return None;
             }
             if let Some(limits) = limits {

@@ -6,6 +6,7 @@ mod claims;
 mod explain;
 pub mod feasibility;
 pub mod from_k8s;
+mod improve;
 pub mod input;
 pub mod lp;
 pub mod model;

@@ -17,6 +17,7 @@ use crate::apis::labels::{LABEL_CAPACITY_TYPE, LABEL_ZONE};
 use crate::scheduling::bound::{self, BoundClass};
 use crate::scheduling::claims;
 use crate::scheduling::explain;
+use crate::scheduling::improve;
 use crate::scheduling::input::{tolerates_all, SolveInput};
 use crate::scheduling::model::{build_shapes, Dims, Rule, Scope, Selectors, Shape};
 use crate::scheduling::node::{NodeState, PodTraits};
@@ -47,6 +48,18 @@ pub(crate) struct Class {
     /// The domains its pods were given, and the rules that chose them (to undo for unplaced pods).
     pub assignment: Assignment,
     pub rules: Vec<Rule>,
+    /// The zones and capacity types its pods could have been given.
+    pub eligible_zones: Vec<String>,
+    pub eligible_capacity_types: Vec<String>,
+}
+
+impl Class {
+    pub fn eligible(&self, scope: Scope) -> &[String] {
+        match scope {
+            Scope::Zone => &self.eligible_zones,
+            _ => &self.eligible_capacity_types,
+        }
+    }
 }
 
 /// A node being planned: an existing node, or a new one from a template.
@@ -81,6 +94,7 @@ pub(crate) struct Solver<'a> {
 pub fn solve(input: &SolveInput) -> Plan {
     let mut solver = Solver::new(input);
     let unschedulable = solver.run();
+    improve::merge_nodes(&mut solver);
     claims::build_plan(&solver, unschedulable)
 }
 
@@ -164,14 +178,25 @@ impl<'a> Solver<'a> {
             let before = self.classes.len();
             self.classes.extend(batch);
             let ids: Vec<usize> = (before..self.classes.len()).collect();
-            let left = self.place(&ids);
-            for (class, pods) in left {
-                let reason = explain::why_not(self, class);
+            let mut remaining = self.place(&ids);
+            let mut reasons: BTreeMap<usize, String> = BTreeMap::new();
+            for &class in &ids {
+                if remaining[class] == 0 {
+                    continue;
+                }
+                reasons.insert(class, explain::why_not(self, class));
                 let c = &self.classes[class];
-                for p in pods {
+                for _ in 0..remaining[class] {
                     // The pod's domain counted for topology; it is not there after all.
                     self.domains.unassign(&self.shapes[c.shape].matched_by, &c.rules, &c.assignment);
-                    unplaced.push((c.shape, p, c.level, reason.clone()));
+                }
+            }
+            self.enforce_spread(&ids, &mut remaining, &mut reasons);
+            for &class in &ids {
+                let c = &self.classes[class];
+                let placed = c.pods.len() - remaining[class] as usize;
+                for &p in &c.pods[placed..] {
+                    unplaced.push((c.shape, p, c.level, reasons[&class].clone()));
                 }
             }
             pending.clear();
@@ -205,7 +230,9 @@ impl<'a> Solver<'a> {
         }
         let mut classes = vec![];
         for ((s, level, _term, assignment), pods) in groups {
-            let (effective, ..) = &cache[&(s, level)];
+            let (effective, _, eligible_zones, eligible_capacity_types) = &cache[&(s, level)];
+            let (eligible_zones, eligible_capacity_types) =
+                (eligible_zones.clone(), eligible_capacity_types.clone());
             let mut requirements = effective.requirements.clone();
             if let Some(z) = &assignment.zone {
                 requirements.add(Requirement::is_in(LABEL_ZONE, [z.clone()]));
@@ -234,6 +261,8 @@ impl<'a> Solver<'a> {
                 per_node_limit,
                 assignment,
                 rules,
+                eligible_zones,
+                eligible_capacity_types,
             });
         }
         (classes, failures)
@@ -317,7 +346,7 @@ impl<'a> Solver<'a> {
     }
 
     /// Whether two classes may share a node: their requirements have a common outcome for every key.
-    fn pair_ok(&mut self, a: usize, b: usize) -> bool {
+    pub(crate) fn pair_ok(&mut self, a: usize, b: usize) -> bool {
         let key = (a.min(b), a.max(b));
         if let Some(&ok) = self.pair_memo.get(&key) {
             return ok;
@@ -329,7 +358,7 @@ impl<'a> Solver<'a> {
     }
 
     /// Places the classes of a round; returns the pods that found no node, per class.
-    fn place(&mut self, ids: &[usize]) -> Vec<(usize, Vec<usize>)> {
+    fn place(&mut self, ids: &[usize]) -> Vec<u64> {
         let mut order: Vec<usize> = ids.to_vec();
         let mut remaining: Vec<u64> = vec![0; self.classes.len()];
         for &c in ids {
@@ -340,14 +369,105 @@ impl<'a> Solver<'a> {
         order.sort_by(|&a, &b| values[b].total_cmp(&values[a]).then_with(|| a.cmp(&b)));
         self.fill_existing(&order, &mut remaining);
         self.pack_new(&order, &mut remaining, &values, &bound.resource_prices);
-        // Hand out pod identities: the first pods of each class were placed, in slot order.
-        ids.iter()
-            .filter(|&&c| remaining[c] > 0)
-            .map(|&c| {
-                let pods = &self.classes[c].pods;
-                (c, pods[pods.len() - remaining[c] as usize..].to_vec())
-            })
-            .collect()
+        // The first pods of each class are the placed ones, handed out in slot order.
+        remaining
+    }
+
+    /// Zone and capacity-type spread was decided pod by pod, assuming every pod would be placed.
+    /// When some could not be (limits, capacity), their domains are left short: take placed pods
+    /// back out of the fullest domain until the skew holds again, as upstream would never have
+    /// placed them.
+    fn enforce_spread(
+        &mut self,
+        ids: &[usize],
+        remaining: &mut [u64],
+        reasons: &mut BTreeMap<usize, String>,
+    ) {
+        let mut rules: Vec<(Scope, usize, u32, Option<u32>)> = vec![];
+        for &c in ids {
+            for rule in &self.classes[c].rules {
+                if let Rule::Spread { scope, selector, max_skew, min_domains } = *rule {
+                    if scope != Scope::Hostname && !rules.contains(&(scope, selector, max_skew, min_domains))
+                    {
+                        rules.push((scope, selector, max_skew, min_domains));
+                    }
+                }
+            }
+        }
+        for (scope, selector, max_skew, min_domains) in rules {
+            let members: Vec<usize> = ids
+                .iter()
+                .copied()
+                .filter(|&c| {
+                    self.classes[c].rules.iter().any(|r| {
+                        matches!(*r, Rule::Spread { scope: s, selector: x, .. } if s == scope && x == selector)
+                    })
+                })
+                .collect();
+            let mut eligible: Vec<String> =
+                members.iter().flat_map(|&c| self.classes[c].eligible(scope).iter().cloned()).collect();
+            eligible.sort();
+            eligible.dedup();
+            loop {
+                let counts: Vec<(u32, &String)> =
+                    eligible.iter().map(|d| (self.domains.count(scope, selector, d), d)).collect();
+                let Some(&(high, fullest)) =
+                    counts.iter().max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)))
+                else {
+                    break;
+                };
+                let (mut low, emptiest) = *counts
+                    .iter()
+                    .min_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)))
+                    .expect("non-empty");
+                if min_domains.is_some_and(|m| (eligible.len() as u32) < m) {
+                    low = 0;
+                }
+                if high <= low + max_skew {
+                    break;
+                }
+                let fullest = fullest.clone();
+                let emptiest = emptiest.clone();
+                let Some(c) = members.iter().copied().rev().find(|&c| {
+                    let class = &self.classes[c];
+                    (class.pods.len() as u64) > remaining[c]
+                        && class.assignment.domain(scope) == Some(&fullest)
+                }) else {
+                    break; // the excess comes from running pods; nothing of ours to take back
+                };
+                self.take_back(c);
+                remaining[c] += 1;
+                let class = &self.classes[c];
+                self.domains.unassign(&self.shapes[class.shape].matched_by, &class.rules, &class.assignment);
+                reasons.entry(c).or_insert_with(|| {
+                    format!(
+                        "topology spread on {} (maxSkew {max_skew}) cannot be met: {emptiest} cannot take more matching pods",
+                        scope.label()
+                    )
+                });
+            }
+        }
+    }
+
+    /// Removes the last placed pod of class `c` from the last slot holding it.
+    fn take_back(&mut self, c: usize) {
+        let Some(i) = self.slots.iter().rposition(|s| s.classes.iter().any(|(k, n)| *k == c && *n > 0))
+        else {
+            return;
+        };
+        let traits = self.classes[c].traits.clone();
+        let slot = &mut self.slots[i];
+        slot.state.remove(&traits, 1);
+        if let Some(entry) = slot.classes.iter_mut().find(|(k, _)| *k == c) {
+            entry.1 -= 1;
+        }
+        slot.classes.retain(|(_, n)| *n > 0);
+        if slot.existing.is_none() && slot.classes.is_empty() {
+            slot.template = None;
+        }
+        for &s in &traits.matched_by {
+            self.matching_anywhere[s] -= 1;
+        }
     }
 
     /// Per-pod values from the lower bound's duals, with a fallback for classes the LP leaves at 0.
@@ -598,6 +718,46 @@ impl<'a> Solver<'a> {
             state: pattern.state.clone(),
             classes: pattern.counts.clone(),
         });
+    }
+}
+
+impl Solver<'_> {
+    /// The joint offering mask of `classes` on template `t` (0 when one of them cannot use it).
+    pub(crate) fn joint_mask(&self, classes: &[(usize, u64)], t: usize) -> u32 {
+        classes.iter().fold(self.templates[t].full_mask(), |m, &(c, _)| m & self.classes[c].masks[t])
+    }
+
+    /// Whether `classes` (with counts), with their per-node rules, all fit one fresh node of `t`.
+    pub(crate) fn holds(&self, classes: &[(usize, u64)], t: usize) -> bool {
+        let tpl = &self.templates[t];
+        let mut total = vec![0i64; tpl.capacity.len()];
+        for &(c, n) in classes {
+            for (x, d) in total.iter_mut().zip(&self.classes[c].traits.demand) {
+                *x += d * n as i64;
+            }
+        }
+        if !crate::scheduling::model::fits(&total, &tpl.capacity) {
+            return false;
+        }
+        let mut state = NodeState::empty(tpl.capacity.clone(), self.selectors.list.len());
+        for &(c, n) in classes {
+            // A hostname affinity group on this node is satisfied by its own members.
+            let traits = &self.classes[c].traits;
+            if state.max_addable(traits, n, |_| true) < n {
+                return false;
+            }
+            state.add(traits, n);
+        }
+        true
+    }
+
+    /// Rebuilds a slot's node state for template `t` from its classes.
+    pub(crate) fn state_for(&self, classes: &[(usize, u64)], t: usize) -> NodeState {
+        let mut state = NodeState::empty(self.templates[t].capacity.clone(), self.selectors.list.len());
+        for &(c, n) in classes {
+            state.add(&self.classes[c].traits, n);
+        }
+        state
     }
 }
 

@@ -72,3 +72,75 @@ fn too_big_pods_are_explained() {
     let reason = &plan.unschedulable[0].reason;
     assert!(reason.contains("nodepool general") && reason.contains("memory"), "{reason}");
 }
+
+#[test]
+#[ignore]
+fn debug_mixed_plan() {
+    let input = crate::bench::mixed_input(5000);
+    let plan = solve(&input);
+    let mut by_type: std::collections::BTreeMap<String, (usize, usize, f64)> = Default::default();
+    for c in &plan.nodeclaims {
+        let e = by_type.entry(format!("{} {}", c.instance_type, c.capacity_type.as_str())).or_default();
+        e.0 += 1;
+        e.1 += c.pods.len();
+        e.2 += c.price_per_hour;
+        if e.0 == 1 {
+            println!(
+                "{} cpu {} mem {} alloc {:?}",
+                c.instance_type,
+                c.requests.get("cpu"),
+                c.requests.get("memory") >> 20,
+                c.allocatable
+            );
+        }
+    }
+    for (k, v) in by_type {
+        println!("{k}: nodes {} pods {} price {:.3}", v.0, v.1, v.2);
+    }
+    println!(
+        "price {} lb {} unsched {}",
+        plan.price_per_hour,
+        plan.lower_bound_per_hour,
+        plan.unschedulable.len()
+    );
+}
+
+#[test]
+#[ignore]
+fn debug_mixed_duals() {
+    let input = crate::bench::mixed_input(5000);
+    let dims = crate::scheduling::model::Dims::for_input(&input);
+    let templates = crate::scheduling::templates::build(&input, &dims);
+    let plan = solve(&input);
+    println!("dims {:?} lb {}", dims.names, plan.lower_bound_per_hour);
+    // Recompute duals over a single class holding all demand.
+    let mut demand = vec![0i64; dims.len()];
+    for p in &input.pods {
+        for (d, v) in demand.iter_mut().zip(dims.vector(&p.requests)) {
+            *d += v;
+        }
+    }
+    let lp = crate::scheduling::lp::CoveringLp {
+        demand: demand.iter().map(|d| *d as f64).collect(),
+        columns: templates
+            .iter()
+            .map(|t| (t.price(t.full_mask()), t.capacity.iter().map(|c| *c as f64).collect()))
+            .collect(),
+    };
+    let b = lp.solve();
+    println!("aggregate lb {} duals {:?}", b.lower_bound, b.duals);
+    let mut ranked: Vec<(f64, String)> = templates
+        .iter()
+        .map(|t| {
+            let worth: f64 = t.capacity.iter().zip(&b.duals).map(|(c, y)| *c as f64 * y).sum();
+            (
+                worth / t.price(t.full_mask()),
+                input.nodepools[t.pool].instance_types[t.instance_type].name.clone(),
+            )
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+    for r in ranked.iter().take(8) {
+        println!("{r:?}");
+    }
+}

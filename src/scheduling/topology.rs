@@ -46,7 +46,21 @@ pub struct Assignment {
     pub capacity_type: Option<String>,
 }
 
+impl Assignment {
+    pub fn domain(&self, scope: Scope) -> Option<&String> {
+        match scope {
+            Scope::Zone => self.zone.as_ref(),
+            _ => self.capacity_type.as_ref(),
+        }
+    }
+}
+
 impl Domains {
+    /// Matching pods counted in a domain (running and assigned).
+    pub fn count(&self, scope: Scope, selector: usize, domain: &str) -> u32 {
+        self.scope(scope).count(selector, domain)
+    }
+
     /// Counts the running pods by the zone and capacity type of their nodes.
     pub fn from_running(input: &SolveInput, selectors: &Selectors) -> Self {
         let n = selectors.list.len();

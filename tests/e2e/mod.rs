@@ -1,0 +1,17 @@
+//! The e2e suite's harness and its tests, against a real control plane (etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler, kwok) started by `hack/e2e-cluster.sh`.
+//!
+//! Harness: `cluster` (start/stop, one cluster per test binary), `objects` (apply/create manifests),
+//! `wait` (polling with deadlines), `crds` (install `crds/` once), `kwok` (nodes and pods).
+
+pub mod cluster;
+pub mod crds;
+pub mod kwok;
+pub mod objects;
+pub mod wait;
+
+mod eviction;
+mod helm;
+mod scheduling;
+mod validation;
+mod validation_cases;

@@ -1,0 +1,77 @@
+//! The API server enforces the CRDs' validation: every case of `validation_cases` is submitted as a
+//! dry-run create (all validation and admission run, nothing is stored, so cases cannot collide), and a
+//! NodeClaim's spec cannot be changed once created.
+//!
+//! A test runs its whole table before failing and lists every case that went wrong with what the API
+//! server said, so one run shows all broken rules at once.
+
+use serde_json::json;
+
+use super::crds::{self, AKSNODECLASSES, NODECLAIMS, NODEPOOLS};
+use super::validation_cases::{self as cases, Case, Expect};
+use super::{cluster, objects};
+
+/// Submits every case and panics with the list of those whose outcome differs from the expectation.
+async fn check(client: &kube::Client, cases: Vec<Case>) {
+    let mut wrong = Vec::new();
+    let total = cases.len();
+    for case in cases {
+        let outcome = objects::refusal(objects::create(client, &case.object, true).await);
+        match (&case.expect, outcome) {
+            (Expect::Refused(wanted), Ok(message)) if message.contains(wanted) => {}
+            (Expect::Refused(wanted), Ok(message)) => {
+                wrong.push(format!("{}: refused, but the message lacks {wanted:?}: {message}", case.name))
+            }
+            (Expect::Refused(_), Err(what)) => {
+                wrong.push(format!("{}: expected a refusal, got: {what}", case.name))
+            }
+            (Expect::Accepted, Err(what)) if what == "accepted" => {}
+            (Expect::Accepted, Ok(message)) => {
+                wrong.push(format!("{}: valid but refused: {message}", case.name))
+            }
+            (Expect::Accepted, Err(what)) => wrong.push(format!("{}: {what}", case.name)),
+        }
+    }
+    assert!(wrong.is_empty(), "{} of {total} cases went wrong:\n{}", wrong.len(), wrong.join("\n"));
+}
+
+#[tokio::test]
+async fn restricted_label_domains_are_refused_in_requirements_and_template_labels() {
+    let client = cluster::shared().client().await;
+    crds::ensure_installed(&client, &[NODEPOOLS, NODECLAIMS]).await;
+    check(&client, cases::label_domain_cases()).await;
+}
+
+#[tokio::test]
+async fn invalid_nodepools_are_refused_with_the_rule_that_failed() {
+    let client = cluster::shared().client().await;
+    crds::ensure_installed(&client, &[NODEPOOLS]).await;
+    check(&client, cases::nodepool_cases()).await;
+}
+
+#[tokio::test]
+async fn invalid_aksnodeclasses_are_refused_with_the_rule_that_failed() {
+    let client = cluster::shared().client().await;
+    crds::ensure_installed(&client, &[AKSNODECLASSES]).await;
+    check(&client, cases::aksnodeclass_cases()).await;
+}
+
+#[tokio::test]
+async fn a_nodeclaim_spec_is_immutable_but_its_metadata_is_not() {
+    let client = cluster::shared().client().await;
+    crds::ensure_installed(&client, &[NODECLAIMS]).await;
+    let claim = cases::claim("e2e-immutable", json!({}));
+    let stored =
+        serde_json::to_value(objects::create(&client, &claim, false).await.expect("NodeClaim created"))
+            .unwrap();
+
+    let mut respecced = stored.clone();
+    respecced["spec"]["requirements"][0]["values"] = json!(["Standard_D4s_v5"]);
+    let message =
+        objects::refusal(objects::replace(&client, &respecced).await).expect("a spec change is refused");
+    assert!(message.contains("spec is immutable"), "{message}");
+
+    let mut relabelled = stored;
+    relabelled["metadata"]["labels"] = json!({"example.com/touched": "yes"});
+    objects::replace(&client, &relabelled).await.expect("a metadata change is accepted");
+}
