@@ -170,7 +170,7 @@ fn unknown_region_lists_known_ones() {
 #[test]
 fn sorted_cheapest_first_then_by_name() {
     let types = eastus();
-    assert!(types.len() > 1000);
+    assert!(types.len() > 900, "{}", types.len());
     for pair in types.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);
         let (pa, pb) = (a.offerings[0].price, b.offerings[0].price);
