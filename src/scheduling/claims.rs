@@ -12,12 +12,19 @@ use crate::scheduling::requirements::{Requirement, Requirements};
 use crate::scheduling::solve::{Slot, Solver};
 
 /// Builds the plan; `unschedulable` comes from the relaxation rounds.
-pub(crate) fn build_plan(solver: &Solver, mut unschedulable: Vec<Unschedulable>) -> Plan {
+pub(crate) fn build_plan(solver: &mut Solver, mut unschedulable: Vec<Unschedulable>) -> Plan {
+    let mut placed = vec![0u64; solver.classes.len()];
+    for slot in &solver.slots {
+        for &(c, n) in &slot.classes {
+            placed[c] += n;
+        }
+    }
+    let configuration_bound = crate::scheduling::colgen::certified_bound(solver, &placed);
+    let solver: &Solver = solver;
     let mut plan = Plan::default();
     let mut cursor = vec![0usize; solver.classes.len()];
     let mut per_pool = vec![0usize; solver.input.nodepools.len()];
     let mut zone_use: BTreeMap<String, usize> = BTreeMap::new();
-    let mut placed = vec![0u64; solver.classes.len()];
     for slot in &solver.slots {
         let mut pods = vec![];
         for &(c, n) in &slot.classes {
@@ -26,7 +33,6 @@ pub(crate) fn build_plan(solver: &Solver, mut unschedulable: Vec<Unschedulable>)
                 pods.push(solver.input.pods[p].id());
             }
             cursor[c] += n as usize;
-            placed[c] += n;
         }
         match (slot.existing, slot.template) {
             (Some(i), _) if !pods.is_empty() => {
@@ -47,7 +53,8 @@ pub(crate) fn build_plan(solver: &Solver, mut unschedulable: Vec<Unschedulable>)
     plan.price_per_hour = plan.nodeclaims.iter().map(|c| c.price_per_hour).sum();
     let ids: Vec<usize> = (0..solver.classes.len()).collect();
     let (bound, _) = solver.bound_for(&ids, &placed);
-    plan.lower_bound_per_hour = bound.per_hour;
+    // Both bounds are valid; the configuration LP's is usually the tighter one.
+    plan.lower_bound_per_hour = bound.per_hour.max(configuration_bound.unwrap_or(0.0));
     plan
 }
 

@@ -45,13 +45,53 @@ impl CoveringLp {
             .filter(|(cost, _)| cost.is_finite() && *cost >= 0.0)
             .map(|(cost, a)| (*cost, rows.iter().zip(&scale).map(|(&i, s)| a[i] * s).collect()))
             .collect();
-        let Some(scaled_duals) = simplex_duals(rows.len(), &columns) else { return zero };
+        let Some((scaled_duals, _)) = simplex(rows.len(), &columns) else { return zero };
         // Back to the caller's units, then certify.
         let mut duals = vec![0.0; m];
         for (k, &i) in rows.iter().enumerate() {
             duals[i] = (scaled_duals[k] * scale[k]).max(0.0);
         }
         certify(self, duals)
+    }
+}
+
+/// An optimal basic solution: the amount of each column and the (uncertified) dual price of each
+/// row, in the caller's units; `None` when the demand cannot be covered.
+pub struct LpSolution {
+    pub amounts: Vec<f64>,
+    pub duals: Vec<f64>,
+}
+
+impl CoveringLp {
+    /// Solves the LP and returns its primal solution too (for rounding, not for bounds: the duals
+    /// here are not certified).
+    pub fn solve_primal(&self) -> Option<LpSolution> {
+        let m = self.demand.len();
+        let rows: Vec<usize> = (0..m).filter(|&i| self.demand[i] > 0.0).collect();
+        let usable: Vec<usize> = (0..self.columns.len())
+            .filter(|&j| self.columns[j].0.is_finite() && self.columns[j].0 >= 0.0)
+            .collect();
+        if rows.is_empty() {
+            return Some(LpSolution { amounts: vec![0.0; self.columns.len()], duals: vec![0.0; m] });
+        }
+        let scale: Vec<f64> = rows.iter().map(|&i| 1.0 / self.demand[i]).collect();
+        let columns: Vec<(f64, Vec<f64>)> = usable
+            .iter()
+            .map(|&j| {
+                let (cost, a) = &self.columns[j];
+                (*cost, rows.iter().zip(&scale).map(|(&i, s)| a[i] * s).collect())
+            })
+            .collect();
+        let (scaled_duals, x) = simplex(rows.len(), &columns)?;
+        let mut amounts = vec![0.0; self.columns.len()];
+        for (k, &j) in usable.iter().enumerate() {
+            amounts[j] = x[k];
+        }
+        let mut duals = vec![0.0; m];
+        for (k, &i) in rows.iter().enumerate() {
+            duals[i] = (scaled_duals[k] * scale[k]).max(0.0);
+        }
+        Some(LpSolution { amounts, duals })
     }
 }
 
@@ -77,8 +117,8 @@ fn certify(lp: &CoveringLp, mut duals: Vec<f64>) -> LpBound {
 }
 
 /// Two-phase tableau simplex on `min c·x, A x − s + r = 1` (demands scaled to 1); returns the duals of
-/// the covering rows, or None when the rows cannot be covered.
-fn simplex_duals(m: usize, columns: &[(f64, Vec<f64>)]) -> Option<Vec<f64>> {
+/// the covering rows and the amount of each column, or None when the rows cannot be covered.
+fn simplex(m: usize, columns: &[(f64, Vec<f64>)]) -> Option<(Vec<f64>, Vec<f64>)> {
     let n = columns.len();
     // Column layout: structural 0..n, surplus n..n+m, artificial n+m..n+2m; then the right-hand side.
     let width = n + 2 * m + 1;
@@ -109,7 +149,13 @@ fn simplex_duals(m: usize, columns: &[(f64, Vec<f64>)]) -> Option<Vec<f64>> {
     let duals = (0..m)
         .map(|i| basis.iter().enumerate().map(|(r, &b)| cost_of(&cost, b) * t[r][n + m + i]).sum())
         .collect();
-    Some(duals)
+    let mut x = vec![0.0; n];
+    for (r, &b) in basis.iter().enumerate() {
+        if b < n {
+            x[b] = t[r][rhs].max(0.0);
+        }
+    }
+    Some((duals, x))
 }
 
 fn cost_of(cost: &[f64], column: usize) -> f64 {

@@ -3,6 +3,7 @@
 
 pub mod bound;
 mod claims;
+mod colgen;
 mod explain;
 pub mod feasibility;
 pub mod from_k8s;

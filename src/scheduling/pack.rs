@@ -106,6 +106,46 @@ impl<'a> Packer<'a> {
         Some(self.finish(template, mask, counts, state))
     }
 
+    /// Fill from a plan: first up to the planned count of each class (in plan order), then as many
+    /// more of each class in `order` as still fit.
+    pub fn fill_planned(
+        &self,
+        template: usize,
+        planned: &[(usize, u64)],
+        order: &[usize],
+        remaining: &[u64],
+    ) -> Option<Pattern> {
+        let mut mask = self.templates[template].full_mask();
+        let mut state = self.empty_state(template);
+        let mut counts: Vec<(usize, u64)> = vec![];
+        let steps = planned.iter().copied().chain(order.iter().map(|&c| (c, u64::MAX)));
+        for (c, want) in steps {
+            let already = counts.iter().find(|(k, _)| *k == c).map_or(0, |(_, n)| *n);
+            let left = remaining[c].saturating_sub(already).min(want);
+            if left == 0 {
+                continue;
+            }
+            let m = self.classes[c].masks[template] & mask;
+            if m == 0 || !self.can_join(c, &counts) {
+                continue;
+            }
+            let n = state.max_addable(self.classes[c].traits, left, self.bootstrap);
+            if n == 0 {
+                continue;
+            }
+            state.add(self.classes[c].traits, n);
+            mask = m;
+            match counts.iter_mut().find(|(k, _)| *k == c) {
+                Some(e) => e.1 += n,
+                None => counts.push((c, n)),
+            }
+        }
+        if counts.is_empty() {
+            return None;
+        }
+        Some(self.finish(template, mask, counts, state))
+    }
+
     /// Proportional fill: one pod at a time, always from the class with the most pods left per pod
     /// already on the node, so complementary shapes (CPU-heavy next to memory-heavy) share nodes.
     pub fn fill_proportional(

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::apis::labels::{LABEL_CAPACITY_TYPE, LABEL_ZONE};
 use crate::scheduling::bound::{self, BoundClass};
 use crate::scheduling::claims;
+use crate::scheduling::colgen;
 use crate::scheduling::explain;
 use crate::scheduling::improve;
 use crate::scheduling::input::{tolerates_all, SolveInput};
@@ -86,7 +87,7 @@ pub(crate) struct Solver<'a> {
     pub domains: Domains,
     /// Remaining limits per pool (resources of instance-type capacity, plus `nodes`).
     pub remaining: Vec<Option<crate::scheduling::resources::Resources>>,
-    pair_memo: HashMap<(usize, usize), bool>,
+    pub(crate) pair_memo: HashMap<(usize, usize), bool>,
     compat_memo: HashMap<(usize, Requirements), Vec<u32>>,
 }
 
@@ -95,7 +96,7 @@ pub fn solve(input: &SolveInput) -> Plan {
     let mut solver = Solver::new(input);
     let unschedulable = solver.run();
     improve::merge_nodes(&mut solver);
-    claims::build_plan(&solver, unschedulable)
+    claims::build_plan(&mut solver, unschedulable)
 }
 
 impl<'a> Solver<'a> {
@@ -607,6 +608,14 @@ impl<'a> Solver<'a> {
 
     /// Opens new nodes for what is left, highest-weight pools first.
     fn pack_new(&mut self, order: &[usize], remaining: &mut [u64], values: &[f64], resource_prices: &[f64]) {
+        // Whole copies of the column-generation patterns first; the greedy packs what is left.
+        for (pattern, copies) in colgen::plan(self, order, remaining) {
+            // Limits are checked per copy: the LP does not know them.
+            let copies = copies.min(repeats(&pattern, remaining)).min(self.limit_copies(pattern.template));
+            for _ in 0..copies {
+                self.open(&pattern, remaining);
+            }
+        }
         // Classes no new node can take (no template, limits reached); their pods stay in `remaining`
         // and are explained by the caller.
         let mut parked = vec![false; self.classes.len()];
@@ -668,7 +677,7 @@ impl<'a> Solver<'a> {
     }
 
     /// Templates the class may use now: its lowest tier with a template whose pool has room.
-    fn candidates(&self, c: usize) -> Vec<usize> {
+    pub(crate) fn candidates(&self, c: usize) -> Vec<usize> {
         let usable: Vec<usize> = self.classes[c]
             .masks
             .iter()

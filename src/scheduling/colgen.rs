@@ -1,0 +1,498 @@
+//! Column generation over node patterns (the configuration LP of cutting-stock problems).
+//!
+//! The master LP buys node *patterns* — a template with a count of pods per class — so that every
+//! class gets its pods: `min Σ price(p)·z(p)` s.t. `Σ count(p, c)·z(p) ≥ n(c)`. Its dual prices say
+//! what a pod of each class is worth; a pricing step fills every template greedily by that worth per
+//! unit of size and adds the patterns that are worth more than they cost. When none is left the LP
+//! optimum is the cheapest fractional mix of patterns, and taking ⌊z(p)⌋ copies of each leaves only
+//! a small remainder for the greedy packer. This is what lets large batches land within a few percent
+//! of the lower bound: the greedy alone tends to exhaust the complementary classes (CPU-heavy next to
+//! memory-heavy) early and strand the rest on poorly matched nodes.
+
+use std::cell::RefCell;
+
+use crate::scheduling::lp::CoveringLp;
+use crate::scheduling::model::Rule;
+use crate::scheduling::pack::{PackClass, Packer, Pattern};
+use crate::scheduling::solve::Solver;
+
+/// Column generation is skipped above this many classes (the master LP's tableau grows with them);
+/// the greedy packer handles such batches alone.
+const MAX_CLASSES: usize = 64;
+/// Pricing rounds at most.
+const MAX_ROUNDS: usize = 40;
+/// New columns per round at most.
+const COLUMNS_PER_ROUND: usize = 24;
+
+/// The classes column generation works on: those with pods to place and a template, without
+/// hostname pod affinity (whose patterns depend on where the group started).
+fn eligible_classes(solver: &Solver, order: &[usize], counts: &[u64]) -> Vec<usize> {
+    order
+        .iter()
+        .copied()
+        .filter(|&c| counts[c] > 0)
+        .filter(|&c| !solver.classes[c].traits.rules.iter().any(|r| matches!(r, Rule::Affinity { .. })))
+        .filter(|&c| solver.classes[c].masks.iter().any(|m| *m != 0))
+        .collect()
+}
+
+/// The generated columns, the master LP's last solution and the class worths (its duals).
+struct Generated {
+    columns: Vec<Pattern>,
+    amounts: Vec<f64>,
+    worth: Vec<f64>,
+}
+
+/// Runs column generation for `classes` with `demand` pods each over `templates`.
+fn generate(
+    solver: &mut Solver,
+    classes: &[usize],
+    templates: &[usize],
+    demand: &[u64],
+) -> Option<Generated> {
+    let mut worth: Vec<f64> = vec![0.0; solver.classes.len()];
+    let (bound, _) = solver.bound_for(classes, demand);
+    for (k, &c) in classes.iter().enumerate() {
+        worth[c] = bound.values[k].max(1e-9);
+    }
+    let mut columns: Vec<Pattern> = vec![];
+    // Start from the best homogeneous pattern of each class, so the master LP is feasible.
+    for &c in classes {
+        let best = with_packer(solver, &worth, |packer| {
+            templates
+                .iter()
+                .filter(|&&t| packer.classes[c].masks[t] != 0)
+                .filter_map(|&t| packer.fill_greedy(t, c, &[c], demand))
+                .max_by(|a, b| {
+                    a.efficiency().total_cmp(&b.efficiency()).then_with(|| b.template.cmp(&a.template))
+                })
+        });
+        columns.push(best?);
+    }
+    let mut amounts = vec![];
+    for _ in 0..MAX_ROUNDS {
+        let lp = CoveringLp {
+            demand: classes.iter().map(|&c| demand[c] as f64).collect(),
+            columns: columns.iter().map(|p| (p.price, column_counts(p, classes))).collect(),
+        };
+        let solution = lp.solve_primal()?;
+        for (k, &c) in classes.iter().enumerate() {
+            worth[c] = solution.duals[k];
+        }
+        amounts = solution.amounts;
+        let mut fresh = price_columns(solver, classes, templates, &worth, demand);
+        fresh.retain(|p| !columns.iter().any(|q| q.template == p.template && q.counts == p.counts));
+        if fresh.is_empty() {
+            break;
+        }
+        columns.extend(fresh);
+    }
+    amounts.resize(columns.len(), 0.0);
+    Some(Generated { columns, amounts, worth })
+}
+
+fn column_counts(p: &Pattern, classes: &[usize]) -> Vec<f64> {
+    let mut a = vec![0.0; classes.len()];
+    for &(c, n) in &p.counts {
+        if let Some(k) = classes.iter().position(|&x| x == c) {
+            a[k] = n as f64;
+        }
+    }
+    a
+}
+
+/// Whole copies of LP patterns to open, `(pattern, copies)`, leaving the remainder to the greedy.
+pub(crate) fn plan(solver: &mut Solver, order: &[usize], remaining: &[u64]) -> Vec<(Pattern, u64)> {
+    let classes: Vec<usize> = eligible_classes(solver, order, remaining)
+        .into_iter()
+        .filter(|&c| !solver.candidates(c).is_empty())
+        .collect();
+    if classes.is_empty() || classes.len() > MAX_CLASSES {
+        return vec![];
+    }
+    let mut templates: Vec<usize> = classes.iter().flat_map(|&c| solver.candidates(c)).collect();
+    templates.sort_unstable();
+    templates.dedup();
+    let mut demand = vec![0u64; solver.classes.len()];
+    for &c in &classes {
+        demand[c] = remaining[c];
+    }
+    let Some(generated) = generate(solver, &classes, &templates, &demand) else { return vec![] };
+    // Whole copies of each pattern, largest amounts first, never more pods than remain.
+    let mut left = demand;
+    let mut ranked: Vec<(usize, f64)> =
+        generated.amounts.iter().copied().enumerate().filter(|(_, z)| *z >= 1.0).collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut out = vec![];
+    for (j, z) in ranked {
+        let p = &generated.columns[j];
+        let possible = p.counts.iter().map(|&(c, n)| left[c] / n.max(1)).min().unwrap_or(0);
+        let copies = (z.floor() as u64).min(possible);
+        if copies == 0 {
+            continue;
+        }
+        for &(c, n) in &p.counts {
+            left[c] -= n * copies;
+        }
+        out.push((p.clone(), copies));
+    }
+    out
+}
+
+/// A lower bound from the configuration LP's duals, certified: the worth of the best possible node
+/// of every template (and every existing node) is bounded from above by the LP relaxation of its
+/// knapsack, the worths are scaled until no template's best node is worth more than it costs, and
+/// weak duality then bounds any plan placing `counts` pods of each class. `None` when column
+/// generation does not apply.
+pub(crate) fn certified_bound(solver: &mut Solver, counts: &[u64]) -> Option<f64> {
+    let all: Vec<usize> = (0..solver.classes.len()).collect();
+    let classes = eligible_classes(solver, &all, counts);
+    let total: u64 = counts.iter().sum();
+    let covered: u64 = classes.iter().map(|&c| counts[c]).sum();
+    if classes.is_empty() || classes.len() > MAX_CLASSES || covered < total {
+        return None;
+    }
+    let templates: Vec<usize> = (0..solver.templates.len())
+        .filter(|&t| classes.iter().any(|&c| solver.classes[c].masks[t] != 0))
+        .collect();
+    let generated = generate(solver, &classes, &templates, counts)?;
+    let worth = &generated.worth.clone();
+    // Which classes may share a node at all (requirements that intersect), for the exact search.
+    let mut pairs = std::collections::BTreeSet::new();
+    for (i, &a) in classes.iter().enumerate() {
+        for &b in &classes[i + 1..] {
+            if solver.pair_ok(a, b) {
+                pairs.insert((a, b));
+            }
+        }
+    }
+    let compatible = |a: usize, b: usize| a == b || pairs.contains(&(a.min(b), a.max(b)));
+    let mut scale = f64::INFINITY;
+    for &t in &templates {
+        let tpl = &solver.templates[t];
+        let price = tpl.price(tpl.full_mask());
+        let items =
+            knapsack_items(solver, &classes, counts, &tpl.capacity, |c| solver.classes[c].masks[t] != 0);
+        let mut upper = knapsack_bound(solver, &tpl.capacity, &items, worth).0;
+        // The LP relaxation counts fractions of pods, which matters on small nodes; where it is the
+        // binding template, search the integer patterns exactly (a bounded search; the LP value
+        // stands when the search runs out of budget).
+        if upper > price {
+            let masks: Vec<u32> = items.iter().map(|(c, _)| solver.classes[*c].masks[t]).collect();
+            if let Some(exact) = integer_knapsack(solver, &tpl.capacity, &items, &masks, worth, &compatible) {
+                upper = upper.min(exact);
+            }
+        }
+        if upper > 0.0 {
+            scale = scale.min(price / upper);
+        }
+    }
+    if !scale.is_finite() {
+        return None;
+    }
+    let mut existing_worth = 0.0;
+    for slot in solver.slots.iter().filter(|s| s.existing.is_some()) {
+        let node = &solver.input.nodes[slot.existing.expect("filtered")];
+        let mut free = slot.state.free.clone();
+        for &(c, n) in &slot.classes {
+            for (x, d) in free.iter_mut().zip(&solver.classes[c].traits.demand) {
+                *x += d * n as i64;
+            }
+        }
+        let items = knapsack_items(solver, &classes, counts, &free, |c| {
+            solver.classes[c].requirements.matches(&node.labels)
+        });
+        existing_worth += knapsack_bound(solver, &free, &items, worth).0;
+    }
+    let demand_worth: f64 = classes.iter().map(|&c| counts[c] as f64 * worth[c]).sum();
+    Some((scale * (demand_worth - existing_worth)).max(0.0))
+}
+
+/// `(class, most pods of it one node of this capacity can hold)` for the classes `usable` allows.
+fn knapsack_items(
+    solver: &Solver,
+    classes: &[usize],
+    counts: &[u64],
+    capacity: &[i64],
+    usable: impl Fn(usize) -> bool,
+) -> Vec<(usize, f64)> {
+    classes
+        .iter()
+        .copied()
+        .filter(|&c| usable(c))
+        .map(|c| {
+            let class = &solver.classes[c];
+            let fit = crate::scheduling::model::copies_that_fit(&class.traits.demand, capacity);
+            let most = fit.min(counts[c]).min(class.per_node_limit.unwrap_or(u64::MAX));
+            (c, most as f64)
+        })
+        .filter(|(_, most)| *most > 0.0)
+        .collect()
+}
+
+/// An upper bound on `Σ worth·k` over node patterns with `k ≤ most` and `Σ k·demand ≤ capacity`,
+/// from a feasible solution of the knapsack LP's dual (valid whatever the simplex's rounding), and
+/// the LP's fractional pattern per item.
+fn knapsack_bound(
+    solver: &Solver,
+    capacity: &[i64],
+    items: &[(usize, f64)],
+    worth: &[f64],
+) -> (f64, Vec<f64>) {
+    let rows: Vec<usize> = (0..items.len()).filter(|&i| worth[items[i].0] > 0.0).collect();
+    if rows.is_empty() {
+        return (0.0, vec![0.0; items.len()]);
+    }
+    // Dual: min Σ λ'_r + Σ most·μ  s.t.  Σ_r (demand_r / cap_r)·λ'_r + μ_i ≥ worth_i — a covering LP
+    // in resources normalised by the node's capacity (λ'_r = cap_r·λ_r), which keeps it well scaled.
+    let dims: Vec<usize> = (0..capacity.len()).filter(|&r| capacity[r] > 0).collect();
+    let share = |i: usize, r: usize| solver.classes[items[i].0].traits.demand[r] as f64 / capacity[r] as f64;
+    let mut columns: Vec<(f64, Vec<f64>)> =
+        dims.iter().map(|&r| (1.0, rows.iter().map(|&i| share(i, r)).collect())).collect();
+    for (k, &i) in rows.iter().enumerate() {
+        let mut a = vec![0.0; rows.len()];
+        a[k] = 1.0;
+        columns.push((items[i].1, a));
+    }
+    let demand: Vec<f64> = rows.iter().map(|&i| worth[items[i].0]).collect();
+    let solution = CoveringLp { demand, columns }.solve_primal();
+    let lambda: Vec<f64> = match &solution {
+        Some(s) => s.amounts[..dims.len()].to_vec(),
+        None => vec![0.0; dims.len()],
+    };
+    let mut upper: f64 = lambda.iter().sum();
+    for &i in &rows {
+        let covered: f64 = dims.iter().zip(&lambda).map(|(&r, l)| share(i, r) * l).sum();
+        upper += items[i].1 * (worth[items[i].0] - covered).max(0.0);
+    }
+    let mut pattern = vec![0.0; items.len()];
+    if let Some(s) = &solution {
+        for (k, &i) in rows.iter().enumerate() {
+            pattern[i] = s.duals[k].clamp(0.0, items[i].1);
+        }
+    }
+    (upper, pattern)
+}
+
+/// A template to price: the LP's rounded-down pattern and the top-up order.
+type PricingPlan = (usize, Vec<(usize, u64)>, Vec<usize>);
+
+/// Search nodes the exact knapsack may visit before giving up.
+const KNAPSACK_BUDGET: usize = 200_000;
+
+/// The exact best worth of one node (integer pod counts, capacity in every resource, per-class
+/// caps), by depth-first branch and bound; `None` when the search exceeds its budget. Pairwise
+/// incompatibilities between classes are ignored, which can only overstate the worth — the safe
+/// direction for a bound.
+fn integer_knapsack(
+    solver: &Solver,
+    capacity: &[i64],
+    items: &[(usize, f64)],
+    masks: &[u32],
+    worth: &[f64],
+    compatible: &dyn Fn(usize, usize) -> bool,
+) -> Option<f64> {
+    struct Item<'a> {
+        class: usize,
+        demand: &'a [i64],
+        worth: f64,
+        most: u64,
+        mask: u32,
+    }
+    let mut list: Vec<Item> = items
+        .iter()
+        .zip(masks)
+        .filter(|((c, _), _)| worth[*c] > 0.0)
+        .map(|(&(c, most), &mask)| Item {
+            class: c,
+            demand: &solver.classes[c].traits.demand,
+            worth: worth[c],
+            most: most as u64,
+            mask,
+        })
+        .collect();
+    // Densest first (worth per unit of the scarcest resource), so good solutions come early.
+    let size = |d: &[i64]| {
+        d.iter()
+            .zip(capacity)
+            .filter(|(_, c)| **c > 0)
+            .map(|(x, c)| *x as f64 / *c as f64)
+            .fold(0.0, f64::max)
+    };
+    list.sort_by(|a, b| {
+        (b.worth / size(b.demand).max(1e-12)).total_cmp(&(a.worth / size(a.demand).max(1e-12)))
+    });
+    // An optimistic bound on what items i.. can add within `free`: every resource limits it.
+    fn optimistic(list: &[Item], i: usize, free: &[i64]) -> f64 {
+        let mut best = list[i..].iter().map(|it| it.worth * it.most as f64).sum::<f64>();
+        for (r, f) in free.iter().enumerate() {
+            let density = list[i..]
+                .iter()
+                .filter(|it| it.most > 0)
+                .map(|it| if it.demand[r] > 0 { it.worth / it.demand[r] as f64 } else { f64::INFINITY })
+                .fold(0.0, f64::max);
+            if density.is_finite() {
+                best = best.min(density * (*f).max(0) as f64);
+            }
+        }
+        best
+    }
+    struct Search<'a, 'b> {
+        list: &'b [Item<'a>],
+        compatible: &'b dyn Fn(usize, usize) -> bool,
+        chosen: Vec<usize>,
+        best: f64,
+        visits: usize,
+    }
+    impl Search<'_, '_> {
+        /// Explores items `i..`; false when the budget ran out.
+        fn run(&mut self, i: usize, free: &mut Vec<i64>, mask: u32, value: f64) -> bool {
+            self.visits += 1;
+            if self.visits > KNAPSACK_BUDGET {
+                return false;
+            }
+            if i == self.list.len() {
+                self.best = self.best.max(value);
+                return true;
+            }
+            if value + optimistic(self.list, i, free) <= self.best {
+                return true;
+            }
+            let item = &self.list[i];
+            let joins =
+                item.mask & mask != 0 && self.chosen.iter().all(|&j| (self.compatible)(j, item.class));
+            let fit = if joins {
+                crate::scheduling::model::copies_that_fit(item.demand, free).min(item.most)
+            } else {
+                0
+            };
+            for k in (0..=fit).rev() {
+                for (f, d) in free.iter_mut().zip(item.demand) {
+                    *f -= d * k as i64;
+                }
+                if k > 0 {
+                    self.chosen.push(item.class);
+                }
+                let next_mask = if k > 0 { mask & item.mask } else { mask };
+                let ok = self.run(i + 1, free, next_mask, value + k as f64 * item.worth);
+                if k > 0 {
+                    self.chosen.pop();
+                }
+                for (f, d) in free.iter_mut().zip(item.demand) {
+                    *f += d * k as i64;
+                }
+                if !ok {
+                    return false;
+                }
+            }
+            true
+        }
+    }
+    let mut search = Search { list: &list, compatible, chosen: vec![], best: 0.0, visits: 0 };
+    let mut free = capacity.to_vec();
+    // A hair of slack so that float sums of equal worths cannot undercut the true optimum.
+    search.run(0, &mut free, u32::MAX, 0.0).then_some(search.best * (1.0 + 1e-12))
+}
+
+/// Patterns whose worth at the current duals exceeds their price, best first: for each template
+/// whose knapsack bound says a better node may exist, the LP's fractional pattern rounded down and
+/// topped up greedily by worth per unit of the scarcest resource.
+fn price_columns(
+    solver: &mut Solver,
+    classes: &[usize],
+    templates: &[usize],
+    worth: &[f64],
+    demand: &[u64],
+) -> Vec<Pattern> {
+    let mut plans: Vec<PricingPlan> = vec![];
+    for &t in templates {
+        let tpl = &solver.templates[t];
+        let price = tpl.price(tpl.full_mask());
+        let items =
+            knapsack_items(solver, classes, demand, &tpl.capacity, |c| solver.classes[c].masks[t] != 0);
+        // Cheap screen: with one resource alone, no node can be worth more than this.
+        let screen = (0..tpl.capacity.len())
+            .filter(|&r| {
+                tpl.capacity[r] > 0 && items.iter().all(|(c, _)| solver.classes[*c].traits.demand[r] > 0)
+            })
+            .map(|r| {
+                let best = items
+                    .iter()
+                    .map(|(c, _)| worth[*c] / solver.classes[*c].traits.demand[r] as f64)
+                    .fold(0.0, f64::max);
+                best * tpl.capacity[r] as f64
+            })
+            .fold(items.iter().map(|(c, most)| worth[*c] * most).sum::<f64>(), f64::min);
+        if screen <= price * (1.0 + 1e-9) {
+            continue;
+        }
+        let (upper, fractional) = knapsack_bound(solver, &tpl.capacity, &items, worth);
+        if upper <= price * (1.0 + 1e-9) {
+            continue;
+        }
+        let mut planned: Vec<(usize, u64, f64)> = items
+            .iter()
+            .zip(&fractional)
+            .map(|((c, _), k)| (*c, k.floor() as u64, *k))
+            .filter(|x| x.1 > 0)
+            .collect();
+        planned.sort_by(|a, b| b.2.total_cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+        let density = |c: usize| {
+            let size = solver.classes[c]
+                .traits
+                .demand
+                .iter()
+                .zip(&tpl.capacity)
+                .filter(|(_, cap)| **cap > 0)
+                .map(|(d, cap)| *d as f64 / *cap as f64)
+                .fold(0.0, f64::max);
+            if size > 0.0 {
+                worth[c] / size
+            } else {
+                0.0
+            }
+        };
+        let mut order: Vec<usize> = items.iter().map(|(c, _)| *c).collect();
+        order.sort_by(|&a, &b| density(b).total_cmp(&density(a)).then_with(|| a.cmp(&b)));
+        plans.push((t, planned.into_iter().map(|(c, n, _)| (c, n)).collect(), order));
+    }
+    let mut found: Vec<(f64, Pattern)> = with_packer(solver, worth, |packer| {
+        plans
+            .iter()
+            .filter_map(|(t, planned, order)| packer.fill_planned(*t, planned, order, demand))
+            .filter(|p| p.value > p.price * (1.0 + 1e-9))
+            .map(|p| ((p.value - p.price) / p.price.max(1e-12), p))
+            .collect()
+    });
+    found.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.template.cmp(&b.1.template)));
+    found.into_iter().take(COLUMNS_PER_ROUND).map(|(_, p)| p).collect()
+}
+
+/// Runs `f` with a packer whose pattern values are `worth`.
+fn with_packer<R>(solver: &mut Solver, worth: &[f64], f: impl FnOnce(&Packer) -> R) -> R {
+    let classes: Vec<PackClass> = (0..solver.classes.len())
+        .map(|c| PackClass {
+            traits: &solver.classes[c].traits,
+            masks: &solver.classes[c].masks,
+            value: worth[c],
+        })
+        .collect();
+    let pair_memo = RefCell::new(&mut solver.pair_memo);
+    let class_reqs: Vec<_> = solver.classes.iter().map(|c| &c.requirements).collect();
+    let compatible = |a: usize, b: usize| {
+        let key = (a.min(b), a.max(b));
+        let mut memo = pair_memo.borrow_mut();
+        *memo.entry(key).or_insert_with(|| class_reqs[a].intersect(class_reqs[b]).first_empty().is_none())
+    };
+    let matching = &solver.matching_anywhere;
+    let bootstrap = |s: usize| matching[s] == 0;
+    let packer = Packer {
+        templates: &solver.templates,
+        classes,
+        selectors: &solver.selectors,
+        compatible: &compatible,
+        bootstrap: &bootstrap,
+        resource_prices: vec![0.0; solver.dims.len()],
+    };
+    f(&packer)
+}
