@@ -1,4 +1,6 @@
-//! The lower bound on the $/hour of new capacity, and the per-pod values packing uses.
+//! The resource lower bound on the $/hour of new capacity, and the per-pod values packing uses.
+//! A second bound, from the configuration LP's duals, lives in [`crate::scheduling::colgen`]; it is
+//! usually tighter (it knows pods are whole), and the plan reports the larger of the two.
 //!
 //! # Why it is a bound
 //! Take any feasible plan that places the same pods. Relax it three ways, each of which can only

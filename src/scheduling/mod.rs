@@ -16,9 +16,11 @@ pub mod pack;
 pub mod plan;
 pub mod requirements;
 pub mod resources;
+mod slots;
 mod solve;
 #[cfg(test)]
 mod solve_tests;
+mod spread;
 pub mod templates;
 pub mod topology;
 

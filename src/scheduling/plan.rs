@@ -20,8 +20,8 @@ pub struct Plan {
     pub unschedulable: Vec<Unschedulable>,
     /// Total $/hour of the new NodeClaims at their chosen offerings.
     pub price_per_hour: f64,
-    /// No plan that places the same pods on new capacity can cost less than this ($/hour); see
-    /// [`crate::scheduling::bound`] for why.
+    /// No plan that places the same pods can spend less than this ($/hour) on new capacity; see
+    /// [`crate::scheduling::bound`] and [`crate::scheduling::colgen`] for why.
     pub lower_bound_per_hour: f64,
 }
 

@@ -5,24 +5,27 @@
 //! 2. Zone- and capacity-type-scoped topology rules pin each pod to a domain
 //!    ([`crate::scheduling::topology`]); pods of a shape with the same domain form a class.
 //! 3. Classes fill existing and in-flight nodes first (free capacity), largest first.
-//! 4. What is left is packed onto new nodes at least cost ([`crate::scheduling::pack`]), valued by
-//!    the lower bound's dual prices ([`crate::scheduling::bound`]), in NodePool weight order.
+//! 4. What is left goes onto new nodes in NodePool weight order ([`crate::scheduling::slots`]):
+//!    whole copies of the configuration LP's node patterns first ([`crate::scheduling::colgen`]),
+//!    then the greedy packer for the remainder ([`crate::scheduling::pack`]), both valuing pods at
+//!    the lower bound's dual prices ([`crate::scheduling::bound`]); zone spread is repaired where
+//!    pods could not be placed ([`crate::scheduling::spread`]).
 //! 5. Pods that did not fit give up one more preference, in upstream's order, and go round again;
 //!    pods with nothing left to give up are reported with a reason ([`crate::scheduling::explain`]).
-//! 6. New nodes are right-sized and turned into NodeClaims ([`crate::scheduling::claims`]).
+//! 6. Pairs of new nodes are merged where one cheaper node holds both ([`crate::scheduling::improve`]);
+//!    new nodes are right-sized and turned into NodeClaims ([`crate::scheduling::claims`]), and the
+//!    plan reports the larger of two certified lower bounds.
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::apis::labels::{LABEL_CAPACITY_TYPE, LABEL_ZONE};
 use crate::scheduling::bound::{self, BoundClass};
 use crate::scheduling::claims;
-use crate::scheduling::colgen;
 use crate::scheduling::explain;
 use crate::scheduling::improve;
 use crate::scheduling::input::{tolerates_all, SolveInput};
 use crate::scheduling::model::{build_shapes, Dims, Rule, Scope, Selectors, Shape};
 use crate::scheduling::node::{NodeState, PodTraits};
-use crate::scheduling::pack::{repeats, PackClass, Packer, Pattern};
 use crate::scheduling::plan::{Plan, Unschedulable};
 use crate::scheduling::requirements::{Requirement, Requirements};
 use crate::scheduling::templates::{self, Template};
@@ -374,103 +377,6 @@ impl<'a> Solver<'a> {
         remaining
     }
 
-    /// Zone and capacity-type spread was decided pod by pod, assuming every pod would be placed.
-    /// When some could not be (limits, capacity), their domains are left short: take placed pods
-    /// back out of the fullest domain until the skew holds again, as upstream would never have
-    /// placed them.
-    fn enforce_spread(
-        &mut self,
-        ids: &[usize],
-        remaining: &mut [u64],
-        reasons: &mut BTreeMap<usize, String>,
-    ) {
-        let mut rules: Vec<(Scope, usize, u32, Option<u32>)> = vec![];
-        for &c in ids {
-            for rule in &self.classes[c].rules {
-                if let Rule::Spread { scope, selector, max_skew, min_domains } = *rule {
-                    if scope != Scope::Hostname && !rules.contains(&(scope, selector, max_skew, min_domains))
-                    {
-                        rules.push((scope, selector, max_skew, min_domains));
-                    }
-                }
-            }
-        }
-        for (scope, selector, max_skew, min_domains) in rules {
-            let members: Vec<usize> = ids
-                .iter()
-                .copied()
-                .filter(|&c| {
-                    self.classes[c].rules.iter().any(|r| {
-                        matches!(*r, Rule::Spread { scope: s, selector: x, .. } if s == scope && x == selector)
-                    })
-                })
-                .collect();
-            let mut eligible: Vec<String> =
-                members.iter().flat_map(|&c| self.classes[c].eligible(scope).iter().cloned()).collect();
-            eligible.sort();
-            eligible.dedup();
-            loop {
-                let counts: Vec<(u32, &String)> =
-                    eligible.iter().map(|d| (self.domains.count(scope, selector, d), d)).collect();
-                let Some(&(high, fullest)) =
-                    counts.iter().max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)))
-                else {
-                    break;
-                };
-                let (mut low, emptiest) = *counts
-                    .iter()
-                    .min_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)))
-                    .expect("non-empty");
-                if min_domains.is_some_and(|m| (eligible.len() as u32) < m) {
-                    low = 0;
-                }
-                if high <= low + max_skew {
-                    break;
-                }
-                let fullest = fullest.clone();
-                let emptiest = emptiest.clone();
-                let Some(c) = members.iter().copied().rev().find(|&c| {
-                    let class = &self.classes[c];
-                    (class.pods.len() as u64) > remaining[c]
-                        && class.assignment.domain(scope) == Some(&fullest)
-                }) else {
-                    break; // the excess comes from running pods; nothing of ours to take back
-                };
-                self.take_back(c);
-                remaining[c] += 1;
-                let class = &self.classes[c];
-                self.domains.unassign(&self.shapes[class.shape].matched_by, &class.rules, &class.assignment);
-                reasons.entry(c).or_insert_with(|| {
-                    format!(
-                        "topology spread on {} (maxSkew {max_skew}) cannot be met: {emptiest} cannot take more matching pods",
-                        scope.label()
-                    )
-                });
-            }
-        }
-    }
-
-    /// Removes the last placed pod of class `c` from the last slot holding it.
-    fn take_back(&mut self, c: usize) {
-        let Some(i) = self.slots.iter().rposition(|s| s.classes.iter().any(|(k, n)| *k == c && *n > 0))
-        else {
-            return;
-        };
-        let traits = self.classes[c].traits.clone();
-        let slot = &mut self.slots[i];
-        slot.state.remove(&traits, 1);
-        if let Some(entry) = slot.classes.iter_mut().find(|(k, _)| *k == c) {
-            entry.1 -= 1;
-        }
-        slot.classes.retain(|(_, n)| *n > 0);
-        if slot.existing.is_none() && slot.classes.is_empty() {
-            slot.template = None;
-        }
-        for &s in &traits.matched_by {
-            self.matching_anywhere[s] -= 1;
-        }
-    }
-
     /// Per-pod values from the lower bound's duals, with a fallback for classes the LP leaves at 0.
     fn values(&self, ids: &[usize], bound: &bound::Bound) -> Vec<f64> {
         let mut values = vec![0.0; self.classes.len()];
@@ -545,228 +451,6 @@ impl<'a> Solver<'a> {
             }
         }
         free
-    }
-
-    /// First fit onto existing and already planned nodes.
-    fn fill_existing(&mut self, order: &[usize], remaining: &mut [u64]) {
-        for &c in order {
-            for i in 0..self.slots.len() {
-                if remaining[c] == 0 {
-                    break;
-                }
-                if !self.slot_accepts(i, c) {
-                    continue;
-                }
-                let bootstrap = |s: usize| self.matching_anywhere[s] == 0;
-                let n = self.slots[i].state.max_addable(&self.classes[c].traits, remaining[c], bootstrap);
-                if n > 0 {
-                    self.commit(i, c, n);
-                    remaining[c] -= n;
-                }
-            }
-        }
-    }
-
-    fn slot_accepts(&mut self, i: usize, c: usize) -> bool {
-        match (self.slots[i].existing, self.slots[i].template) {
-            (Some(n), _) => {
-                let node = &self.input.nodes[n];
-                let pod = &self.input.pods[self.classes[c].pods[0]];
-                let taints: Vec<_> =
-                    node.taints.iter().filter(|t| !node.startup_taints.contains(t)).cloned().collect();
-                self.classes[c].requirements.matches(&node.labels) && tolerates_all(&pod.tolerations, &taints)
-            }
-            (None, Some(t)) => {
-                let m = self.classes[c].masks[t] & self.slots[i].mask;
-                if m == 0 {
-                    return false;
-                }
-                let members: Vec<usize> = self.slots[i].classes.iter().map(|(k, _)| *k).collect();
-                if !members.iter().all(|&k| k == c || self.pair_ok(c, k)) {
-                    return false;
-                }
-                true
-            }
-            _ => false,
-        }
-    }
-
-    fn commit(&mut self, slot: usize, c: usize, n: u64) {
-        let traits = self.classes[c].traits.clone();
-        self.slots[slot].state.add(&traits, n);
-        if let Some(t) = self.slots[slot].template {
-            self.slots[slot].mask &= self.classes[c].masks[t];
-        }
-        match self.slots[slot].classes.iter_mut().find(|(k, _)| *k == c) {
-            Some(e) => e.1 += n,
-            None => self.slots[slot].classes.push((c, n)),
-        }
-        for &s in &traits.matched_by {
-            self.matching_anywhere[s] += n as u32;
-        }
-    }
-
-    /// Opens new nodes for what is left, highest-weight pools first.
-    fn pack_new(&mut self, order: &[usize], remaining: &mut [u64], values: &[f64], resource_prices: &[f64]) {
-        // Whole copies of the column-generation patterns first; the greedy packs what is left.
-        for (pattern, copies) in colgen::plan(self, order, remaining) {
-            // Limits are checked per copy: the LP does not know them.
-            let copies = copies.min(repeats(&pattern, remaining)).min(self.limit_copies(pattern.template));
-            for _ in 0..copies {
-                self.open(&pattern, remaining);
-            }
-        }
-        // Classes no new node can take (no template, limits reached); their pods stay in `remaining`
-        // and are explained by the caller.
-        let mut parked = vec![false; self.classes.len()];
-        while let Some(&head) = order.iter().find(|&&c| remaining[c] > 0 && !parked[c]) {
-            let candidates = self.candidates(head);
-            if candidates.is_empty() {
-                parked[head] = true;
-                continue;
-            }
-            let pattern = {
-                let classes: Vec<PackClass> = (0..self.classes.len())
-                    .map(|c| PackClass {
-                        traits: &self.classes[c].traits,
-                        masks: &self.classes[c].masks,
-                        value: values[c],
-                    })
-                    .collect();
-                let pair_memo = std::cell::RefCell::new(&mut self.pair_memo);
-                let class_reqs: Vec<&Requirements> = self.classes.iter().map(|c| &c.requirements).collect();
-                let compatible = |a: usize, b: usize| {
-                    let key = (a.min(b), a.max(b));
-                    let mut memo = pair_memo.borrow_mut();
-                    *memo
-                        .entry(key)
-                        .or_insert_with(|| class_reqs[a].intersect(class_reqs[b]).first_empty().is_none())
-                };
-                let matching = &self.matching_anywhere;
-                let bootstrap = |s: usize| matching[s] == 0;
-                let packer = Packer {
-                    templates: &self.templates,
-                    classes,
-                    selectors: &self.selectors,
-                    compatible: &compatible,
-                    bootstrap: &bootstrap,
-                    resource_prices: resource_prices.to_vec(),
-                };
-                packer.best_pattern(head, &candidates, order, remaining)
-            };
-            let Some(pattern) = pattern else {
-                parked[head] = true;
-                continue;
-            };
-            let mut copies = repeats(&pattern, remaining).min(self.limit_copies(pattern.template));
-            if pattern.counts.iter().any(|&(c, _)| self.bootstraps(c)) {
-                copies = 1;
-            }
-            for _ in 0..copies.max(1) {
-                self.open(&pattern, remaining);
-            }
-        }
-    }
-
-    fn bootstraps(&self, c: usize) -> bool {
-        self.classes[c]
-            .traits
-            .rules
-            .iter()
-            .any(|r| matches!(r, Rule::Affinity { selector, .. } if self.matching_anywhere[*selector] == 0))
-    }
-
-    /// Templates the class may use now: its lowest tier with a template whose pool has room.
-    pub(crate) fn candidates(&self, c: usize) -> Vec<usize> {
-        let usable: Vec<usize> = self.classes[c]
-            .masks
-            .iter()
-            .enumerate()
-            .filter(|(t, m)| **m != 0 && self.limit_copies(*t) > 0)
-            .map(|(t, _)| t)
-            .collect();
-        let Some(tier) = usable.iter().map(|&t| self.templates[t].tier).min() else { return vec![] };
-        usable.into_iter().filter(|&t| self.templates[t].tier == tier).collect()
-    }
-
-    /// How many nodes of a template the pool's limits still allow.
-    pub(crate) fn limit_copies(&self, t: usize) -> u64 {
-        let tpl = &self.templates[t];
-        let Some(remaining) = &self.remaining[tpl.pool] else { return u64::MAX };
-        let capacity = &self.input.nodepools[tpl.pool].instance_types[tpl.instance_type].capacity;
-        let mut copies = u64::MAX;
-        for (name, left) in remaining.iter() {
-            let per_node = if name == "nodes" { 1 } else { capacity.get(name) };
-            if per_node > 0 {
-                copies = copies.min((left.max(0) / per_node) as u64);
-            }
-        }
-        copies
-    }
-
-    fn open(&mut self, pattern: &Pattern, remaining: &mut [u64]) {
-        let tpl = &self.templates[pattern.template];
-        if let Some(left) = &mut self.remaining[tpl.pool] {
-            let capacity = &self.input.nodepools[tpl.pool].instance_types[tpl.instance_type].capacity;
-            let names: Vec<String> = left.iter().map(|(n, _)| n.to_string()).collect();
-            for name in names {
-                let per_node = if name == "nodes" { 1 } else { capacity.get(&name) };
-                left.set(&name, left.get(&name) - per_node);
-            }
-        }
-        for &(c, n) in &pattern.counts {
-            remaining[c] -= n;
-            for &s in &self.classes[c].traits.matched_by {
-                self.matching_anywhere[s] += n as u32;
-            }
-        }
-        self.slots.push(Slot {
-            existing: None,
-            template: Some(pattern.template),
-            mask: pattern.mask,
-            state: pattern.state.clone(),
-            classes: pattern.counts.clone(),
-        });
-    }
-}
-
-impl Solver<'_> {
-    /// The joint offering mask of `classes` on template `t` (0 when one of them cannot use it).
-    pub(crate) fn joint_mask(&self, classes: &[(usize, u64)], t: usize) -> u32 {
-        classes.iter().fold(self.templates[t].full_mask(), |m, &(c, _)| m & self.classes[c].masks[t])
-    }
-
-    /// Whether `classes` (with counts), with their per-node rules, all fit one fresh node of `t`.
-    pub(crate) fn holds(&self, classes: &[(usize, u64)], t: usize) -> bool {
-        let tpl = &self.templates[t];
-        let mut total = vec![0i64; tpl.capacity.len()];
-        for &(c, n) in classes {
-            for (x, d) in total.iter_mut().zip(&self.classes[c].traits.demand) {
-                *x += d * n as i64;
-            }
-        }
-        if !crate::scheduling::model::fits(&total, &tpl.capacity) {
-            return false;
-        }
-        let mut state = NodeState::empty(tpl.capacity.clone(), self.selectors.list.len());
-        for &(c, n) in classes {
-            // A hostname affinity group on this node is satisfied by its own members.
-            let traits = &self.classes[c].traits;
-            if state.max_addable(traits, n, |_| true) < n {
-                return false;
-            }
-            state.add(traits, n);
-        }
-        true
-    }
-
-    /// Rebuilds a slot's node state for template `t` from its classes.
-    pub(crate) fn state_for(&self, classes: &[(usize, u64)], t: usize) -> NodeState {
-        let mut state = NodeState::empty(self.templates[t].capacity.clone(), self.selectors.list.len());
-        for &(c, n) in classes {
-            state.add(&self.classes[c].traits, n);
-        }
-        state
     }
 }
 

@@ -1,0 +1,241 @@
+//! The nodes a solve fills: existing and in-flight nodes first (free capacity), then new nodes opened
+//! from templates — column-generation patterns first, the greedy packer for the rest — within the
+//! NodePools' tiers and limits; and what a set of classes needs of a template.
+
+use crate::scheduling::colgen;
+use crate::scheduling::input::tolerates_all;
+use crate::scheduling::model::Rule;
+use crate::scheduling::node::NodeState;
+use crate::scheduling::pack::{repeats, PackClass, Packer, Pattern};
+use crate::scheduling::requirements::Requirements;
+use crate::scheduling::solve::{Slot, Solver};
+
+impl Solver<'_> {
+    /// First fit onto existing and already planned nodes.
+    pub(crate) fn fill_existing(&mut self, order: &[usize], remaining: &mut [u64]) {
+        for &c in order {
+            for i in 0..self.slots.len() {
+                if remaining[c] == 0 {
+                    break;
+                }
+                if !self.slot_accepts(i, c) {
+                    continue;
+                }
+                let bootstrap = |s: usize| self.matching_anywhere[s] == 0;
+                let n = self.slots[i].state.max_addable(&self.classes[c].traits, remaining[c], bootstrap);
+                if n > 0 {
+                    self.commit(i, c, n);
+                    remaining[c] -= n;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn slot_accepts(&mut self, i: usize, c: usize) -> bool {
+        match (self.slots[i].existing, self.slots[i].template) {
+            (Some(n), _) => {
+                let node = &self.input.nodes[n];
+                let pod = &self.input.pods[self.classes[c].pods[0]];
+                let taints: Vec<_> =
+                    node.taints.iter().filter(|t| !node.startup_taints.contains(t)).cloned().collect();
+                self.classes[c].requirements.matches(&node.labels) && tolerates_all(&pod.tolerations, &taints)
+            }
+            (None, Some(t)) => {
+                let m = self.classes[c].masks[t] & self.slots[i].mask;
+                if m == 0 {
+                    return false;
+                }
+                let members: Vec<usize> = self.slots[i].classes.iter().map(|(k, _)| *k).collect();
+                if !members.iter().all(|&k| k == c || self.pair_ok(c, k)) {
+                    return false;
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub(crate) fn commit(&mut self, slot: usize, c: usize, n: u64) {
+        let traits = self.classes[c].traits.clone();
+        self.slots[slot].state.add(&traits, n);
+        if let Some(t) = self.slots[slot].template {
+            self.slots[slot].mask &= self.classes[c].masks[t];
+        }
+        match self.slots[slot].classes.iter_mut().find(|(k, _)| *k == c) {
+            Some(e) => e.1 += n,
+            None => self.slots[slot].classes.push((c, n)),
+        }
+        for &s in &traits.matched_by {
+            self.matching_anywhere[s] += n as u32;
+        }
+    }
+
+    /// Opens new nodes for what is left, highest-weight pools first.
+    pub(crate) fn pack_new(
+        &mut self,
+        order: &[usize],
+        remaining: &mut [u64],
+        values: &[f64],
+        resource_prices: &[f64],
+    ) {
+        // Whole copies of the column-generation patterns first; the greedy packs what is left.
+        for (pattern, copies) in colgen::plan(self, order, remaining) {
+            // Limits are checked per copy: the LP does not know them.
+            let copies = copies.min(repeats(&pattern, remaining)).min(self.limit_copies(pattern.template));
+            for _ in 0..copies {
+                self.open(&pattern, remaining);
+            }
+        }
+        // Classes no new node can take (no template, limits reached); their pods stay in `remaining`
+        // and are explained by the caller.
+        let mut parked = vec![false; self.classes.len()];
+        while let Some(&head) = order.iter().find(|&&c| remaining[c] > 0 && !parked[c]) {
+            let candidates = self.candidates(head);
+            if candidates.is_empty() {
+                parked[head] = true;
+                continue;
+            }
+            let pattern = {
+                let classes: Vec<PackClass> = (0..self.classes.len())
+                    .map(|c| PackClass {
+                        traits: &self.classes[c].traits,
+                        masks: &self.classes[c].masks,
+                        value: values[c],
+                    })
+                    .collect();
+                let pair_memo = std::cell::RefCell::new(&mut self.pair_memo);
+                let class_reqs: Vec<&Requirements> = self.classes.iter().map(|c| &c.requirements).collect();
+                let compatible = |a: usize, b: usize| {
+                    let key = (a.min(b), a.max(b));
+                    let mut memo = pair_memo.borrow_mut();
+                    *memo
+                        .entry(key)
+                        .or_insert_with(|| class_reqs[a].intersect(class_reqs[b]).first_empty().is_none())
+                };
+                let matching = &self.matching_anywhere;
+                let bootstrap = |s: usize| matching[s] == 0;
+                let packer = Packer {
+                    templates: &self.templates,
+                    classes,
+                    selectors: &self.selectors,
+                    compatible: &compatible,
+                    bootstrap: &bootstrap,
+                    resource_prices: resource_prices.to_vec(),
+                };
+                packer.best_pattern(head, &candidates, order, remaining)
+            };
+            let Some(pattern) = pattern else {
+                parked[head] = true;
+                continue;
+            };
+            let mut copies = repeats(&pattern, remaining).min(self.limit_copies(pattern.template));
+            if pattern.counts.iter().any(|&(c, _)| self.bootstraps(c)) {
+                copies = 1;
+            }
+            for _ in 0..copies.max(1) {
+                self.open(&pattern, remaining);
+            }
+        }
+    }
+
+    pub(crate) fn bootstraps(&self, c: usize) -> bool {
+        self.classes[c]
+            .traits
+            .rules
+            .iter()
+            .any(|r| matches!(r, Rule::Affinity { selector, .. } if self.matching_anywhere[*selector] == 0))
+    }
+
+    /// Templates the class may use now: its lowest tier with a template whose pool has room.
+    pub(crate) fn candidates(&self, c: usize) -> Vec<usize> {
+        let usable: Vec<usize> = self.classes[c]
+            .masks
+            .iter()
+            .enumerate()
+            .filter(|(t, m)| **m != 0 && self.limit_copies(*t) > 0)
+            .map(|(t, _)| t)
+            .collect();
+        let Some(tier) = usable.iter().map(|&t| self.templates[t].tier).min() else { return vec![] };
+        usable.into_iter().filter(|&t| self.templates[t].tier == tier).collect()
+    }
+
+    /// How many nodes of a template the pool's limits still allow.
+    pub(crate) fn limit_copies(&self, t: usize) -> u64 {
+        let tpl = &self.templates[t];
+        let Some(remaining) = &self.remaining[tpl.pool] else { return u64::MAX };
+        let capacity = &self.input.nodepools[tpl.pool].instance_types[tpl.instance_type].capacity;
+        let mut copies = u64::MAX;
+        for (name, left) in remaining.iter() {
+            let per_node = if name == "nodes" { 1 } else { capacity.get(name) };
+            if per_node > 0 {
+                copies = copies.min((left.max(0) / per_node) as u64);
+            }
+        }
+        copies
+    }
+
+    pub(crate) fn open(&mut self, pattern: &Pattern, remaining: &mut [u64]) {
+        let tpl = &self.templates[pattern.template];
+        if let Some(left) = &mut self.remaining[tpl.pool] {
+            let capacity = &self.input.nodepools[tpl.pool].instance_types[tpl.instance_type].capacity;
+            let names: Vec<String> = left.iter().map(|(n, _)| n.to_string()).collect();
+            for name in names {
+                let per_node = if name == "nodes" { 1 } else { capacity.get(&name) };
+                left.set(&name, left.get(&name) - per_node);
+            }
+        }
+        for &(c, n) in &pattern.counts {
+            remaining[c] -= n;
+            for &s in &self.classes[c].traits.matched_by {
+                self.matching_anywhere[s] += n as u32;
+            }
+        }
+        self.slots.push(Slot {
+            existing: None,
+            template: Some(pattern.template),
+            mask: pattern.mask,
+            state: pattern.state.clone(),
+            classes: pattern.counts.clone(),
+        });
+    }
+}
+
+impl Solver<'_> {
+    /// The joint offering mask of `classes` on template `t` (0 when one of them cannot use it).
+    pub(crate) fn joint_mask(&self, classes: &[(usize, u64)], t: usize) -> u32 {
+        classes.iter().fold(self.templates[t].full_mask(), |m, &(c, _)| m & self.classes[c].masks[t])
+    }
+
+    /// Whether `classes` (with counts), with their per-node rules, all fit one fresh node of `t`.
+    pub(crate) fn holds(&self, classes: &[(usize, u64)], t: usize) -> bool {
+        let tpl = &self.templates[t];
+        let mut total = vec![0i64; tpl.capacity.len()];
+        for &(c, n) in classes {
+            for (x, d) in total.iter_mut().zip(&self.classes[c].traits.demand) {
+                *x += d * n as i64;
+            }
+        }
+        if !crate::scheduling::model::fits(&total, &tpl.capacity) {
+            return false;
+        }
+        let mut state = NodeState::empty(tpl.capacity.clone(), self.selectors.list.len());
+        for &(c, n) in classes {
+            // A hostname affinity group on this node is satisfied by its own members.
+            let traits = &self.classes[c].traits;
+            if state.max_addable(traits, n, |_| true) < n {
+                return false;
+            }
+            state.add(traits, n);
+        }
+        true
+    }
+
+    /// Rebuilds a slot's node state for template `t` from its classes.
+    pub(crate) fn state_for(&self, classes: &[(usize, u64)], t: usize) -> NodeState {
+        let mut state = NodeState::empty(self.templates[t].capacity.clone(), self.selectors.list.len());
+        for &(c, n) in classes {
+            state.add(&self.classes[c].traits, n);
+        }
+        state
+    }
+}
