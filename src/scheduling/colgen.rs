@@ -101,7 +101,8 @@ fn column_counts(p: &Pattern, classes: &[usize]) -> Vec<f64> {
     a
 }
 
-/// Whole copies of LP patterns to open, `(pattern, copies)`, leaving the remainder to the greedy.
+/// Whole copies of LP patterns to open, `(pattern, copies)`, leaving the remainder to the greedy (or
+/// to another round of column generation on what remains).
 pub(crate) fn plan(solver: &mut Solver, order: &[usize], remaining: &[u64]) -> Vec<(Pattern, u64)> {
     let classes: Vec<usize> = eligible_classes(solver, order, remaining)
         .into_iter()
@@ -135,6 +136,22 @@ pub(crate) fn plan(solver: &mut Solver, order: &[usize], remaining: &[u64]) -> V
             left[c] -= n * copies;
         }
         out.push((p.clone(), copies));
+    }
+    // Diving: when nothing is whole, commit to the pattern the LP wants most (at least half a node)
+    // and let the caller solve the rest again.
+    if out.is_empty() {
+        let best = generated
+            .amounts
+            .iter()
+            .enumerate()
+            .filter(|(_, z)| **z >= 0.5)
+            .max_by(|a, b| a.1.total_cmp(b.1).then_with(|| b.0.cmp(&a.0)));
+        if let Some((j, _)) = best {
+            let p = &generated.columns[j];
+            if p.counts.iter().all(|&(c, n)| left[c] >= n) {
+                out.push((p.clone(), 1));
+            }
+        }
     }
     out
 }

@@ -10,6 +10,9 @@ use crate::scheduling::pack::{repeats, PackClass, Packer, Pattern};
 use crate::scheduling::requirements::Requirements;
 use crate::scheduling::solve::{Slot, Solver};
 
+/// How many times column generation is re-run on the pods the previous round left.
+const COLUMN_GENERATION_ROUNDS: usize = 6;
+
 impl Solver<'_> {
     /// First fit onto existing and already planned nodes.
     pub(crate) fn fill_existing(&mut self, order: &[usize], remaining: &mut [u64]) {
@@ -78,12 +81,21 @@ impl Solver<'_> {
         values: &[f64],
         resource_prices: &[f64],
     ) {
-        // Whole copies of the column-generation patterns first; the greedy packs what is left.
-        for (pattern, copies) in colgen::plan(self, order, remaining) {
-            // Limits are checked per copy: the LP does not know them.
-            let copies = copies.min(repeats(&pattern, remaining)).min(self.limit_copies(pattern.template));
-            for _ in 0..copies {
-                self.open(&pattern, remaining);
+        // Whole copies of the column-generation patterns first, re-solving what remains a few times
+        // (rounding down, then diving); the greedy packs what is left.
+        for _ in 0..COLUMN_GENERATION_ROUNDS {
+            let mut opened = 0;
+            for (pattern, copies) in colgen::plan(self, order, remaining) {
+                // Limits are checked per copy: the LP does not know them.
+                let copies =
+                    copies.min(repeats(&pattern, remaining)).min(self.limit_copies(pattern.template));
+                for _ in 0..copies {
+                    self.open(&pattern, remaining);
+                    opened += 1;
+                }
+            }
+            if opened == 0 {
+                break;
             }
         }
         // Classes no new node can take (no template, limits reached); their pods stay in `remaining`
