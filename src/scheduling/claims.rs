@@ -50,7 +50,8 @@ pub(crate) fn build_plan(solver: &mut Solver, mut unschedulable: Vec<Unschedulab
     }
     unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
     plan.unschedulable = unschedulable;
-    plan.price_per_hour = plan.nodeclaims.iter().map(|c| c.price_per_hour).sum();
+    // `+ 0.0`: an empty float sum is -0.0, which would print as "-0.0000".
+    plan.price_per_hour = plan.nodeclaims.iter().map(|c| c.price_per_hour).sum::<f64>() + 0.0;
     let ids: Vec<usize> = (0..solver.classes.len()).collect();
     let (bound, _) = solver.bound_for(&ids, &placed);
     // Both bounds are valid; the configuration LP's is usually the tighter one.

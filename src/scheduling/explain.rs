@@ -39,7 +39,6 @@ pub(crate) fn why_not(solver: &Solver, c: usize) -> String {
             .to_string();
     }
     let pod = &input.pods[class.pods[0]];
-    let context = describe(&class.requirements, &solver.input.options.region);
     let mut reasons = vec![];
     for p in pool_order(&input.nodepools) {
         let pool = &input.nodepools[p];
@@ -49,6 +48,8 @@ pub(crate) fn why_not(solver: &Solver, c: usize) -> String {
             continue;
         }
         let joint = pool.requirements.intersect(&class.requirements);
+        // Name what narrows the choice, whether the pod or the pool asked for it.
+        let context = describe(&joint, &solver.input.options.region);
         let matching: Vec<_> = pool
             .instance_types
             .iter()

@@ -302,7 +302,7 @@ impl fmt::Display for Requirement {
 pub enum Incompatibility {
     #[error("{wanted} conflicts with {offered}")]
     Conflict { key: String, wanted: String, offered: String },
-    #[error("label {key:?} is not set on these nodes, so {wanted} cannot be met")]
+    #[error("label {key:?} is not set on these nodes, so {wanted} cannot be met; set it in the NodePool's template labels or requirements")]
     Undefined { key: String, wanted: String },
 }
 
