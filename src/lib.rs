@@ -6,5 +6,8 @@
 pub mod apis;
 pub mod bench;
 pub mod catalog;
+pub mod cloud;
+pub mod operator;
 pub mod scheduling;
 pub mod sim;
+pub mod state;

@@ -1,0 +1,59 @@
+//! The production cloud provider: NodeClaims as Azure VMs through Azure Resource Manager.
+//!
+//! - `client`: ARM clients and credential from settings.
+//! - `naming`: `aks-<claim>` names and provider IDs.
+//! - `customdata`: the bootstrap script (kubelet flags, join).
+//! - `nic`, `vm`: resource bodies, GET-before-PUT, polling of long-running operations.
+//! - `errors`: ARM errors → unavailable-offerings marks and [`crate::cloud::CloudError`].
+//! - `provider`: the [`crate::cloud::CloudProvider`] implementation.
+
+pub mod client;
+pub mod customdata;
+pub mod errors;
+pub mod naming;
+pub mod nic;
+pub mod provider;
+pub mod vm;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+pub use client::{ArmClients, ArmSettings, CredentialSource, RetrySettings};
+pub use customdata::{BootstrapSettings, Secret};
+pub use provider::AzureCloudProvider;
+
+/// Upstream polls VM creates every 3 s (instance/poller.go).
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(3);
+/// 200 polls × 3 s = 10 min, longer than any VM create Azure lets run before failing it.
+pub const DEFAULT_MAX_POLLS: u32 = 200;
+/// ARM allows roughly 1200 writes per hour per subscription and principal; a small in-flight limit keeps
+/// a burst of launches from turning into a throttling storm.
+pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 32;
+
+/// Cluster-wide launch settings (operator settings, reference §7.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchSettings {
+    /// `CLUSTER_NAME`, the value of the `karpenter.azure.com_cluster` tag.
+    pub cluster_name: String,
+    /// `LOCATION`.
+    pub location: String,
+    /// `AZURE_NODE_RESOURCE_GROUP`.
+    pub node_resource_group: String,
+    /// `VNET_SUBNET_ID`.
+    pub subnet_id: String,
+    /// `SSH_PUBLIC_KEY`.
+    pub ssh_public_key: String,
+    /// `LINUX_ADMIN_USERNAME`.
+    pub admin_username: String,
+    /// `NODE_IDENTITIES`: user-assigned identity IDs.
+    pub node_identities: Vec<String>,
+    /// `ADDITIONAL_TAGS`.
+    pub additional_tags: BTreeMap<String, String>,
+    pub bootstrap: BootstrapSettings,
+    /// Interval between polls of a long-running operation.
+    pub poll_interval: Duration,
+    /// Polls before a long-running operation is given up as timed out.
+    pub max_polls: u32,
+    /// ARM calls in flight at once.
+    pub max_concurrent_calls: usize,
+}

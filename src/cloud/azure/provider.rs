@@ -1,0 +1,307 @@
+//! [`AzureCloudProvider`]: the [`CloudProvider`] over ARM.
+//!
+//! Owns the create flow (reference §3.1): reuse an existing VM, else pick the first offering the
+//! unavailable-offerings cache does not block, create the NIC then the VM, wait, and on failure delete
+//! what this attempt created so nothing leaks. A capacity error marks the cache and, as upstream, ends
+//! the attempt with `InsufficientCapacity` so the claim is deleted and the next solve picks another
+//! offering. Get, list (by the cluster tag in the node resource group) and delete (VM with force, then
+//! NIC; NotFound is success). ARM calls in flight are bounded by a semaphore.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Semaphore;
+
+use super::client::ArmClients;
+use super::customdata::{self, NodeBootstrap};
+use super::errors::{self, ArmFailure, CapacityClass};
+use super::{naming, nic, vm, LaunchSettings};
+use crate::apis::labels;
+use crate::catalog::unavailable::OfferingRef;
+use crate::catalog::UnavailableOfferings;
+use crate::cloud::{
+    logical_zone, Clock, CloudError, CloudProvider, Instance, InstanceTypeOption, LaunchRequest,
+    OfferingChoice, RefusedOffering,
+};
+
+/// Reason reported for offerings skipped because the cache already blocks them.
+const CACHED_REASON: &str = "MarkedUnavailable";
+
+/// The production provider. Clone-cheap parts are shared behind `Arc`s.
+pub struct AzureCloudProvider {
+    clients: ArmClients,
+    settings: LaunchSettings,
+    unavailable: Arc<Mutex<UnavailableOfferings>>,
+    clock: Clock,
+    limiter: Arc<Semaphore>,
+}
+
+impl AzureCloudProvider {
+    /// `unavailable` is the cache the solver also reads; `clock` stamps its marks.
+    pub fn new(
+        clients: ArmClients,
+        settings: LaunchSettings,
+        unavailable: Arc<Mutex<UnavailableOfferings>>,
+        clock: Clock,
+    ) -> Self {
+        let limiter = Arc::new(Semaphore::new(settings.max_concurrent_calls.max(1)));
+        AzureCloudProvider { clients, settings, unavailable, clock, limiter }
+    }
+
+    pub fn settings(&self) -> &LaunchSettings {
+        &self.settings
+    }
+
+    fn rg(&self) -> &str {
+        &self.settings.node_resource_group
+    }
+
+    /// Runs one ARM call under the concurrency limit.
+    async fn limited<T>(&self, call: impl Future<Output = T>) -> T {
+        // The semaphore is never closed, so acquire cannot fail; run unlimited rather than panic if it did.
+        let _permit = self.limiter.acquire().await.ok();
+        call.await
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, UnavailableOfferings> {
+        self.unavailable.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn instance(&self, doc: &serde_json::Value) -> Instance {
+        vm::instance(doc, &self.clients.subscription_id, self.rg(), &self.settings.location)
+    }
+
+    /// The first offering the cache does not block, with the ones it skipped.
+    fn pick<'r>(
+        &self,
+        request: &'r LaunchRequest,
+    ) -> (Option<(&'r InstanceTypeOption, &'r OfferingChoice)>, Vec<RefusedOffering>) {
+        let now = (self.clock)();
+        let cache = self.cache();
+        let mut skipped = Vec::new();
+        for option in &request.options {
+            for offering in &option.offerings {
+                let key = OfferingRef {
+                    capacity_type: offering.capacity_type,
+                    sku: &option.name,
+                    zone: &offering.zone,
+                    family: option.family.as_deref(),
+                    vcpus: option.vcpus,
+                };
+                if !cache.is_unavailable(&key, now) {
+                    return (Some((option, offering)), skipped);
+                }
+                skipped.push(refused(option, offering, CACHED_REASON));
+            }
+        }
+        (None, skipped)
+    }
+
+    /// Reuses a VM an earlier attempt created; None when there is none.
+    async fn reuse_existing(&self, name: &str) -> Result<Option<Instance>, CloudError> {
+        let Some(doc) = self
+            .limited(vm::get_vm(&self.clients, self.rg(), name))
+            .await
+            .map_err(|f| errors::cloud_error(&f, "reading VM"))?
+        else {
+            return Ok(None);
+        };
+        match vm::provisioning_state(&doc) {
+            "Succeeded" => Ok(Some(self.instance(&doc))),
+            "Failed" | "Canceled" | "Deleting" => {
+                // The earlier attempt's failure detail is gone; remove it so the next create starts clean.
+                self.cleanup(name).await;
+                Err(CloudError::Transient(format!("an earlier create of VM {name} failed; it was removed")))
+            }
+            _ => {
+                let s = &self.settings;
+                let doc =
+                    vm::wait_for_create(&self.clients, self.rg(), name, None, s.poll_interval, s.max_polls)
+                        .await
+                        .map_err(|f| errors::cloud_error(&f, "waiting for VM"))?;
+                Ok(Some(self.instance(&doc)))
+            }
+        }
+    }
+
+    /// Deletes the VM and NIC of `name`, best effort: GC finds anything left by its tags.
+    async fn cleanup(&self, name: &str) {
+        let s = &self.settings;
+        if let Err(failure) =
+            self.limited(vm::delete_vm(&self.clients, self.rg(), name, s.poll_interval, s.max_polls)).await
+        {
+            tracing::warn!(vm = name, code = %failure.code, "cleaning up a failed create: VM delete failed");
+        }
+        if let Err(failure) =
+            self.limited(nic::delete_nic(&self.clients, self.rg(), name, s.poll_interval, s.max_polls)).await
+        {
+            tracing::warn!(nic = name, code = %failure.code, "cleaning up a failed create: NIC delete failed");
+        }
+    }
+
+    /// NIC then VM for one offering, waiting for the VM.
+    async fn launch(
+        &self,
+        request: &LaunchRequest,
+        option: &InstanceTypeOption,
+        offering: &OfferingChoice,
+    ) -> Result<Instance, ArmFailure> {
+        let s = &self.settings;
+        let name = naming::resource_name(&request.claim_name);
+        let tags = vm::tags(s, &request.tags, &request.nodepool);
+        let nic_body = nic::nic_body(s, option.accelerated_networking, &tags);
+        let (nic_id, _) = self.limited(nic::ensure_nic(&self.clients, self.rg(), &name, nic_body)).await?;
+        let node_labels = self.node_labels(request, option, offering);
+        let custom_data = customdata::render_custom_data(
+            &s.bootstrap,
+            &NodeBootstrap {
+                labels: &node_labels,
+                taints: &request.taints,
+                startup_taints: &request.startup_taints,
+                max_pods: request.kubelet.max_pods,
+                kube_reserved: &request.kubelet.kube_reserved,
+            },
+        );
+        let spec = vm::VmSpec {
+            name: &name,
+            size: &option.name,
+            zone: logical_zone(&offering.zone),
+            capacity_type: offering.capacity_type,
+            image_id: &request.image_id,
+            os_disk_size_gb: request.os_disk_size_gb,
+            ephemeral_os_disk: option.ephemeral_os_disk,
+            nic_id: &nic_id,
+            tags: &tags,
+            custom_data: &custom_data,
+        };
+        let operation =
+            self.limited(vm::submit_create(&self.clients, self.rg(), &name, vm::vm_body(s, &spec))).await?;
+        let doc = vm::wait_for_create(
+            &self.clients,
+            self.rg(),
+            &name,
+            operation.as_deref(),
+            s.poll_interval,
+            s.max_polls,
+        )
+        .await?;
+        Ok(self.instance(&doc))
+    }
+
+    /// The claim's labels plus what the chosen offering decides.
+    fn node_labels(
+        &self,
+        request: &LaunchRequest,
+        option: &InstanceTypeOption,
+        offering: &OfferingChoice,
+    ) -> BTreeMap<String, String> {
+        let mut node_labels = request.labels.clone();
+        let mut set = |k: &str, v: &str| node_labels.insert(k.to_string(), v.to_string());
+        set(labels::LABEL_INSTANCE_TYPE, &option.name);
+        set(labels::LABEL_CAPACITY_TYPE, offering.capacity_type.as_str());
+        set(labels::LABEL_AKS_ROLE, "agent");
+        set(labels::LABEL_DO_NOT_SYNC_TAINTS, "true");
+        if logical_zone(&offering.zone).is_some() {
+            set(labels::LABEL_ZONE, &offering.zone);
+        }
+        if !request.nodepool.is_empty() {
+            set(labels::LABEL_NODEPOOL, &request.nodepool);
+        }
+        node_labels
+    }
+
+    /// Records a capacity failure in the cache and says what was refused.
+    fn mark(
+        &self,
+        class: CapacityClass,
+        option: &InstanceTypeOption,
+        offering: &OfferingChoice,
+        code: &str,
+    ) -> RefusedOffering {
+        match class {
+            CapacityClass::Unavailable(reason) => {
+                let now = (self.clock)();
+                self.cache().mark(reason, offering.capacity_type, &option.name, &offering.zone, now);
+                refused(option, offering, reason.category())
+            }
+            CapacityClass::RegionalQuota => refused(option, offering, code),
+        }
+    }
+}
+
+fn refused(option: &InstanceTypeOption, offering: &OfferingChoice, reason: &str) -> RefusedOffering {
+    RefusedOffering {
+        instance_type: option.name.clone(),
+        zone: offering.zone.clone(),
+        capacity_type: offering.capacity_type,
+        reason: reason.to_string(),
+    }
+}
+
+impl CloudProvider for AzureCloudProvider {
+    async fn create(&self, request: &LaunchRequest) -> Result<Instance, CloudError> {
+        let name = naming::resource_name(&request.claim_name);
+        if let Some(existing) = self.reuse_existing(&name).await? {
+            return Ok(existing);
+        }
+        let (choice, mut skipped) = self.pick(request);
+        let Some((option, offering)) = choice else {
+            return Err(CloudError::InsufficientCapacity { refused: skipped });
+        };
+        match self.launch(request, option, offering).await {
+            Ok(instance) => Ok(instance),
+            Err(failure) => {
+                // Whatever this attempt made (NIC, a Failed VM) goes, so a refused create leaks nothing.
+                self.cleanup(&name).await;
+                match errors::capacity_class(&failure) {
+                    Some(class) => {
+                        skipped.push(self.mark(class, option, offering, &failure.code));
+                        tracing::info!(vm = %name, sku = %option.name, zone = %offering.zone, code = %failure.code, "offering refused");
+                        Err(CloudError::InsufficientCapacity { refused: skipped })
+                    }
+                    None => Err(errors::cloud_error(&failure, "creating VM")),
+                }
+            }
+        }
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<Instance, CloudError> {
+        let vm_ref =
+            naming::parse_provider_id(provider_id).map_err(|e| CloudError::Invalid(e.to_string()))?;
+        let doc = self
+            .limited(vm::get_vm(&self.clients, &vm_ref.resource_group, &vm_ref.vm_name))
+            .await
+            .map_err(|f| errors::cloud_error(&f, "reading VM"))?
+            .ok_or_else(|| CloudError::NotFound(format!("VM {}", vm_ref.vm_name)))?;
+        Ok(self.instance(&doc))
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+        let docs = self
+            .limited(vm::list_tagged(&self.clients, self.rg(), vm::TAG_CLUSTER, &self.settings.cluster_name))
+            .await
+            .map_err(|f| errors::cloud_error(&f, "listing VMs"))?;
+        Ok(docs.iter().map(|doc| self.instance(doc)).collect())
+    }
+
+    async fn delete(&self, provider_id: &str) -> Result<(), CloudError> {
+        let vm_ref =
+            naming::parse_provider_id(provider_id).map_err(|e| CloudError::Invalid(e.to_string()))?;
+        let s = &self.settings;
+        let (rg, name) = (&vm_ref.resource_group, &vm_ref.vm_name);
+        self.limited(vm::delete_vm(&self.clients, rg, name, s.poll_interval, s.max_polls))
+            .await
+            .map_err(|f| errors::cloud_error(&f, "deleting VM"))?;
+        self.limited(nic::delete_nic(&self.clients, rg, name, s.poll_interval, s.max_polls))
+            .await
+            .map_err(|f| errors::cloud_error(&f, "deleting NIC"))
+    }
+}
+
+/// NIC names of this cluster, for garbage collection of NICs whose VM never came.
+pub async fn list_cluster_nics(provider: &AzureCloudProvider) -> Result<Vec<String>, CloudError> {
+    nic::list_tagged(&provider.clients, provider.rg(), vm::TAG_CLUSTER, &provider.settings.cluster_name)
+        .await
+        .map_err(|f| errors::cloud_error(&f, "listing NICs"))
+}

@@ -1,0 +1,315 @@
+//! The node VM: its ARM body, submit-and-poll create, force delete, and reading it back as an
+//! [`Instance`].
+//!
+//! Owns the VM shape of reference §3.1 step 7 and the tag rules (upstream launchtemplate/tags.go).
+//! azure_mgmt_compute 0.21's `create_or_update(..).await` does not wait for the operation (it never finds
+//! the camelCase provisioning state), so creates are sent once and the `Azure-AsyncOperation` URL is
+//! polled here, a bounded number of times.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use azure_mgmt_compute::package_2024_07_01 as compute;
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use super::client::ArmClients;
+use super::errors::ArmFailure;
+use super::{naming, LaunchSettings};
+use crate::catalog::CapacityType;
+use crate::cloud::{EphemeralOsDisk, Instance};
+
+/// Tag keys (upstream launchtemplate/tags.go; Azure tag keys may not contain '/').
+pub const TAG_CLUSTER: &str = "karpenter.azure.com_cluster";
+pub const TAG_NODEPOOL: &str = "karpenter.sh_nodepool";
+/// Tells AKS billing this VM is a Linux node (upstream default tag).
+pub const TAG_BILLING: &str = "compute.aks.billing";
+
+/// Tags of the VM and NIC: additional tags < node class tags < our defaults, '/' in keys → '_'.
+pub fn tags(
+    settings: &LaunchSettings,
+    node_class_tags: &BTreeMap<String, String>,
+    nodepool: &str,
+) -> BTreeMap<String, String> {
+    let mut tags: BTreeMap<String, String> = settings
+        .additional_tags
+        .iter()
+        .chain(node_class_tags)
+        .map(|(k, v)| (k.replace('/', "_"), v.clone()))
+        .collect();
+    tags.insert(TAG_CLUSTER.into(), settings.cluster_name.clone());
+    tags.insert(TAG_BILLING.into(), "linux".into());
+    if !nodepool.is_empty() {
+        tags.insert(TAG_NODEPOOL.into(), nodepool.into());
+    }
+    tags
+}
+
+/// The chosen offering and per-VM inputs of a VM body.
+#[derive(Debug, Clone)]
+pub struct VmSpec<'a> {
+    pub name: &'a str,
+    pub size: &'a str,
+    /// Logical zone ("1"), None when regional.
+    pub zone: Option<&'a str>,
+    pub capacity_type: CapacityType,
+    pub image_id: &'a str,
+    pub os_disk_size_gb: u32,
+    pub ephemeral_os_disk: Option<EphemeralOsDisk>,
+    pub nic_id: &'a str,
+    pub tags: &'a BTreeMap<String, String>,
+    pub custom_data: &'a str,
+}
+
+/// The VM PUT body.
+pub fn vm_body(settings: &LaunchSettings, spec: &VmSpec<'_>) -> Value {
+    let mut os_disk = json!({
+        "name": spec.name,
+        "createOption": "FromImage",
+        "deleteOption": "Delete",
+        "diskSizeGB": spec.os_disk_size_gb,
+    });
+    // Ephemeral only when the requested size fits the local disk, as upstream decides.
+    match spec.ephemeral_os_disk.filter(|e| e.max_size_gb >= u64::from(spec.os_disk_size_gb)) {
+        Some(ephemeral) => {
+            os_disk["caching"] = json!("ReadOnly");
+            os_disk["diffDiskSettings"] =
+                json!({ "option": "Local", "placement": ephemeral.placement.as_str() });
+        }
+        None => os_disk["caching"] = json!("ReadWrite"),
+    }
+    let mut body = json!({
+        "location": settings.location,
+        "zones": spec.zone.map(|z| vec![z]).unwrap_or_default(),
+        "tags": spec.tags,
+        "properties": {
+            "hardwareProfile": { "vmSize": spec.size },
+            "storageProfile": {
+                "imageReference": image_reference(spec.image_id),
+                "osDisk": os_disk
+            },
+            "osProfile": {
+                "computerName": spec.name,
+                "adminUsername": settings.admin_username,
+                "customData": spec.custom_data,
+                "linuxConfiguration": {
+                    "disablePasswordAuthentication": true,
+                    "ssh": { "publicKeys": [{
+                        "path": format!("/home/{}/.ssh/authorized_keys", settings.admin_username),
+                        "keyData": settings.ssh_public_key
+                    }] }
+                }
+            },
+            "networkProfile": { "networkInterfaces": [{
+                "id": spec.nic_id,
+                "properties": { "primary": true, "deleteOption": "Delete" }
+            }] },
+            "priority": match spec.capacity_type { CapacityType::Spot => "Spot", CapacityType::OnDemand => "Regular" }
+        }
+    });
+    if spec.capacity_type == CapacityType::Spot {
+        // Delete on eviction so nothing lingers deallocated; -1 = pay up to the on-demand price.
+        body["properties"]["evictionPolicy"] = json!("Delete");
+        body["properties"]["billingProfile"] = json!({ "maxPrice": -1 });
+    }
+    if !settings.node_identities.is_empty() {
+        let identities: serde_json::Map<String, Value> =
+            settings.node_identities.iter().map(|id| (id.clone(), json!({}))).collect();
+        body["identity"] = json!({ "type": "UserAssigned", "userAssignedIdentities": identities });
+    }
+    body
+}
+
+/// Community-gallery IDs go in their own field; SIG and managed image IDs in `id`.
+fn image_reference(image_id: &str) -> Value {
+    if image_id.starts_with("/CommunityGalleries/") {
+        json!({ "communityGalleryImageId": image_id })
+    } else {
+        json!({ "id": image_id })
+    }
+}
+
+fn sdk_failure(err: &azure_core::Error) -> ArmFailure {
+    ArmFailure::from_sdk(err)
+}
+
+/// The VM document, or None when it does not exist.
+pub async fn get_vm(clients: &ArmClients, rg: &str, name: &str) -> Result<Option<Value>, ArmFailure> {
+    match clients.compute.virtual_machines_client().get(rg, name, &clients.subscription_id).await {
+        Ok(vm) => Ok(Some(serde_json::to_value(vm).unwrap_or(Value::Null))),
+        Err(err) => {
+            let failure = sdk_failure(&err);
+            if failure.is_not_found() {
+                Ok(None)
+            } else {
+                Err(failure)
+            }
+        }
+    }
+}
+
+/// Sends the create once; returns the operation-status URL when ARM gave one.
+pub async fn submit_create(
+    clients: &ArmClients,
+    rg: &str,
+    name: &str,
+    body: Value,
+) -> Result<Option<String>, ArmFailure> {
+    let vm: compute::models::VirtualMachine = serde_json::from_value(body).map_err(|e| ArmFailure {
+        status: 0,
+        code: "InvalidBody".into(),
+        message: e.to_string(),
+    })?;
+    let response = clients
+        .compute
+        .virtual_machines_client()
+        .create_or_update(rg, name, vm, &clients.subscription_id)
+        .send()
+        .await
+        .map_err(|e| sdk_failure(&e))?;
+    let raw = response.as_raw_response();
+    Ok(raw.headers().get_optional_str(&azure_core::headers::AZURE_ASYNCOPERATION).map(str::to_string))
+}
+
+pub fn provisioning_state(vm: &Value) -> &str {
+    vm.pointer("/properties/provisioningState").and_then(Value::as_str).unwrap_or_default()
+}
+
+/// Waits for a create to end: polls the operation status when there is one (it carries the failure's
+/// code), otherwise the VM itself. Returns the final VM document.
+pub async fn wait_for_create(
+    clients: &ArmClients,
+    rg: &str,
+    name: &str,
+    operation_url: Option<&str>,
+    poll_interval: Duration,
+    max_polls: u32,
+) -> Result<Value, ArmFailure> {
+    for _ in 0..max_polls.max(1) {
+        if let Some(url) = operation_url {
+            // A failed poll (e.g. a throttled status GET) just costs one poll.
+            if let Ok(status) = clients.get_json(url).await {
+                match status.get("status").and_then(Value::as_str).unwrap_or_default() {
+                    "Succeeded" => return get_vm(clients, rg, name).await?.ok_or_else(|| vanished(name)),
+                    "Failed" | "Canceled" => {
+                        return Err(ArmFailure {
+                            status: 409,
+                            code: status
+                                .pointer("/error/code")
+                                .and_then(Value::as_str)
+                                .unwrap_or("ProvisioningFailed")
+                                .into(),
+                            message: status
+                                .pointer("/error/message")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .into(),
+                        })
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            let vm = get_vm(clients, rg, name).await?.ok_or_else(|| vanished(name))?;
+            match provisioning_state(&vm) {
+                "Succeeded" => return Ok(vm),
+                "Failed" | "Canceled" => {
+                    return Err(ArmFailure {
+                        status: 409,
+                        code: "ProvisioningFailed".into(),
+                        message: format!("VM {name} ended in provisioning state {}", provisioning_state(&vm)),
+                    })
+                }
+                _ => {}
+            }
+        }
+        tokio::time::sleep(poll_interval).await;
+    }
+    Err(ArmFailure {
+        status: 0,
+        code: "OperationTimedOut".into(),
+        message: format!("creating VM {name} did not finish"),
+    })
+}
+
+fn vanished(name: &str) -> ArmFailure {
+    ArmFailure {
+        status: 404,
+        code: "ResourceNotFound".into(),
+        message: format!("VM {name} disappeared while being created"),
+    }
+}
+
+/// Force-deletes the VM and waits until a GET says 404. Missing is success.
+pub async fn delete_vm(
+    clients: &ArmClients,
+    rg: &str,
+    name: &str,
+    poll_interval: Duration,
+    max_polls: u32,
+) -> Result<(), ArmFailure> {
+    let vms = clients.compute.virtual_machines_client();
+    if let Err(err) = vms.delete(rg, name, &clients.subscription_id).force_deletion(true).send().await {
+        let failure = sdk_failure(&err);
+        if !failure.is_not_found() {
+            return Err(failure);
+        }
+    }
+    for _ in 0..max_polls.max(1) {
+        if get_vm(clients, rg, name).await?.is_none() {
+            return Ok(());
+        }
+        tokio::time::sleep(poll_interval).await;
+    }
+    Err(ArmFailure {
+        status: 0,
+        code: "OperationTimedOut".into(),
+        message: format!("deleting VM {name} did not finish"),
+    })
+}
+
+/// VM documents in the resource group tagged with `key=value`.
+pub async fn list_tagged(
+    clients: &ArmClients,
+    rg: &str,
+    key: &str,
+    value: &str,
+) -> Result<Vec<Value>, ArmFailure> {
+    let mut found = Vec::new();
+    let mut pages =
+        clients.compute.virtual_machines_client().list(rg, &clients.subscription_id).into_stream();
+    while let Some(page) = pages.next().await {
+        for vm in page.map_err(|e| sdk_failure(&e))?.value {
+            if vm.resource.tags.as_ref().is_some_and(|t| t[key] == value) {
+                found.push(serde_json::to_value(vm).unwrap_or(Value::Null));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// A VM document as an [`Instance`].
+pub fn instance(vm: &Value, subscription: &str, rg: &str, location: &str) -> Instance {
+    let text = |pointer: &str| vm.pointer(pointer).and_then(Value::as_str).map(str::to_string);
+    let name = text("/name").unwrap_or_default();
+    let tags: BTreeMap<String, String> = vm
+        .get("tags")
+        .and_then(Value::as_object)
+        .map(|t| t.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+        .unwrap_or_default();
+    let zone = vm.pointer("/zones/0").and_then(Value::as_str).map(|z| format!("{location}-{z}"));
+    let spot = text("/properties/priority").is_some_and(|p| p.eq_ignore_ascii_case("Spot"));
+    Instance {
+        provider_id: naming::provider_id(subscription, rg, &name),
+        name,
+        instance_type: text("/properties/hardwareProfile/vmSize").unwrap_or_default(),
+        zone,
+        capacity_type: if spot { CapacityType::Spot } else { CapacityType::OnDemand },
+        nodepool: tags.get(TAG_NODEPOOL).cloned(),
+        image_id: text("/properties/storageProfile/imageReference/communityGalleryImageId")
+            .or_else(|| text("/properties/storageProfile/imageReference/id")),
+        state: provisioning_state(vm).to_string(),
+        created: text("/properties/timeCreated"),
+        tags,
+    }
+}

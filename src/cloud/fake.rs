@@ -1,0 +1,174 @@
+//! An in-memory [`CloudProvider`] for unit tests and the simulator.
+//!
+//! Owns a map of launched instances and a list of offerings to refuse. It mirrors the production
+//! provider's contract: offerings are tried in the request's order, refused ones give
+//! `InsufficientCapacity`, create is idempotent per claim, delete of a missing instance succeeds, and an
+//! evicted instance reads as `NotFound`.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+use super::azure::naming;
+use super::{CloudError, CloudProvider, Instance, LaunchRequest, RefusedOffering};
+use crate::catalog::CapacityType;
+
+/// The fake's subscription and resource group, used in provider IDs.
+const FAKE_SUBSCRIPTION: &str = "00000000-0000-0000-0000-000000000000";
+const FAKE_RESOURCE_GROUP: &str = "mc_fake";
+
+/// In-memory cloud. Cheap to create; share it behind an `Arc`.
+#[derive(Debug, Default)]
+pub struct FakeCloud {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    instances: BTreeMap<String, Instance>,
+    /// (size, zone, capacity type) that creates refuse, with the reason reported.
+    refusals: Vec<(String, String, CapacityType, String)>,
+    create_calls: u32,
+}
+
+impl FakeCloud {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Makes creates of this offering fail with `reason` (e.g. `ZonalAllocationFailed`).
+    pub fn refuse(&self, instance_type: &str, zone: &str, capacity_type: CapacityType, reason: &str) {
+        self.lock().refusals.push((instance_type.into(), zone.into(), capacity_type, reason.into()));
+    }
+
+    /// Removes an instance as a spot eviction would; false when there was none.
+    pub fn evict(&self, name: &str) -> bool {
+        self.lock().instances.remove(name).is_some()
+    }
+
+    pub fn instances(&self) -> Vec<Instance> {
+        self.lock().instances.values().cloned().collect()
+    }
+
+    pub fn create_calls(&self) -> u32 {
+        self.lock().create_calls
+    }
+}
+
+impl CloudProvider for FakeCloud {
+    async fn create(&self, request: &LaunchRequest) -> Result<Instance, CloudError> {
+        let mut inner = self.lock();
+        inner.create_calls += 1;
+        let name = naming::resource_name(&request.claim_name);
+        if let Some(existing) = inner.instances.get(&name) {
+            return Ok(existing.clone());
+        }
+        let mut refused = Vec::new();
+        for option in &request.options {
+            for offering in &option.offerings {
+                let refusal = inner.refusals.iter().find(|(sku, zone, ct, _)| {
+                    *sku == option.name && *zone == offering.zone && *ct == offering.capacity_type
+                });
+                if let Some((_, _, _, reason)) = refusal {
+                    refused.push(RefusedOffering {
+                        instance_type: option.name.clone(),
+                        zone: offering.zone.clone(),
+                        capacity_type: offering.capacity_type,
+                        reason: reason.clone(),
+                    });
+                    continue;
+                }
+                let instance = Instance {
+                    name: name.clone(),
+                    provider_id: naming::provider_id(FAKE_SUBSCRIPTION, FAKE_RESOURCE_GROUP, &name),
+                    instance_type: option.name.clone(),
+                    zone: super::logical_zone(&offering.zone).map(|_| offering.zone.clone()),
+                    capacity_type: offering.capacity_type,
+                    nodepool: (!request.nodepool.is_empty()).then(|| request.nodepool.clone()),
+                    image_id: Some(request.image_id.clone()),
+                    state: "Succeeded".to_string(),
+                    created: None,
+                    tags: request.tags.clone(),
+                };
+                inner.instances.insert(name, instance.clone());
+                return Ok(instance);
+            }
+        }
+        Err(CloudError::InsufficientCapacity { refused })
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<Instance, CloudError> {
+        let name =
+            naming::parse_provider_id(provider_id).map_err(|e| CloudError::Invalid(e.to_string()))?.vm_name;
+        self.lock().instances.get(&name).cloned().ok_or(CloudError::NotFound(name))
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, CloudError> {
+        Ok(self.instances())
+    }
+
+    async fn delete(&self, provider_id: &str) -> Result<(), CloudError> {
+        let name =
+            naming::parse_provider_id(provider_id).map_err(|e| CloudError::Invalid(e.to_string()))?.vm_name;
+        self.lock().instances.remove(&name);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloud::{InstanceTypeOption, KubeletSettings, OfferingChoice};
+
+    fn request() -> LaunchRequest {
+        let offering =
+            |zone: &str| OfferingChoice { zone: zone.into(), capacity_type: CapacityType::OnDemand };
+        LaunchRequest {
+            claim_name: "default-abc".into(),
+            nodepool: "default".into(),
+            options: vec![InstanceTypeOption {
+                name: "Standard_D2s_v5".into(),
+                family: None,
+                vcpus: 2,
+                accelerated_networking: true,
+                ephemeral_os_disk: None,
+                offerings: vec![offering("eastus-1"), offering("eastus-2")],
+            }],
+            labels: BTreeMap::new(),
+            taints: vec![],
+            startup_taints: vec![],
+            image_id: "img".into(),
+            os_disk_size_gb: 128,
+            tags: BTreeMap::new(),
+            kubelet: KubeletSettings::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn create_skips_refused_offerings_and_is_idempotent() {
+        let cloud = FakeCloud::new();
+        cloud.refuse("Standard_D2s_v5", "eastus-1", CapacityType::OnDemand, "ZonalAllocationFailed");
+        let created = cloud.create(&request()).await.unwrap();
+        assert_eq!(created.zone.as_deref(), Some("eastus-2"));
+        assert_eq!(cloud.create(&request()).await.unwrap(), created);
+        assert_eq!(cloud.list().await.unwrap().len(), 1);
+        assert!(cloud.evict("aks-default-abc"));
+        assert!(matches!(cloud.get(&created.provider_id).await, Err(CloudError::NotFound(_))));
+        cloud.delete(&created.provider_id).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn all_refused_is_insufficient_capacity() {
+        let cloud = FakeCloud::new();
+        for zone in ["eastus-1", "eastus-2"] {
+            cloud.refuse("Standard_D2s_v5", zone, CapacityType::OnDemand, "SKUNotAvailable");
+        }
+        let Err(CloudError::InsufficientCapacity { refused }) = cloud.create(&request()).await else {
+            panic!("expected insufficient capacity")
+        };
+        assert_eq!(refused.len(), 2);
+    }
+}

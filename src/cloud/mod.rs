@@ -1,0 +1,273 @@
+//! The cloud-provider boundary: what the NodeClaim controllers ask of a cloud, in plain data.
+//!
+//! Owns the [`CloudProvider`] trait, the request and result types ([`LaunchRequest`], [`Instance`]) and
+//! the one error enum [`CloudError`] whose static [`CloudError::category`] is used as a metric label and
+//! an event reason. Implementations: `azure` (production, ARM) and `fake` (in memory, for unit tests and
+//! the simulator).
+
+pub mod azure;
+pub mod fake;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::apis::common::Taint;
+use crate::catalog::{CapacityType, SkuRecord, Timestamp};
+
+/// Reads "now" for the unavailable-offerings cache; injected so tests and the simulator control time.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// Wall time since the Unix epoch.
+pub fn wall_clock() -> Clock {
+    Arc::new(|| SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO))
+}
+
+/// Launches, finds and removes the machines behind NodeClaims.
+///
+/// Every method is idempotent: create reuses what an earlier, interrupted create left behind, delete of
+/// something already gone succeeds.
+pub trait CloudProvider: Send + Sync {
+    /// Launches a machine for the claim, trying the request's offerings in order.
+    fn create(&self, request: &LaunchRequest) -> impl Future<Output = Result<Instance, CloudError>> + Send;
+    /// The machine behind a providerID; [`CloudError::NotFound`] when it is gone (e.g. spot eviction).
+    fn get(&self, provider_id: &str) -> impl Future<Output = Result<Instance, CloudError>> + Send;
+    /// Every machine this cluster owns (found by its cluster tag).
+    fn list(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send;
+    /// Removes the machine and what belongs to it; success when it is already gone.
+    fn delete(&self, provider_id: &str) -> impl Future<Output = Result<(), CloudError>> + Send;
+}
+
+/// Everything a launch needs, resolved by the controller from the NodeClaim, its NodePool and its
+/// AKSNodeClass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchRequest {
+    /// The NodeClaim name; the VM, NIC and OS disk are named `aks-<claim>`.
+    pub claim_name: String,
+    /// Empty for a standalone claim.
+    pub nodepool: String,
+    /// Ranked best first; the first offering not blocked by the unavailable cache is tried.
+    pub options: Vec<InstanceTypeOption>,
+    /// Node labels from the claim (single-valued requirements and template labels). The provider keeps
+    /// only those the kubelet may set and adds the chosen offering's zone, capacity type and size.
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub startup_taints: Vec<Taint>,
+    /// The image (SIG or community gallery image version ID) from the AKSNodeClass status.
+    pub image_id: String,
+    pub os_disk_size_gb: u32,
+    /// AKSNodeClass `spec.tags` (keys may contain '/').
+    pub tags: BTreeMap<String, String>,
+    pub kubelet: KubeletSettings,
+}
+
+/// Per-node kubelet values the bootstrap script passes as flags.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KubeletSettings {
+    pub max_pods: u32,
+    /// e.g. `cpu=100m`, `memory=1843Mi`.
+    pub kube_reserved: BTreeMap<String, String>,
+}
+
+/// One VM size the claim may run on, with the offerings to try in ranked order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceTypeOption {
+    pub name: String,
+    /// Resource SKU family (e.g. `standardDSv5Family`), for family-wide quota marks.
+    pub family: Option<String>,
+    pub vcpus: u32,
+    pub accelerated_networking: bool,
+    /// Where an ephemeral OS disk can live on this size, if anywhere.
+    pub ephemeral_os_disk: Option<EphemeralOsDisk>,
+    pub offerings: Vec<OfferingChoice>,
+}
+
+impl InstanceTypeOption {
+    /// The facts of a catalog size, with the given offerings.
+    pub fn from_sku(sku: &SkuRecord, offerings: Vec<OfferingChoice>) -> Self {
+        InstanceTypeOption {
+            name: sku.name.clone(),
+            family: sku.family.clone(),
+            vcpus: sku.vcpus,
+            accelerated_networking: sku.accelerated_networking == Some(true),
+            ephemeral_os_disk: EphemeralOsDisk::for_sku(sku),
+            offerings,
+        }
+    }
+}
+
+/// A zone (`<region>-<n>`, or `""`/`"0"` for regional) and a capacity type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OfferingChoice {
+    pub zone: String,
+    pub capacity_type: CapacityType,
+}
+
+/// The local disk an ephemeral OS disk is placed on (ARM `diffDiskSettings.placement`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EphemeralPlacement {
+    NvmeDisk,
+    CacheDisk,
+    ResourceDisk,
+}
+
+impl EphemeralPlacement {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NvmeDisk => "NvmeDisk",
+            Self::CacheDisk => "CacheDisk",
+            Self::ResourceDisk => "ResourceDisk",
+        }
+    }
+}
+
+/// Ephemeral OS disk capability of a size: the placement and its size in GB (the
+/// `sku-storage-ephemeralos-maxsize` label value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EphemeralOsDisk {
+    pub placement: EphemeralPlacement,
+    pub max_size_gb: u64,
+}
+
+impl EphemeralOsDisk {
+    /// Upstream preference NVMe > cache > resource disk (reference §2), among placements the SKU lists.
+    pub fn for_sku(sku: &SkuRecord) -> Option<Self> {
+        let max_size_gb = sku.ephemeral_os_disk_max_gb()?;
+        let listed = |p: &str| {
+            sku.ephemeral_os_disk_placements
+                .as_ref()
+                .is_none_or(|ps| ps.iter().any(|x| x.eq_ignore_ascii_case(p)))
+        };
+        let has = |gib: Option<f64>| gib.is_some_and(|g| g > 0.0);
+        let placement =
+            if sku.ephemeral_os_disk_placements.is_some() && listed("NvmeDisk") && has(sku.nvme_disk_gib) {
+                EphemeralPlacement::NvmeDisk
+            } else if listed("CacheDisk") && has(sku.cache_disk_gib) {
+                EphemeralPlacement::CacheDisk
+            } else {
+                EphemeralPlacement::ResourceDisk
+            };
+        Some(EphemeralOsDisk { placement, max_size_gb })
+    }
+}
+
+/// A launched machine as the controllers see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    /// The VM name (`aks-<claim>`).
+    pub name: String,
+    pub provider_id: String,
+    pub instance_type: String,
+    /// `<region>-<n>`, None when regional.
+    pub zone: Option<String>,
+    pub capacity_type: CapacityType,
+    /// From the `karpenter.sh_nodepool` tag.
+    pub nodepool: Option<String>,
+    pub image_id: Option<String>,
+    /// ARM provisioning state (`Creating`, `Succeeded`, `Deleting`, ...).
+    pub state: String,
+    /// RFC 3339, from the VM's `timeCreated`.
+    pub created: Option<String>,
+    pub tags: BTreeMap<String, String>,
+}
+
+/// One offering Azure refused during a create, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedOffering {
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    /// The unavailable-reason category (`ZonalAllocationFailed`, ...) or the ARM code.
+    pub reason: String,
+}
+
+/// Why a cloud call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CloudError {
+    /// No offering could be launched; the claim should be deleted so the next solve picks another.
+    #[error("insufficient capacity: {}", describe_refused(refused))]
+    InsufficientCapacity { refused: Vec<RefusedOffering> },
+    #[error("node class not ready: {0}")]
+    NodeClassNotReady(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// ARM throttled us past the retry budget.
+    #[error("throttled by Azure: {0}")]
+    Throttled(String),
+    /// A server error, a timeout or an operation that ended badly; retry later.
+    #[error("transient Azure error: {0}")]
+    Transient(String),
+    /// The request was rejected as invalid; retrying the same request will not help.
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The credential was refused or no token could be obtained.
+    #[error("authentication failed: {0}")]
+    Unauthorized(String),
+}
+
+fn describe_refused(refused: &[RefusedOffering]) -> String {
+    if refused.is_empty() {
+        return "every offering is marked unavailable".to_string();
+    }
+    let parts: Vec<String> = refused
+        .iter()
+        .map(|r| format!("{}/{}/{}: {}", r.instance_type, r.zone, r.capacity_type.as_str(), r.reason))
+        .collect();
+    parts.join("; ")
+}
+
+impl CloudError {
+    /// Static category for metric labels and event reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            CloudError::InsufficientCapacity { .. } => "InsufficientCapacity",
+            CloudError::NodeClassNotReady(_) => "NodeClassNotReady",
+            CloudError::NotFound(_) => "NotFound",
+            CloudError::Throttled(_) => "Throttled",
+            CloudError::Transient(_) => "Transient",
+            CloudError::Invalid(_) => "Invalid",
+            CloudError::Unauthorized(_) => "Unauthorized",
+        }
+    }
+
+    /// Whether the same call may succeed later without changing the request.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, CloudError::Throttled(_) | CloudError::Transient(_))
+    }
+}
+
+/// The logical Azure zone ("1") of a Kubernetes zone label (`eastus-1`); None when regional.
+pub fn logical_zone(zone: &str) -> Option<&str> {
+    let (_, n) = zone.rsplit_once('-')?;
+    (!n.is_empty() && n != "0" && n.bytes().all(|b| b.is_ascii_digit())).then_some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logical_zones() {
+        assert_eq!(logical_zone("eastus-1"), Some("1"));
+        assert_eq!(logical_zone("0"), None);
+        assert_eq!(logical_zone(""), None);
+        assert_eq!(logical_zone("eastus"), None);
+    }
+
+    #[test]
+    fn categories_are_static_and_messages_name_offerings() {
+        let err = CloudError::InsufficientCapacity {
+            refused: vec![RefusedOffering {
+                instance_type: "Standard_D4s_v5".into(),
+                zone: "eastus-1".into(),
+                capacity_type: CapacityType::Spot,
+                reason: "ZonalAllocationFailed".into(),
+            }],
+        };
+        assert_eq!(err.category(), "InsufficientCapacity");
+        assert!(err.to_string().contains("Standard_D4s_v5/eastus-1/spot: ZonalAllocationFailed"));
+        assert!(CloudError::Throttled("x".into()).is_retryable());
+        assert!(!CloudError::Invalid("x".into()).is_retryable());
+    }
+}

@@ -1,0 +1,16 @@
+//! The operator: what runs around the controllers. For now its settings: [`Options`] as flags and
+//! environment variables with upstream's names, and [`Validated`], the typed values after checking.
+
+mod checks;
+pub mod options;
+pub mod settings;
+
+pub use checks::setting;
+pub use options::{defaults, Options, OptionsError, Secret, Setting};
+pub use settings::{
+    AzureSettings, Credential, LeaderElection, NetworkDataplane, NetworkPlugin, NetworkPolicy,
+    NetworkSettings, Validated,
+};
+
+#[cfg(test)]
+mod options_tests;

@@ -1,0 +1,120 @@
+//! The cluster index: a synchronous, in-memory view of the objects provisioning and disruption decide
+//! on (Pods, Nodes, NodeClaims, NodePools, AKSNodeClasses, DaemonSets, PodDisruptionBudgets), fed by
+//! watch tasks through [`Cluster::apply`] / [`Cluster::delete`], gated by [`Cluster::synced`], and
+//! turned into plain solver input by [`Cluster::snapshot`].
+//!
+//! Pure and synchronous: no kube client, no tokio, no clock. The watch tasks (in `controllers/`) own
+//! the I/O and hold the index behind a lock; every query here sees one consistent state, so the
+//! upstream rule "snapshot nodes before pods" (over-estimate capacity rather than launch twice) holds
+//! trivially inside one snapshot.
+//!
+//! Objects are converted on arrival into compact records ([`records`]) holding only what decisions
+//! read; whole Pods and Nodes are never kept, so memory grows with the fields used, not with
+//! `managedFields` and status noise.
+
+mod cluster;
+pub mod records;
+mod snapshot;
+#[cfg(test)]
+mod tests;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use crate::apis::{AKSNodeClass, NodeClaim, NodePool};
+
+pub use cluster::{Cluster, NotSynced};
+pub use records::{NodeClaimRecord, NodeRecord, PdbRecord, PodPhase, PodRecord};
+
+/// The kinds of object the index holds; each is watched and synced on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Pod,
+    Node,
+    NodeClaim,
+    NodePool,
+    NodeClass,
+    DaemonSet,
+    PodDisruptionBudget,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 7] = [
+        Kind::Pod,
+        Kind::Node,
+        Kind::NodeClaim,
+        Kind::NodePool,
+        Kind::NodeClass,
+        Kind::DaemonSet,
+        Kind::PodDisruptionBudget,
+    ];
+
+    /// The Kubernetes kind name, for logs and events.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Pod => "Pod",
+            Kind::Node => "Node",
+            Kind::NodeClaim => "NodeClaim",
+            Kind::NodePool => "NodePool",
+            Kind::NodeClass => "AKSNodeClass",
+            Kind::DaemonSet => "DaemonSet",
+            Kind::PodDisruptionBudget => "PodDisruptionBudget",
+        }
+    }
+}
+
+/// An object as a watch delivers it, borrowed: the index copies out only what it keeps.
+#[derive(Clone, Copy, Debug)]
+pub enum Object<'a> {
+    Pod(&'a Pod),
+    Node(&'a Node),
+    NodeClaim(&'a NodeClaim),
+    NodePool(&'a NodePool),
+    NodeClass(&'a AKSNodeClass),
+    DaemonSet(&'a DaemonSet),
+    PodDisruptionBudget(&'a PodDisruptionBudget),
+}
+
+impl Object<'_> {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Object::Pod(_) => Kind::Pod,
+            Object::Node(_) => Kind::Node,
+            Object::NodeClaim(_) => Kind::NodeClaim,
+            Object::NodePool(_) => Kind::NodePool,
+            Object::NodeClass(_) => Kind::NodeClass,
+            Object::DaemonSet(_) => Kind::DaemonSet,
+            Object::PodDisruptionBudget(_) => Kind::PodDisruptionBudget,
+        }
+    }
+}
+
+macro_rules! object_from {
+    ($($variant:ident => $ty:ty),* $(,)?) => {$(
+        impl<'a> From<&'a $ty> for Object<'a> {
+            fn from(o: &'a $ty) -> Self {
+                Object::$variant(o)
+            }
+        }
+    )*};
+}
+
+object_from!(
+    Pod => Pod,
+    Node => Node,
+    NodeClaim => NodeClaim,
+    NodePool => NodePool,
+    NodeClass => AKSNodeClass,
+    DaemonSet => DaemonSet,
+    PodDisruptionBudget => PodDisruptionBudget,
+);
+
+/// The index key of an object: `namespace/name` for namespaced kinds, `name` for cluster-scoped ones
+/// (Nodes, NodeClaims, NodePools, AKSNodeClasses).
+pub fn key(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    }
+}

@@ -1,0 +1,291 @@
+//! Compact records of the watched objects: the solver's view of each (converted once, on arrival, by
+//! the same [`from_k8s`] functions the simulator uses) plus the few status fields provisioning and
+//! disruption read. Whole objects are dropped after conversion.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::apis::conditions::{self, ConditionStatus};
+use crate::apis::labels::{ANNOTATION_DO_NOT_DISRUPT, LABEL_INITIALIZED, LABEL_NODEPOOL, TAINT_UNREGISTERED};
+use crate::apis::{NodeClaim, Taint};
+use crate::scheduling::from_k8s::{self, FromK8sError, PodContext};
+use crate::scheduling::requirements::Requirements;
+use crate::scheduling::resources::Resources;
+use crate::scheduling::{ExistingNode, Pod};
+
+/// Set by the kubelet on the API copy of a static pod.
+pub const ANNOTATION_MIRROR_POD: &str = "kubernetes.io/config.mirror";
+
+/// Taints a node carries only while it comes up; an uninitialized managed node is judged without them
+/// (upstream core `pkg/scheduling/taints.go` KnownEphemeralTaints, plus the `readiness.k8s.io/` prefix).
+const EPHEMERAL_TAINTS: &[&str] = &[
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+    TAINT_UNREGISTERED,
+];
+const EPHEMERAL_TAINT_PREFIX: &str = "readiness.k8s.io/";
+
+/// Whether a taint only marks a node that is still coming up.
+pub fn is_ephemeral_taint(taint: &Taint) -> bool {
+    EPHEMERAL_TAINTS.contains(&taint.key.as_str()) || taint.key.starts_with(EPHEMERAL_TAINT_PREFIX)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodPhase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+impl PodPhase {
+    fn parse(phase: Option<&str>) -> Self {
+        match phase {
+            Some("Running") => Self::Running,
+            Some("Succeeded") => Self::Succeeded,
+            Some("Failed") => Self::Failed,
+            Some("Unknown") => Self::Unknown,
+            _ => Self::Pending,
+        }
+    }
+
+    /// Succeeded and Failed pods hold no resources and never run again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed)
+    }
+}
+
+/// A pod: the solver's view plus what decides whether it is provisionable or blocks disruption.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodRecord {
+    /// `pod.node_name` is `spec.nodeName`; `pod.owner` is `Kind/name` of the controller.
+    pub pod: Pod,
+    pub phase: PodPhase,
+    /// kube-scheduler found no node for it: `PodScheduled=False`, reason `Unschedulable`.
+    pub unschedulable: bool,
+    /// `status.nominatedNodeName`: the scheduler preempted for it and will bind it there.
+    pub nominated_node: Option<String>,
+    /// A static pod's API copy; the kubelet, not a controller, runs it.
+    pub mirror: bool,
+    pub deleting: bool,
+    /// The raw `karpenter.sh/do-not-disrupt` value (`true` or, since upstream v1.12, a duration).
+    pub do_not_disrupt: Option<String>,
+}
+
+impl PodRecord {
+    pub fn from_k8s(p: &core::Pod, ctx: &PodContext) -> Result<Self, FromK8sError> {
+        let status = p.status.as_ref();
+        let annotations = p.metadata.annotations.as_ref();
+        let unschedulable = status.and_then(|s| s.conditions.as_ref()).into_iter().flatten().any(|c| {
+            c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
+        });
+        Ok(Self {
+            pod: from_k8s::from_pod(p, ctx)?,
+            phase: PodPhase::parse(status.and_then(|s| s.phase.as_deref())),
+            unschedulable,
+            nominated_node: status.and_then(|s| s.nominated_node_name.clone()).filter(|n| !n.is_empty()),
+            mirror: annotations.is_some_and(|a| a.contains_key(ANNOTATION_MIRROR_POD)),
+            deleting: p.metadata.deletion_timestamp.is_some(),
+            do_not_disrupt: annotations.and_then(|a| a.get(ANNOTATION_DO_NOT_DISRUPT).cloned()),
+        })
+    }
+
+    /// The kind of the owning controller (`ReplicaSet`, `DaemonSet`, ...), if any.
+    pub fn owner_kind(&self) -> Option<&str> {
+        self.pod.owner.as_deref().and_then(|o| o.split('/').next())
+    }
+
+    /// DaemonSet pods are placed by their controller, and every new node already pays for them.
+    pub fn is_daemonset_pod(&self) -> bool {
+        self.owner_kind() == Some("DaemonSet")
+    }
+
+    /// Upstream `IsProvisionable`: marked Unschedulable by kube-scheduler, not bound, not nominated
+    /// (preemption will place it), not a DaemonSet or mirror pod; and, as upstream filters them out
+    /// before, not terminal and not being deleted.
+    pub fn is_provisionable(&self) -> bool {
+        self.unschedulable
+            && self.pod.node_name.is_none()
+            && self.nominated_node.is_none()
+            && !self.is_daemonset_pod()
+            && !self.mirror
+            && !self.phase.is_terminal()
+            && !self.deleting
+    }
+}
+
+/// A Node: the solver's view plus the state the lifecycle and disruption read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeRecord {
+    /// Labels, taints (a cordoned node carries the unschedulable taint), allocatable, NodePool label.
+    pub node: ExistingNode,
+    pub provider_id: Option<String>,
+    /// What the node counts against its NodePool's limits, with `nodes: 1`.
+    pub capacity: Resources,
+    /// `Ready=True`.
+    pub ready: bool,
+    /// `spec.unschedulable` (cordoned).
+    pub unschedulable: bool,
+    /// Labelled `karpenter.sh/initialized=true` by the NodeClaim lifecycle.
+    pub initialized: bool,
+    pub deleting: bool,
+}
+
+impl NodeRecord {
+    pub fn from_k8s(n: &core::Node) -> Result<Self, FromK8sError> {
+        let node = from_k8s::node(n)?;
+        let ready = n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        Ok(Self {
+            initialized: node.labels.get(LABEL_INITIALIZED).is_some_and(|v| v == "true"),
+            node,
+            provider_id: n.spec.as_ref().and_then(|s| s.provider_id.clone()).filter(|p| !p.is_empty()),
+            capacity: from_k8s::node_capacity(n)?,
+            ready,
+            unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+            deleting: n.metadata.deletion_timestamp.is_some(),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.node.name
+    }
+}
+
+/// A NodeClaim: what was asked for, what the cloud returned, and how far its lifecycle got.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeClaimRecord {
+    pub name: String,
+    /// The `karpenter.sh/nodepool` label.
+    pub nodepool: Option<String>,
+    /// `spec.nodeClassRef.name`.
+    pub node_class: String,
+    /// Set when the VM was created (`Launched`); the Node registers with the same ID.
+    pub provider_id: Option<String>,
+    pub node_name: Option<String>,
+    pub launched: bool,
+    pub registered: bool,
+    pub initialized: bool,
+    pub drifted: bool,
+    pub deleting: bool,
+    /// The claim's labels: the template's, then the chosen size, zone and capacity type after launch.
+    pub labels: BTreeMap<String, String>,
+    pub requirements: Requirements,
+    pub taints: Vec<Taint>,
+    pub startup_taints: Vec<Taint>,
+    /// `spec.resources.requests`: what the pods it was launched for asked.
+    pub requests: Resources,
+    pub capacity: Resources,
+    pub allocatable: Resources,
+    pub created: Option<Time>,
+}
+
+impl NodeClaimRecord {
+    pub fn from_k8s(c: &NodeClaim) -> Result<Self, FromK8sError> {
+        let status = c.status.clone().unwrap_or_default();
+        let labels = c.metadata.labels.clone().unwrap_or_default();
+        let is_true = |t: &str| conditions::is_true(&status.conditions, t);
+        let to_text = |list: &crate::apis::common::ResourceList| {
+            list.iter().map(|(k, v)| (k.clone(), v.as_str().to_string())).collect::<BTreeMap<_, _>>()
+        };
+        let resources = |field: &str, list: &crate::apis::common::ResourceList| {
+            Resources::parse(&to_text(list))
+                .map_err(|source| FromK8sError::Quantity { field: field.to_string(), source })
+        };
+        let requirements = Requirements::from_api(&c.spec.requirements)
+            .map_err(|source| FromK8sError::Requirement { field: "spec.requirements".into(), source })?;
+        Ok(Self {
+            name: c.metadata.name.clone().unwrap_or_default(),
+            nodepool: labels.get(LABEL_NODEPOOL).cloned(),
+            node_class: c.spec.node_class_ref.name.clone(),
+            provider_id: status.provider_id.clone().filter(|p| !p.is_empty()),
+            node_name: status.node_name.clone().filter(|n| !n.is_empty()),
+            launched: is_true(conditions::LAUNCHED),
+            registered: is_true(conditions::REGISTERED),
+            initialized: is_true(conditions::INITIALIZED),
+            drifted: conditions::get(&status.conditions, conditions::DRIFTED)
+                .is_some_and(|c| c.status == ConditionStatus::True),
+            deleting: c.metadata.deletion_timestamp.is_some(),
+            labels,
+            requirements,
+            taints: c.spec.taints.clone(),
+            startup_taints: c.spec.startup_taints.clone(),
+            requests: resources("spec.resources.requests", &c.spec.resources.requests)?,
+            capacity: resources("status.capacity", &status.capacity)?,
+            allocatable: resources("status.allocatable", &status.allocatable)?,
+            created: c.metadata.creation_timestamp.clone(),
+        })
+    }
+
+    /// What the claim counts against its NodePool's limits before its Node exists: the capacity the
+    /// cloud reported (empty before launch), with `nodes: 1`.
+    pub fn limit_usage(&self) -> Resources {
+        self.capacity.clone().with("nodes", 1)
+    }
+
+    /// The claim as capacity that is on its way: the node it will become, with the claim's labels
+    /// (single-valued requirements filled in where the labels are silent, as the node will carry
+    /// them), its taints and startup taints (ignored, since a daemon removes them), and the
+    /// allocatable the cloud reported.
+    pub fn in_flight_node(&self) -> ExistingNode {
+        let mut labels: BTreeMap<String, String> = self
+            .requirements
+            .iter()
+            .filter_map(|r| r.single_value().map(|v| (r.key().to_string(), v.to_string())))
+            .collect();
+        labels.extend(self.labels.clone());
+        let mut taints = self.taints.clone();
+        taints.extend(self.startup_taints.iter().cloned());
+        ExistingNode {
+            name: self.name.clone(),
+            labels,
+            taints,
+            allocatable: self.allocatable.clone(),
+            nodepool: self.nodepool.clone(),
+            in_flight: true,
+            startup_taints: self.startup_taints.clone(),
+        }
+    }
+}
+
+/// A PodDisruptionBudget, as the disruption code reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PdbRecord {
+    pub namespace: String,
+    pub name: String,
+    /// `None` (no selector) selects no pod in policy/v1; an empty selector selects every pod of the
+    /// namespace.
+    pub selector: Option<Requirements>,
+    /// `status.disruptionsAllowed`: evictions the budget admits now.
+    pub disruptions_allowed: i32,
+}
+
+impl PdbRecord {
+    pub fn from_k8s(pdb: &PodDisruptionBudget) -> Result<Self, FromK8sError> {
+        let selector = match pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) {
+            Some(s) => Some(from_k8s::label_selector("spec.selector", s)?),
+            None => None,
+        };
+        Ok(Self {
+            namespace: pdb.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+            name: pdb.metadata.name.clone().unwrap_or_default(),
+            selector,
+            disruptions_allowed: pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed),
+        })
+    }
+
+    /// Whether the budget covers `pod`.
+    pub fn selects(&self, pod: &Pod) -> bool {
+        pod.namespace == self.namespace && self.selector.as_ref().is_some_and(|s| s.matches(&pod.labels))
+    }
+}

@@ -1,0 +1,89 @@
+//! The index as solver input: the same shape the simulator builds from manifests
+//! ([`crate::sim::scenario`]), from the same conversions, so a what-if run and the controller agree.
+//!
+//! - pods: the provisionable pods;
+//! - nodes: registered Nodes not being deleted (nor their NodeClaim), by name, then in-flight
+//!   NodeClaims as capacity on its way (`in_flight: true`, with the claim's labels and allocatable);
+//! - running: non-terminal pods bound to one of those nodes (pods of a node being deleted are the
+//!   disruption flow's concern);
+//! - nodepools: Ready and not deleting, by name, with `remaining = limits − usage`
+//!   ([`Cluster::nodepool_usage`]);
+//! - daemonsets: the DaemonSet pod templates.
+//!
+//! The caller checks [`Cluster::synced`] first; the snapshot itself does not refuse.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use crate::apis::{AKSNodeClass, NodePool, Taint};
+use crate::catalog::InstanceType;
+use crate::scheduling::from_k8s;
+use crate::scheduling::{ExistingNode, SolveInput, SolveOptions};
+
+use super::records::{is_ephemeral_taint, NodeClaimRecord, NodeRecord};
+use super::Cluster;
+
+impl Cluster {
+    /// Solver input from the current index. `catalog` gives each NodePool's instance types for its
+    /// AKSNodeClass (`None` when the class is not in the index; the catalog decides what that means).
+    pub fn snapshot(
+        &self,
+        catalog: &impl Fn(&NodePool, Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>>,
+        options: SolveOptions,
+    ) -> SolveInput {
+        let mut nodes: Vec<ExistingNode> = self
+            .nodes()
+            .filter(|(node, claim)| !node.deleting && !claim.is_some_and(|c| c.deleting))
+            .map(|(node, claim)| existing_node(node, claim))
+            .collect();
+        nodes.extend(self.in_flight_claims().map(NodeClaimRecord::in_flight_node));
+        let node_names: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        let running = node_names
+            .iter()
+            .flat_map(|name| self.pods_on_node(name))
+            .filter(|p| !p.phase.is_terminal())
+            .map(|p| p.pod.clone())
+            .collect();
+        let usage = self.nodepool_usage();
+        let nodepools = self
+            .ready_nodepools()
+            .filter_map(|pool| {
+                let class = self.nodeclass(&pool.spec.template.spec.node_class_ref.name);
+                let name = pool.metadata.name.as_deref().unwrap_or_default();
+                let used = usage.get(name).cloned().unwrap_or_default();
+                // Cannot fail: the same conversion succeeded when the pool was applied.
+                from_k8s::nodepool(pool, &used, catalog(pool, class)).ok()
+            })
+            .collect();
+        SolveInput {
+            pods: self.provisionable_pods().map(|p| p.pod.clone()).collect(),
+            running,
+            nodes,
+            nodepools,
+            daemonsets: self.daemonsets().cloned().collect(),
+            options,
+        }
+    }
+}
+
+/// A registered Node as solver capacity. Until its claim is initialized, the taints a daemon or the
+/// lifecycle will remove (the claim's startup taints, and ephemeral ones such as not-ready) do not
+/// keep pods off it, as upstream judges uninitialized managed nodes.
+fn existing_node(node: &NodeRecord, claim: Option<&NodeClaimRecord>) -> ExistingNode {
+    let mut out = node.node.clone();
+    if let Some(claim) = claim {
+        if out.nodepool.is_none() {
+            out.nodepool = claim.nodepool.clone();
+        }
+        if !node.initialized && !claim.initialized {
+            let mut ignored: Vec<Taint> = claim.startup_taints.clone();
+            for t in node.node.taints.iter().filter(|t| is_ephemeral_taint(t)) {
+                if !ignored.contains(t) {
+                    ignored.push(t.clone());
+                }
+            }
+            out.startup_taints = ignored;
+        }
+    }
+    out
+}

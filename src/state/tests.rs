@@ -1,0 +1,459 @@
+//! Tests of the cluster index: which pods are provisionable, the synced gate, relists, and the
+//! snapshot of a small cluster, checked field by field and against the simulator's own assembly.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1 as core;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use super::*;
+use crate::apis::labels::LABEL_INSTANCE_TYPE;
+use crate::apis::{NodeClaim, TaintEffect};
+use crate::catalog::InstanceType;
+use crate::scheduling::resources::{Resources, CPU};
+use crate::scheduling::SolveOptions;
+use crate::sim::load::{self, Source};
+use crate::sim::scenario::{self, Catalog};
+
+fn yaml<T: DeserializeOwned>(text: &str) -> T {
+    serde_yaml::from_str(text).expect("test object parses")
+}
+
+const UNSCHEDULABLE: &str = "{conditions: [{type: PodScheduled, status: 'False', reason: Unschedulable}]}";
+
+/// A pod in namespace `ns`; `extra_meta` / `extra_spec` are flow-style YAML fields, `status` a mapping.
+fn pod(name: &str, extra_meta: &str, extra_spec: &str, status: &str) -> core::Pod {
+    yaml(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: ns{extra_meta}}}\n\
+         spec: {{containers: [{{name: c, resources: {{requests: {{cpu: 500m}}}}}}]{extra_spec}}}\nstatus: {status}\n"
+    ))
+}
+
+fn all_synced(cluster: &mut Cluster) {
+    for kind in Kind::ALL {
+        cluster.mark_synced(kind);
+    }
+}
+
+#[test]
+fn provisionable_pods_exclude_each_upstream_case() {
+    let cases: &[(&str, core::Pod, bool)] = &[
+        ("pending and unschedulable", pod("p", "", "", UNSCHEDULABLE), true),
+        ("not yet seen by the scheduler", pod("p", "", "", "{}"), false),
+        (
+            "gated, not unschedulable",
+            pod("p", "", "", "{conditions: [{type: PodScheduled, status: 'False', reason: SchedulingGated}]}"),
+            false,
+        ),
+        ("bound", pod("p", "", ", nodeName: n1", UNSCHEDULABLE), false),
+        (
+            "nominated by preemption",
+            pod(
+                "p",
+                "",
+                "",
+                "{nominatedNodeName: n1, conditions: [{type: PodScheduled, status: 'False', reason: Unschedulable}]}",
+            ),
+            false,
+        ),
+        (
+            "owned by a DaemonSet",
+            pod(
+                "p",
+                ", ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: ds, uid: u, controller: true}]",
+                "",
+                UNSCHEDULABLE,
+            ),
+            false,
+        ),
+        ("mirror pod", pod("p", ", annotations: {kubernetes.io/config.mirror: x}", "", UNSCHEDULABLE), false),
+        (
+            "terminal",
+            pod(
+                "p",
+                "",
+                "",
+                "{phase: Failed, conditions: [{type: PodScheduled, status: 'False', reason: Unschedulable}]}",
+            ),
+            false,
+        ),
+        ("being deleted", pod("p", ", deletionTimestamp: '2026-01-01T00:00:00Z'", "", UNSCHEDULABLE), false),
+    ];
+    for (case, p, want) in cases {
+        let mut cluster = Cluster::new();
+        cluster.apply(p);
+        assert_eq!(cluster.provisionable_pods().count(), usize::from(*want), "{case}");
+    }
+}
+
+fn nodeclaim(name: &str, provider_id: Option<&str>, deleting: bool) -> NodeClaim {
+    let deletion = if deleting { ", deletionTimestamp: '2026-01-01T00:00:00Z', finalizers: [x]" } else { "" };
+    let status = provider_id.map_or(String::new(), |id| format!("status: {{providerID: '{id}'}}\n"));
+    yaml(&format!(
+        "apiVersion: karpenter.sh/v1\nkind: NodeClaim\n\
+         metadata: {{name: {name}, labels: {{karpenter.sh/nodepool: general}}{deletion}}}\n\
+         spec: {{nodeClassRef: {{name: default}}, requirements: []}}\n{status}"
+    ))
+}
+
+#[test]
+fn synced_waits_for_every_list_and_for_launching_claims() {
+    let mut cluster = Cluster::new();
+    assert_eq!(cluster.sync_status(), Err(NotSynced::Listing(Kind::Pod)));
+    for kind in &Kind::ALL[..6] {
+        cluster.mark_synced(*kind);
+    }
+    assert_eq!(cluster.sync_status(), Err(NotSynced::Listing(Kind::PodDisruptionBudget)));
+    cluster.mark_synced(Kind::PodDisruptionBudget);
+    assert!(cluster.synced());
+
+    cluster.apply(&nodeclaim("c1", None, false));
+    assert_eq!(cluster.sync_status(), Err(NotSynced::Launching("c1".into())));
+    // A claim already being deleted will never be capacity: it does not hold the gate.
+    cluster.apply(&nodeclaim("c1", None, true));
+    assert!(cluster.synced());
+    cluster.apply(&nodeclaim("c2", None, false));
+    assert!(!cluster.synced());
+    cluster.apply(&nodeclaim("c2", Some("azure:///vm/c2"), false));
+    assert!(cluster.synced());
+}
+
+#[test]
+fn a_relist_drops_objects_deleted_while_the_watch_was_down() {
+    let mut cluster = Cluster::new();
+    cluster.apply(&pod("a", "", "", UNSCHEDULABLE));
+    cluster.apply(&pod("b", "", ", nodeName: n1", "{}"));
+    cluster.mark_synced(Kind::Pod);
+    cluster.begin_relist(Kind::Pod);
+    cluster.apply(&pod("a", "", "", UNSCHEDULABLE));
+    assert!(cluster.pod("ns/b").is_some(), "kept until the relist ends");
+    cluster.mark_synced(Kind::Pod);
+    assert!(cluster.pod("ns/b").is_none());
+    assert_eq!(cluster.pods_on_node("n1").count(), 0);
+    assert!(cluster.pod("ns/a").is_some());
+}
+
+#[test]
+fn an_object_that_cannot_be_converted_is_reported_and_left_out() {
+    let mut cluster = Cluster::new();
+    cluster.apply(&pod("p", "", "", UNSCHEDULABLE));
+    let match_fields = ", affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: \
+                        {nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [n]}]}]}}}";
+    cluster.apply(&pod("p", "", match_fields, UNSCHEDULABLE));
+    assert!(cluster.pod("ns/p").is_none(), "the stale version is gone too");
+    let invalid: Vec<_> = cluster.invalid().map(|(k, key, e)| (k, key.to_string(), e.category())).collect();
+    assert_eq!(invalid, vec![(Kind::Pod, "ns/p".to_string(), "Unsupported")]);
+    cluster.delete_key(Kind::Pod, "ns/p");
+    assert_eq!(cluster.invalid().count(), 0);
+}
+
+#[test]
+fn pods_follow_their_node_when_bound_and_deleted() {
+    let mut cluster = Cluster::new();
+    cluster.apply(&pod("p", "", "", UNSCHEDULABLE));
+    assert_eq!(cluster.provisionable_pods().count(), 1);
+    let bound = pod("p", "", ", nodeName: n1", "{phase: Running}");
+    cluster.apply(&bound);
+    assert_eq!(cluster.provisionable_pods().count(), 0);
+    assert_eq!(cluster.pods_on_node("n1").map(|p| p.pod.id()).collect::<Vec<_>>(), vec!["ns/p"]);
+    cluster.delete(&bound);
+    assert_eq!(cluster.pods_on_node("n1").count(), 0);
+}
+
+/// A NodePool with a cpu limit, a pool that is not Ready, two registered nodes (one not yet
+/// initialized, with a startup taint and not-ready), one in-flight claim, pods bound and pending, a
+/// DaemonSet, and a PDB.
+const CLUSTER: &str = r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: general}
+spec:
+  limits: {cpu: "16"}
+  template:
+    metadata: {labels: {team: a}}
+    spec:
+      nodeClassRef: {name: default}
+      requirements: [{key: kubernetes.io/arch, operator: In, values: [amd64]}]
+      startupTaints: [{key: example.com/agent, effect: NoSchedule}]
+status: {conditions: [{type: Ready, status: "True", reason: Ready, message: "", lastTransitionTime: "2026-01-01T00:00:00Z"}]}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: pending-class}
+spec:
+  template:
+    spec: {nodeClassRef: {name: missing}, requirements: []}
+---
+apiVersion: karpenter.azure.com/v1beta1
+kind: AKSNodeClass
+metadata: {name: default}
+spec: {}
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-a
+  labels: {karpenter.sh/nodepool: general, karpenter.sh/initialized: "true", team: a}
+spec: {providerID: "azure:///vm/a"}
+status:
+  capacity: {cpu: "4", memory: 16Gi, pods: "110"}
+  allocatable: {cpu: 3800m, memory: 12Gi, pods: "110"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-b
+  labels: {karpenter.sh/nodepool: general, team: a}
+spec:
+  providerID: "azure:///vm/b"
+  taints:
+  - {key: example.com/agent, effect: NoSchedule}
+  - {key: node.kubernetes.io/not-ready, effect: NoSchedule}
+status:
+  capacity: {cpu: "4", memory: 16Gi, pods: "110"}
+  allocatable: {cpu: 3800m, memory: 12Gi, pods: "110"}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-1, namespace: ns, labels: {app: web}}
+spec: {nodeName: node-a, containers: [{name: c, resources: {requests: {cpu: "1"}}}]}
+status: {phase: Running}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-2, namespace: ns, labels: {app: web}}
+spec: {containers: [{name: c, resources: {requests: {cpu: "1"}}}]}
+status: {phase: Pending, conditions: [{type: PodScheduled, status: "False", reason: Unschedulable}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: job-done, namespace: ns}
+spec: {nodeName: node-a, containers: [{name: c, resources: {requests: {cpu: "2"}}}]}
+status: {phase: Succeeded}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: agent-x
+  namespace: kube-system
+  ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: agent, uid: u, controller: true}]
+spec: {nodeName: node-b, containers: [{name: c, resources: {requests: {cpu: 100m}}}]}
+status: {phase: Running}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: kube-system}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec: {containers: [{name: c, resources: {requests: {cpu: 100m}}}]}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: ns}
+spec: {selector: {matchLabels: {app: web}}, minAvailable: 1}
+status: {disruptionsAllowed: 0, currentHealthy: 1, desiredHealthy: 1, expectedPods: 1}
+"#;
+
+/// The claims behind node-a and node-b, and one launched whose node has not registered.
+const CLAIMS: &str = r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata: {name: general-a, labels: {karpenter.sh/nodepool: general}}
+spec: {nodeClassRef: {name: default}, requirements: []}
+status: {providerID: "azure:///vm/a", nodeName: node-a}
+---
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata: {name: general-b, labels: {karpenter.sh/nodepool: general}}
+spec:
+  nodeClassRef: {name: default}
+  requirements: []
+  startupTaints: [{key: example.com/agent, effect: NoSchedule}]
+status: {providerID: "azure:///vm/b", nodeName: node-b}
+---
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: general-c
+  labels: {karpenter.sh/nodepool: general, team: a, node.kubernetes.io/instance-type: Standard_D2s_v5}
+spec:
+  nodeClassRef: {name: default}
+  requirements:
+  - {key: topology.kubernetes.io/zone, operator: In, values: [eastus-1]}
+  - {key: kubernetes.io/arch, operator: In, values: [amd64, arm64]}
+  taints: [{key: dedicated, value: a, effect: NoSchedule}]
+  startupTaints: [{key: example.com/agent, effect: NoSchedule}]
+status:
+  providerID: "azure:///vm/c"
+  capacity: {cpu: "2", memory: 8Gi}
+  allocatable: {cpu: 1900m, memory: 5Gi, pods: "110"}
+"#;
+
+fn documents(text: &str) -> Vec<serde_yaml::Value> {
+    serde_yaml::Deserializer::from_str(text).map(|d| serde_yaml::Value::deserialize(d).unwrap()).collect()
+}
+
+/// Applies every document of `text` to the index.
+fn apply_all(cluster: &mut Cluster, text: &str) {
+    for doc in documents(text) {
+        let kind = doc["kind"].as_str().unwrap().to_string();
+        match kind.as_str() {
+            "NodePool" => cluster.apply(&serde_yaml::from_value::<crate::apis::NodePool>(doc).unwrap()),
+            "AKSNodeClass" => {
+                cluster.apply(&serde_yaml::from_value::<crate::apis::AKSNodeClass>(doc).unwrap())
+            }
+            "NodeClaim" => cluster.apply(&serde_yaml::from_value::<NodeClaim>(doc).unwrap()),
+            "Node" => cluster.apply(&serde_yaml::from_value::<core::Node>(doc).unwrap()),
+            "Pod" => cluster.apply(&serde_yaml::from_value::<core::Pod>(doc).unwrap()),
+            "DaemonSet" => cluster.apply(&serde_yaml::from_value::<DaemonSet>(doc).unwrap()),
+            "PodDisruptionBudget" => cluster.apply(
+                &serde_yaml::from_value::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(doc).unwrap(),
+            ),
+            other => panic!("unexpected kind {other}"),
+        }
+    }
+}
+
+fn small_cluster() -> Cluster {
+    let mut cluster = Cluster::new();
+    apply_all(&mut cluster, CLUSTER);
+    apply_all(&mut cluster, CLAIMS);
+    all_synced(&mut cluster);
+    assert!(cluster.synced(), "{:?}", cluster.sync_status());
+    assert_eq!(cluster.invalid().count(), 0);
+    cluster
+}
+
+fn taint(key: &str) -> crate::apis::Taint {
+    crate::apis::Taint { key: key.into(), value: None, effect: TaintEffect::NoSchedule, time_added: None }
+}
+
+#[test]
+fn snapshot_of_a_small_cluster() {
+    let cluster = small_cluster();
+    let asked = RefCell::new(vec![]);
+    let catalog = |pool: &crate::apis::NodePool, class: Option<&crate::apis::AKSNodeClass>| {
+        asked.borrow_mut().push((pool.metadata.name.clone().unwrap(), class.is_some()));
+        Arc::new(Vec::<InstanceType>::new())
+    };
+    let input = cluster.snapshot(&catalog, SolveOptions { region: "eastus".into(), ..Default::default() });
+
+    assert_eq!(input.pods.iter().map(|p| p.id()).collect::<Vec<_>>(), vec!["ns/web-2"]);
+    // Bound and not terminal, node by node; the DaemonSet pod on node-b is capacity in use too.
+    assert_eq!(
+        input.running.iter().map(|p| p.id()).collect::<Vec<_>>(),
+        vec!["ns/web-1", "kube-system/agent-x"]
+    );
+
+    let names: Vec<_> = input.nodes.iter().map(|n| (n.name.as_str(), n.in_flight)).collect();
+    assert_eq!(names, vec![("node-a", false), ("node-b", false), ("general-c", true)]);
+    let (a, b, c) = (&input.nodes[0], &input.nodes[1], &input.nodes[2]);
+    assert_eq!(a.allocatable.get(CPU), 3800);
+    assert_eq!(a.nodepool.as_deref(), Some("general"));
+    assert!(a.startup_taints.is_empty(), "initialized: its taints all count");
+    // Not initialized: the claim's startup taint and not-ready will go away.
+    assert_eq!(b.taints.len(), 2);
+    assert_eq!(b.startup_taints, vec![taint("example.com/agent"), taint("node.kubernetes.io/not-ready")]);
+    assert_eq!(c.allocatable.get(CPU), 1900);
+    assert_eq!(c.nodepool.as_deref(), Some("general"));
+    assert_eq!(c.labels.get(LABEL_INSTANCE_TYPE).map(String::as_str), Some("Standard_D2s_v5"));
+    assert_eq!(c.labels.get("topology.kubernetes.io/zone").map(String::as_str), Some("eastus-1"));
+    assert!(!c.labels.contains_key("kubernetes.io/arch"), "two values: no label yet");
+    assert_eq!(c.taints.len(), 2);
+    assert_eq!(c.startup_taints, vec![taint("example.com/agent")]);
+
+    // Only the Ready pool; its class was found.
+    assert_eq!(*asked.borrow(), vec![("general".to_string(), true)]);
+    assert_eq!(input.nodepools.len(), 1);
+    let pool = &input.nodepools[0];
+    // 16 cpu − (4 + 4 of the nodes + 2 of the in-flight claim).
+    assert_eq!(pool.remaining, Some(Resources::new().with(CPU, 6000)));
+    assert_eq!(pool.startup_taints, vec![taint("example.com/agent")]);
+    assert_eq!(input.options.region, "eastus");
+
+    assert_eq!(input.daemonsets.len(), 1);
+    assert_eq!(input.daemonsets[0].owner.as_deref(), Some("DaemonSet/agent"));
+    assert_eq!(input.daemonsets[0].requests.get(CPU), 100);
+
+    let usage = cluster.nodepool_usage();
+    assert_eq!(usage["general"].get("nodes"), 3);
+    let pdb = cluster.pdbs().next().unwrap();
+    assert_eq!(pdb.disruptions_allowed, 0);
+    assert!(pdb.selects(&input.running[0]));
+}
+
+#[test]
+fn nodes_and_claims_join_by_provider_id() {
+    let cluster = small_cluster();
+    let joined: Vec<_> =
+        cluster.nodes().map(|(n, c)| (n.name().to_string(), c.map(|c| c.name.clone()))).collect();
+    assert_eq!(
+        joined,
+        vec![("node-a".into(), Some("general-a".into())), ("node-b".into(), Some("general-b".into()))]
+    );
+    let in_flight: Vec<_> = cluster.in_flight_claims().map(|c| c.name.as_str()).collect();
+    assert_eq!(in_flight, vec!["general-c"]);
+}
+
+#[test]
+fn deleting_nodes_leave_the_snapshot_but_still_count_against_limits() {
+    let mut cluster = small_cluster();
+    let mut node_a: core::Node = serde_yaml::from_value(documents(CLUSTER)[3].clone()).unwrap();
+    node_a.metadata.deletion_timestamp = Some(yaml("'2026-01-01T00:00:00Z'"));
+    cluster.apply(&node_a);
+    let input = cluster.snapshot(
+        &|_: &crate::apis::NodePool, _: Option<&crate::apis::AKSNodeClass>| Arc::default(),
+        SolveOptions::default(),
+    );
+    assert_eq!(input.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), vec!["node-b", "general-c"]);
+    assert_eq!(input.running.iter().map(|p| p.id()).collect::<Vec<_>>(), vec!["kube-system/agent-x"]);
+    assert_eq!(input.nodepools[0].remaining, Some(Resources::new().with(CPU, 6000)));
+}
+
+/// The controller and the simulator build the same input from the same objects (without claims,
+/// which the simulator does not read).
+#[test]
+fn snapshot_agrees_with_the_simulator() {
+    let mut cluster = Cluster::new();
+    apply_all(&mut cluster, CLUSTER);
+    all_synced(&mut cluster);
+    let objects = load::load(&[Source::Text { name: "cluster.yaml".into(), text: CLUSTER.into() }]).unwrap();
+    let types = Arc::new(Vec::<InstanceType>::new());
+    let sim = scenario::build(&objects, "eastus", &Catalog::Fixed(types.clone())).unwrap().input;
+    let ours = cluster.snapshot(
+        &|_: &crate::apis::NodePool, _: Option<&crate::apis::AKSNodeClass>| types.clone(),
+        SolveOptions { region: "eastus".into(), ..Default::default() },
+    );
+    assert_eq!(ours.pods, sim.pods);
+    let mut sim_running = sim.running.clone();
+    sim_running.sort_by_key(|p| (p.node_name.clone(), p.id()));
+    let mut our_running = ours.running.clone();
+    our_running.sort_by_key(|p| (p.node_name.clone(), p.id()));
+    assert_eq!(our_running, sim_running);
+    assert_eq!(ours.daemonsets, sim.daemonsets);
+    // Without claims, node-b's startup taints are unknown to both.
+    assert_eq!(ours.nodes, sim.nodes);
+    // The simulator plans with every pool; the controller only with Ready ones.
+    let sim_general = sim.nodepools.iter().find(|p| p.name == "general").unwrap();
+    let ours_general = &ours.nodepools[0];
+    assert_eq!(ours.nodepools.len(), 1);
+    assert_eq!(ours_general.name, sim_general.name);
+    assert_eq!(ours_general.requirements, sim_general.requirements);
+    assert_eq!(ours_general.labels, sim_general.labels);
+    assert_eq!(ours_general.taints, sim_general.taints);
+    assert_eq!(ours_general.remaining, sim_general.remaining);
+    assert_eq!(ours_general.weight, sim_general.weight);
+}
+
+#[test]
+fn records_stay_small() {
+    // The index holds thousands of these; keep the fixed part of each record modest.
+    assert!(std::mem::size_of::<PodRecord>() <= 640, "{}", std::mem::size_of::<PodRecord>());
+    assert!(std::mem::size_of::<NodeRecord>() <= 320, "{}", std::mem::size_of::<NodeRecord>());
+}

@@ -1,0 +1,310 @@
+//! The production Azure provider against the fake ARM: NIC + VM creation, restart safety, get/list/delete,
+//! capacity errors → InsufficientCapacity + unavailable-offerings marks with nothing leaked, throttling and
+//! server errors, slow operations and spot eviction.
+
+#[path = "support/fake_arm/mod.rs"]
+mod fake_arm;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fake_arm::{CreateError, Delivery, FakeArm, FakeArmConfig, Fault, QuotaScope, Target};
+use karpenter_azure::apis::common::{Taint, TaintEffect};
+use karpenter_azure::catalog::unavailable::OfferingRef;
+use karpenter_azure::catalog::{embedded_sku, CapacityType, Timestamp, UnavailableOfferings};
+use karpenter_azure::cloud::azure::{
+    ArmClients, ArmSettings, AzureCloudProvider, BootstrapSettings, CredentialSource, LaunchSettings,
+    RetrySettings, Secret,
+};
+use karpenter_azure::cloud::{
+    CloudError, CloudProvider, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice,
+};
+
+const NOW: Timestamp = Duration::from_secs(1_000_000);
+
+struct Harness {
+    fake: FakeArm,
+    provider: AzureCloudProvider,
+    cache: Arc<Mutex<UnavailableOfferings>>,
+}
+
+async fn harness(config: FakeArmConfig) -> Harness {
+    let fake = FakeArm::start(config).await.expect("fake ARM starts");
+    let (client_id, secret) = fake.client_credentials();
+    let arm = ArmSettings {
+        arm_endpoint: fake.endpoint(),
+        authority_host: fake.authority_host(),
+        subscription_id: fake.subscription_id().to_string(),
+        tenant_id: fake.tenant_id().to_string(),
+        client_id: client_id.to_string(),
+        credential: CredentialSource::ClientSecret(Secret::new(secret)),
+        retry: RetrySettings {
+            max_retries: 4,
+            initial_delay: Duration::from_millis(20),
+            max_delay: Duration::from_millis(200),
+            max_total_elapsed: Duration::from_secs(20),
+        },
+    };
+    let launch = LaunchSettings {
+        cluster_name: "test-cluster".into(),
+        location: fake.location().to_string(),
+        node_resource_group: fake.resource_group().to_string(),
+        subnet_id: format!(
+            "/subscriptions/{}/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/vnet/subnets/nodes",
+            fake.subscription_id()
+        ),
+        ssh_public_key: "ssh-rsa AAAAB3Nza test".into(),
+        admin_username: "azureuser".into(),
+        node_identities: vec![],
+        additional_tags: BTreeMap::from([("cost/center".to_string(), "42".to_string())]),
+        bootstrap: BootstrapSettings {
+            cluster_endpoint: "https://cluster.example:443".into(),
+            bootstrap_token: Secret::new("abcdef.0123456789abcdef"),
+            network_plugin: "none".into(),
+        },
+        poll_interval: Duration::from_millis(30),
+        max_polls: 200,
+        max_concurrent_calls: 8,
+    };
+    let cache = Arc::new(Mutex::new(UnavailableOfferings::new()));
+    let clients = ArmClients::new(&arm).expect("clients build");
+    let provider = AzureCloudProvider::new(clients, launch, cache.clone(), Arc::new(|| NOW));
+    Harness { fake, provider, cache }
+}
+
+fn option(size: &str, offerings: &[(&str, CapacityType)]) -> InstanceTypeOption {
+    let sku = embedded_sku(size).expect("size in catalog");
+    let offerings = offerings
+        .iter()
+        .map(|(zone, ct)| OfferingChoice { zone: zone.to_string(), capacity_type: *ct })
+        .collect();
+    InstanceTypeOption::from_sku(sku, offerings)
+}
+
+fn request(claim: &str, options: Vec<InstanceTypeOption>) -> LaunchRequest {
+    LaunchRequest {
+        claim_name: claim.into(),
+        nodepool: "default".into(),
+        options,
+        labels: BTreeMap::from([
+            ("team".to_string(), "a".to_string()),
+            ("kubernetes.io/forbidden".to_string(), "x".to_string()),
+        ]),
+        taints: vec![Taint {
+            key: "dedicated".into(),
+            value: Some("gpu".into()),
+            effect: TaintEffect::NoSchedule,
+            time_added: None,
+        }],
+        startup_taints: vec![],
+        image_id: "/CommunityGalleries/AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2/images/2204gen2containerd/versions/202501.01.0".into(),
+        os_disk_size_gb: 128,
+        tags: BTreeMap::from([("team/owner".to_string(), "blue".to_string())]),
+        kubelet: KubeletSettings { max_pods: 110, kube_reserved: BTreeMap::new() },
+    }
+}
+
+fn on_demand(zone: &str) -> (&str, CapacityType) {
+    (zone, CapacityType::OnDemand)
+}
+
+fn blocked(h: &Harness, size: &str, zone: &str, ct: CapacityType) -> bool {
+    let sku = embedded_sku(size).unwrap();
+    let key =
+        OfferingRef { capacity_type: ct, sku: size, zone, family: sku.family.as_deref(), vcpus: sku.vcpus };
+    h.cache.lock().unwrap().is_unavailable(&key, NOW)
+}
+
+fn assert_nothing_leaked(h: &Harness) {
+    assert!(
+        h.fake.vms().is_empty(),
+        "VMs left: {:?}",
+        h.fake.vms().iter().map(|v| &v.name).collect::<Vec<_>>()
+    );
+    assert!(h.fake.nics().is_empty(), "NICs left: {:?}", h.fake.nics());
+}
+
+#[tokio::test]
+async fn create_makes_nic_and_vm_with_size_zone_tags_and_custom_data() {
+    let h = harness(FakeArmConfig::default()).await;
+    let spot = [("eastus-2", CapacityType::Spot)];
+    let instance =
+        h.provider.create(&request("default-a1", vec![option("Standard_D4s_v5", &spot)])).await.unwrap();
+    assert_eq!(instance.name, "aks-default-a1");
+    assert_eq!(instance.zone.as_deref(), Some("eastus-2"));
+    assert_eq!(instance.capacity_type, CapacityType::Spot);
+    assert_eq!(instance.state, "Succeeded");
+    assert!(
+        instance.provider_id.contains("/resourceGroups/mc_rg_cluster_eastus/"),
+        "{}",
+        instance.provider_id
+    );
+
+    let vm = h.fake.vm("aks-default-a1").expect("VM exists");
+    assert_eq!((vm.vm_size.as_str(), vm.zone.as_deref(), vm.spot), ("Standard_D4s_v5", Some("2"), true));
+    let doc = &vm.document;
+    assert_eq!(doc["properties"]["evictionPolicy"], "Delete");
+    assert_eq!(doc["properties"]["billingProfile"]["maxPrice"], -1.0);
+    let tags = &doc["tags"];
+    assert_eq!(tags["karpenter.azure.com_cluster"], "test-cluster");
+    assert_eq!(tags["karpenter.sh_nodepool"], "default");
+    assert_eq!(tags["compute.aks.billing"], "linux");
+    assert_eq!(tags["team_owner"], "blue");
+    assert_eq!(tags["cost_center"], "42");
+    assert_eq!(doc["properties"]["storageProfile"]["osDisk"]["name"], "aks-default-a1");
+    assert_eq!(h.fake.nics().len(), 1);
+    assert_eq!(h.fake.nics()[0]["name"], "aks-default-a1");
+
+    let flags = fake_arm::boot::parse_custom_data(vm.custom_data.as_deref().unwrap()).unwrap();
+    assert_eq!(flags.labels["team"], "a");
+    assert_eq!(flags.labels["karpenter.sh/capacity-type"], "spot");
+    assert_eq!(flags.labels["topology.kubernetes.io/zone"], "eastus-2");
+    assert!(!flags.labels.contains_key("kubernetes.io/forbidden"));
+    assert_eq!(flags.max_pods, Some(110));
+    let taints: Vec<String> = flags.taints.iter().map(|t| format!("{}:{}", t.key, t.effect)).collect();
+    assert_eq!(taints, ["dedicated:NoSchedule", "karpenter.sh/unregistered:NoExecute"]);
+}
+
+#[tokio::test]
+async fn create_twice_reuses_the_vm() {
+    let h = harness(FakeArmConfig::default()).await;
+    let req = request("default-r1", vec![option("Standard_D2s_v5", &[on_demand("eastus-1")])]);
+    let first = h.provider.create(&req).await.unwrap();
+    let second = h.provider.create(&req).await.unwrap();
+    assert_eq!(first.provider_id, second.provider_id);
+    assert_eq!(h.fake.vms().len(), 1);
+    assert_eq!(h.fake.vm_put_count("aks-default-r1"), 1);
+}
+
+#[tokio::test]
+async fn get_list_delete() {
+    let h = harness(FakeArmConfig::default()).await;
+    let a = h
+        .provider
+        .create(&request("default-g1", vec![option("Standard_D2s_v5", &[on_demand("eastus-1")])]))
+        .await
+        .unwrap();
+    h.provider
+        .create(&request("default-g2", vec![option("Standard_D2s_v5", &[on_demand("eastus-3")])]))
+        .await
+        .unwrap();
+    assert_eq!(h.provider.get(&a.provider_id).await.unwrap().instance_type, "Standard_D2s_v5");
+    let mut names: Vec<String> = h.provider.list().await.unwrap().into_iter().map(|i| i.name).collect();
+    names.sort();
+    assert_eq!(names, ["aks-default-g1", "aks-default-g2"]);
+
+    h.provider.delete(&a.provider_id).await.unwrap();
+    assert!(h.fake.vm("aks-default-g1").is_none());
+    assert!(h.fake.nics().iter().all(|n| n["name"] != "aks-default-g1"));
+    assert!(matches!(h.provider.get(&a.provider_id).await, Err(CloudError::NotFound(_))));
+    h.provider.delete(&a.provider_id).await.expect("deleting twice is fine");
+    assert_eq!(h.provider.list().await.unwrap().len(), 1);
+}
+
+async fn capacity_case(fault: Fault, size: &str, ct: CapacityType) -> (Harness, CloudError) {
+    let h = harness(FakeArmConfig::default()).await;
+    h.fake.inject(fault);
+    let err =
+        h.provider.create(&request("default-c1", vec![option(size, &[("eastus-1", ct)])])).await.unwrap_err();
+    assert_eq!(err.category(), "InsufficientCapacity", "{err}");
+    assert_nothing_leaked(&h);
+    (h, err)
+}
+
+#[tokio::test]
+async fn zonal_allocation_failure_marks_the_zone_for_both_capacity_types() {
+    for delivery in [Delivery::Sync, Delivery::Async] {
+        let fault = Fault::Capacity {
+            error: CreateError::ZonalAllocationFailed,
+            target: Target::default(),
+            delivery,
+            times: None,
+        };
+        let (h, err) = capacity_case(fault, "Standard_D4s_v5", CapacityType::OnDemand).await;
+        assert!(err.to_string().contains("ZonalAllocationFailed"), "{err}");
+        assert!(blocked(&h, "Standard_D4s_v5", "eastus-1", CapacityType::OnDemand));
+        assert!(blocked(&h, "Standard_D4s_v5", "eastus-1", CapacityType::Spot));
+        assert!(!blocked(&h, "Standard_D4s_v5", "eastus-2", CapacityType::OnDemand));
+        // The next create skips the blocked offering and uses the next one.
+        h.fake.clear_faults();
+        let req = request(
+            "default-c2",
+            vec![option("Standard_D4s_v5", &[on_demand("eastus-1"), on_demand("eastus-2")])],
+        );
+        assert_eq!(h.provider.create(&req).await.unwrap().zone.as_deref(), Some("eastus-2"));
+    }
+}
+
+#[tokio::test]
+async fn sku_not_available_marks_every_zone_of_the_capacity_type() {
+    let fault = Fault::Capacity {
+        error: CreateError::SkuNotAvailable,
+        target: Target::default(),
+        delivery: Delivery::Sync,
+        times: None,
+    };
+    let (h, _) = capacity_case(fault, "Standard_D4s_v5", CapacityType::Spot).await;
+    assert!(blocked(&h, "Standard_D4s_v5", "eastus-3", CapacityType::Spot));
+    assert!(!blocked(&h, "Standard_D4s_v5", "eastus-3", CapacityType::OnDemand));
+    // Everything blocked: InsufficientCapacity without calling ARM.
+    let puts_before = h.fake.requests().iter().filter(|r| r.method == "PUT").count();
+    let err = h
+        .provider
+        .create(&request("default-c3", vec![option("Standard_D4s_v5", &[("eastus-2", CapacityType::Spot)])]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "InsufficientCapacity");
+    assert_eq!(h.fake.requests().iter().filter(|r| r.method == "PUT").count(), puts_before);
+}
+
+#[tokio::test]
+async fn family_quota_marks_the_size_in_every_zone() {
+    let fault =
+        Fault::Quota { scope: QuotaScope::Family { family: None }, limit: 0, delivery: Delivery::Sync };
+    let (h, err) = capacity_case(fault, "Standard_D4s_v5", CapacityType::OnDemand).await;
+    assert!(err.to_string().contains("SKUFamilyQuotaReached"), "{err}");
+    assert!(blocked(&h, "Standard_D4s_v5", "eastus-2", CapacityType::OnDemand));
+    assert!(!blocked(&h, "Standard_D4s_v5", "eastus-2", CapacityType::Spot));
+}
+
+#[tokio::test]
+async fn low_priority_quota_blocks_all_spot() {
+    let fault = Fault::Quota { scope: QuotaScope::LowPriority, limit: 2, delivery: Delivery::Async };
+    let (h, _) = capacity_case(fault, "Standard_D4s_v5", CapacityType::Spot).await;
+    assert!(blocked(&h, "Standard_E8s_v5", "eastus-3", CapacityType::Spot));
+    assert!(!blocked(&h, "Standard_D4s_v5", "eastus-1", CapacityType::OnDemand));
+}
+
+#[tokio::test]
+async fn throttling_and_server_errors_are_retried() {
+    let h = harness(FakeArmConfig::default()).await;
+    h.fake.inject(Fault::Throttle { requests: 2, retry_after_secs: 1, path_prefix: None });
+    h.fake.inject(Fault::ServerError { requests: 2, path_prefix: None });
+    let req = request("default-t1", vec![option("Standard_D2s_v5", &[on_demand("eastus-1")])]);
+    let instance = h.provider.create(&req).await.expect("succeeds after retries");
+    assert_eq!(instance.state, "Succeeded");
+    let statuses: Vec<u16> = h.fake.requests().iter().map(|r| r.status).collect();
+    assert!(statuses.contains(&429) && statuses.contains(&500), "{statuses:?}");
+}
+
+#[tokio::test]
+async fn slow_provisioning_is_waited_for() {
+    let h = harness(FakeArmConfig::default()).await;
+    h.fake.inject(Fault::SlowProvisioning { delay_ms: 1500, target: Target::default() });
+    let started = std::time::Instant::now();
+    let req = request("default-s1", vec![option("Standard_D2s_v5", &[on_demand("eastus-1")])]);
+    let instance = h.provider.create(&req).await.unwrap();
+    assert_eq!(instance.state, "Succeeded");
+    assert!(started.elapsed() >= Duration::from_millis(1400), "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn spot_eviction_reads_as_not_found() {
+    let h = harness(FakeArmConfig::default()).await;
+    let req = request("default-e1", vec![option("Standard_D2s_v5", &[("eastus-1", CapacityType::Spot)])]);
+    let instance = h.provider.create(&req).await.unwrap();
+    assert!(h.fake.evict("aks-default-e1"));
+    let err = h.provider.get(&instance.provider_id).await.unwrap_err();
+    assert_eq!(err.category(), "NotFound");
+}
