@@ -7,6 +7,7 @@ pub mod apis;
 pub mod bench;
 pub mod catalog;
 pub mod cloud;
+pub mod controllers;
 pub mod operator;
 pub mod scheduling;
 pub mod sim;

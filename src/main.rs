@@ -19,6 +19,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controller against the cluster in KUBECONFIG (or in-cluster config) until SIGTERM.
+    Controller(Box<karpenter_azure::operator::Options>),
     /// List the VM sizes a NodePool allows in a region, with allocatable resources and prices.
     Catalog {
         /// The Azure region, such as eastus.
@@ -83,6 +85,53 @@ fn print_output(text: &str) -> ExitCode {
     }
 }
 
+/// `controller`: validate the settings, connect to the cluster and Azure, run until SIGTERM.
+fn run_controller(options: &karpenter_azure::operator::Options) -> ExitCode {
+    let validated = match options.validate() {
+        Ok(v) => v,
+        Err(e) => {
+            // One line naming the setting; never a secret (OptionsError redacts).
+            eprintln!("{e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    // LOG_LEVEL is the controller's level; libraries (kube, hyper, azure) stay at info or above.
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(format!("info,karpenter_azure={}", validated.log_level))
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().json().with_env_filter(filter).with_current_span(false).init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(start_controller(validated)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "controller stopped");
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn start_controller(validated: karpenter_azure::operator::Validated) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    use karpenter_azure::controllers::{self, start};
+    let client = kube::Client::try_default().await.context("connecting to the Kubernetes API server")?;
+    let (cloud, catalog) = start::azure(&validated).context("setting up Azure")?;
+    tracing::info!(
+        cluster = %validated.cluster_name,
+        location = %validated.azure.location,
+        node_resource_group = %validated.azure.node_resource_group,
+        "starting controller"
+    );
+    controllers::run(client, cloud, catalog, start::settings(&validated)).await?;
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -100,6 +149,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Controller(options) => run_controller(&options),
         Command::Catalog { region, nodepool, nodeclass, output } => {
             match catalog_command::run(&CatalogArgs { region, nodepool, nodeclass, output }) {
                 Ok(text) => print_output(&text),

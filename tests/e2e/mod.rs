@@ -2,9 +2,11 @@
 //! kube-controller-manager, kube-scheduler, kwok) started by `hack/e2e-cluster.sh`.
 //!
 //! Harness: `cluster` (start/stop, one cluster per test binary), `objects` (apply/create manifests),
-//! `wait` (polling with deadlines), `crds` (install `crds/` once), `kwok` (nodes and pods).
+//! `wait` (polling with deadlines), `crds` (install `crds/` once), `kwok` (nodes and pods),
+//! `controller` (the `karpenter-azure controller` binary against the cluster and a fake ARM).
 
 pub mod cluster;
+pub mod controller;
 pub mod crds;
 pub mod kwok;
 pub mod objects;
@@ -12,6 +14,7 @@ pub mod wait;
 
 mod eviction;
 mod helm;
+mod provisioning;
 mod scheduling;
 mod validation;
 mod validation_cases;

@@ -78,14 +78,17 @@ pub async fn create(client: &Client, object: &Value, dry_run: bool) -> Result<Dy
     api.create(&PostParams { dry_run, field_manager: Some(FIELD_MANAGER.into()) }, &data).await
 }
 
-/// Replaces the stored object (PUT) with `object`, which must carry the current resourceVersion.
-pub async fn replace(client: &Client, object: &Value) -> Result<DynamicObject, kube::Error> {
+/// JSON-merge-patches an object: no resourceVersion, so a controller updating it meanwhile does not
+/// turn the request into a conflict.
+pub async fn merge_patch(
+    client: &Client,
+    object: &Value,
+    patch: &Value,
+) -> Result<DynamicObject, kube::Error> {
     let api = api_for(client, object).await?;
-    let data: DynamicObject = serde_json::from_value(object.clone()).expect("manifest is an object");
-    api.replace(name_of(object), &PostParams::default(), &data).await
+    api.patch(name_of(object), &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await
 }
 
-/// Reads the stored object back as plain JSON.
 pub async fn get(client: &Client, object: &Value) -> Value {
     let api = api_for(client, object).await.expect("discovery");
     let stored =

@@ -65,13 +65,15 @@ async fn a_nodeclaim_spec_is_immutable_but_its_metadata_is_not() {
         serde_json::to_value(objects::create(&client, &claim, false).await.expect("NodeClaim created"))
             .unwrap();
 
-    let mut respecced = stored.clone();
-    respecced["spec"]["requirements"][0]["values"] = json!(["Standard_D4s_v5"]);
-    let message =
-        objects::refusal(objects::replace(&client, &respecced).await).expect("a spec change is refused");
+    // Merge patches carry no resourceVersion: a running controller may update this claim at the
+    // same time (it manages every NodeClaim), and a stale replace would fail with a conflict.
+    let mut requirements = stored["spec"]["requirements"].clone();
+    requirements[0]["values"] = json!(["Standard_D4s_v5"]);
+    let spec_change = json!({"spec": {"requirements": requirements}});
+    let message = objects::refusal(objects::merge_patch(&client, &stored, &spec_change).await)
+        .expect("a spec change is refused");
     assert!(message.contains("spec is immutable"), "{message}");
 
-    let mut relabelled = stored;
-    relabelled["metadata"]["labels"] = json!({"example.com/touched": "yes"});
-    objects::replace(&client, &relabelled).await.expect("a metadata change is accepted");
+    let relabel = json!({"metadata": {"labels": {"example.com/touched": "yes"}}});
+    objects::merge_patch(&client, &stored, &relabel).await.expect("a metadata change is accepted");
 }

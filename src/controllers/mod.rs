@@ -1,0 +1,145 @@
+//! The I/O half of the controller: watch tasks that feed the [`Cluster`] index, the provisioning loop that
+//! turns a solver plan into NodeClaims, the per-NodeClaim lifecycle (launch, registration, initialization,
+//! liveness, a minimal termination) and the AKSNodeClass / NodePool status writers.
+//!
+//! - `watch`: one `watcher()` stream per kind into the shared index; pod triggers for provisioning.
+//! - `batch`: the provisioning batch window (pure, time passed in).
+//! - `provisioning`: batch → synced → snapshot → solve → create NodeClaims.
+//! - `nodeclaim`: NodeClaim objects built from a plan, and launch requests built from NodeClaims (pure).
+//! - `lifecycle`: the NodeClaim reconciler.
+//! - `status`: AKSNodeClass and NodePool status.
+//! - `start`: the Azure provider, catalog and settings built from the validated operator settings.
+//! - `catalog`: instance types per AKSNodeClass, as the solver and the launcher both see them.
+//!
+//! Not here yet: leader election (every replica acts), the metrics server, draining on termination,
+//! garbage collection and disruption.
+
+pub mod batch;
+pub mod catalog;
+pub mod lifecycle;
+pub mod nodeclaim;
+pub mod provisioning;
+pub mod start;
+pub mod status;
+pub mod watch;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, Notify};
+
+use crate::cloud::{CloudError, CloudProvider};
+use crate::state::Cluster;
+
+pub use catalog::Catalog;
+
+/// What the controllers need from the operator settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `LOCATION`.
+    pub region: String,
+    /// `BATCH_IDLE_DURATION`.
+    pub batch_idle: Duration,
+    /// `BATCH_MAX_DURATION`.
+    pub batch_max: Duration,
+}
+
+/// Why a controller step failed. `category` is the bounded label for logs, metrics and events.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("cloud: {0}")]
+    Cloud(#[from] CloudError),
+    #[error("node class not ready: {0}")]
+    NodeClassNotReady(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ControllerError {
+    pub fn category(&self) -> &'static str {
+        match self {
+            ControllerError::Kube(_) => "KubernetesAPI",
+            ControllerError::Cloud(e) => e.category(),
+            ControllerError::NodeClassNotReady(_) => "NodeClassNotReady",
+            ControllerError::Invalid(_) => "Invalid",
+        }
+    }
+}
+
+/// State every controller shares.
+pub struct Shared<C> {
+    pub client: kube::Client,
+    pub cluster: Mutex<Cluster>,
+    pub catalog: Catalog,
+    pub cloud: Arc<C>,
+    pub settings: Settings,
+    /// Wakes the status writer when a NodePool or AKSNodeClass changed.
+    pub status_changed: Notify,
+    /// Consecutive failed reconciles per NodeClaim, for the lifecycle's backoff.
+    pub failures: Mutex<BTreeMap<String, u32>>,
+}
+
+impl<C> Shared<C> {
+    /// The index; a panic while holding the lock cannot leave it half-updated in a way later reads
+    /// cannot cope with (every update replaces whole records), so a poisoned lock is used as is.
+    pub fn cluster(&self) -> MutexGuard<'_, Cluster> {
+        self.cluster.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Runs every controller until SIGTERM or ctrl-c.
+pub async fn run<C: CloudProvider + 'static>(
+    client: kube::Client,
+    cloud: Arc<C>,
+    catalog: Catalog,
+    settings: Settings,
+) -> Result<(), ControllerError> {
+    let shared = Arc::new(Shared {
+        client,
+        cluster: Mutex::new(Cluster::new()),
+        catalog,
+        cloud,
+        settings,
+        status_changed: Notify::new(),
+        failures: Mutex::new(BTreeMap::new()),
+    });
+    let (triggers, trigger_rx) = mpsc::unbounded_channel();
+    let mut tasks = tokio::task::JoinSet::new();
+    watch::spawn_all(&mut tasks, shared.clone(), triggers);
+    tasks.spawn(provisioning::run(shared.clone(), trigger_rx));
+    tasks.spawn(lifecycle::run(shared.clone()));
+    tasks.spawn(status::run(shared.clone()));
+    tracing::info!(region = %shared.settings.region, "controllers started");
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    // In-flight cloud calls are dropped; every create and delete is idempotent, so the next start
+    // finishes them.
+    tasks.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

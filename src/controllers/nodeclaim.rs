@@ -1,0 +1,216 @@
+//! Pure conversions at the NodeClaim boundary: a planned claim into the NodeClaim object provisioning
+//! creates, and a NodeClaim (with its AKSNodeClass and the catalog) into the cloud's launch request.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+
+use crate::apis::aksnodeclass::DEFAULT_OS_DISK_SIZE_GB;
+use crate::apis::common::{Operator, Quantity, ResourceList};
+use crate::apis::labels::{self, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
+use crate::apis::nodeclaim::ResourceRequirements;
+use crate::apis::{AKSNodeClass, NodeClaim, NodeClaimSpec, NodePool};
+use crate::catalog::selection::{allowed_offerings, offering_labels, type_allowed};
+use crate::catalog::{embedded_sku, InstanceType};
+use crate::cloud::{InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice};
+use crate::scheduling::requirements::Requirements;
+use crate::scheduling::resources::Resources;
+use crate::scheduling::NewNodeClaim;
+
+/// The kubelet's own default, used only if a catalog entry lacks a pod count.
+const DEFAULT_MAX_PODS: u32 = 110;
+
+/// A resource vector in the API's quantity form.
+pub fn resource_list(resources: &Resources) -> ResourceList {
+    resources.to_quantities().into_iter().map(|(k, v)| (k, Quantity(v))).collect()
+}
+
+/// The NodeClaim provisioning creates for a planned claim: named by the API server from
+/// `<nodepool>-` (five random characters, as upstream), labelled with its NodePool and every
+/// single-valued requirement, owned by the NodePool so it goes when the pool goes.
+pub fn build(planned: &NewNodeClaim, pool: &NodePool) -> NodeClaim {
+    let template = &pool.spec.template;
+    let mut labels: BTreeMap<String, String> = planned
+        .requirements
+        .iter()
+        .filter_map(|r| r.single_value().map(|v| (r.key().to_string(), v.to_string())))
+        .collect();
+    if let Some(meta) = &template.metadata {
+        labels.extend(meta.labels.clone());
+    }
+    labels.insert(LABEL_NODEPOOL.to_string(), planned.nodepool.clone());
+    let annotations = template.metadata.as_ref().map(|m| m.annotations.clone()).filter(|a| !a.is_empty());
+    let owner = OwnerReference {
+        api_version: NodePool::api_version(&()).to_string(),
+        kind: NodePool::kind(&()).to_string(),
+        name: planned.nodepool.clone(),
+        uid: pool.metadata.uid.clone().unwrap_or_default(),
+        block_owner_deletion: Some(true),
+        controller: None,
+    };
+    let mut requirements = planned.requirements.to_api();
+    for r in requirements.iter_mut().filter(|r| r.key == LABEL_INSTANCE_TYPE && r.operator == Operator::In) {
+        r.values = ranked(&r.values, &planned.instance_type_options);
+    }
+    let spec = NodeClaimSpec {
+        requirements,
+        resources: ResourceRequirements { requests: resource_list(&planned.requests) },
+        node_class_ref: template.spec.node_class_ref.clone(),
+        taints: template.spec.taints.clone(),
+        startup_taints: template.spec.startup_taints.clone(),
+        expire_after: template.spec.expire_after.clone(),
+        termination_grace_period: template.spec.termination_grace_period.clone(),
+    };
+    let mut claim = NodeClaim::new("", spec);
+    claim.metadata = ObjectMeta {
+        generate_name: Some(format!("{}-", planned.nodepool)),
+        labels: Some(labels),
+        annotations,
+        owner_references: Some(vec![owner]),
+        ..ObjectMeta::default()
+    };
+    claim
+}
+
+/// The instance-type values in the solver's order (best first), then any others in their given order:
+/// `In` is a set to the API server, so the order is free to carry the ranking to the launch.
+fn ranked(values: &[String], preference: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = preference.iter().filter(|p| values.contains(p)).cloned().collect();
+    out.extend(values.iter().filter(|v| !preference.contains(v)).cloned());
+    out
+}
+
+/// Why a NodeClaim cannot be turned into a launch request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaunchRequestError {
+    #[error("AKSNodeClass {0} not found")]
+    NodeClassMissing(String),
+    #[error("AKSNodeClass {0} has no resolved image yet")]
+    NoImage(String),
+    #[error("invalid requirements: {0}")]
+    Requirements(String),
+    #[error("no instance type in the catalog meets the NodeClaim's requirements")]
+    NoInstanceType,
+}
+
+/// The launch request for a claim: every instance type its requirements allow, in the order of the
+/// instance-type requirement's `In` values (the solver's ranking, see [`build`]), else cheapest allowed
+/// offering first; each with the offerings its zone and capacity-type requirements allow.
+pub fn launch_request(
+    claim: &NodeClaim,
+    class: Option<&AKSNodeClass>,
+    types: &[InstanceType],
+) -> Result<LaunchRequest, LaunchRequestError> {
+    let class_name = &claim.spec.node_class_ref.name;
+    let class = class.ok_or_else(|| LaunchRequestError::NodeClassMissing(class_name.clone()))?;
+    let image_id = class
+        .status
+        .as_ref()
+        .and_then(|s| s.images.first())
+        .map(|i| i.id.clone())
+        .ok_or_else(|| LaunchRequestError::NoImage(class_name.clone()))?;
+    let requirements = Requirements::from_api(&claim.spec.requirements)
+        .map_err(|e| LaunchRequestError::Requirements(e.to_string()))?;
+    let mut ranked: Vec<(f64, &InstanceType, Vec<OfferingChoice>)> = types
+        .iter()
+        .filter(|t| {
+            requirements.get(LABEL_INSTANCE_TYPE).is_none_or(|r| r.admits(Some(&t.name)))
+                && type_allowed(t, &requirements)
+        })
+        .filter_map(|t| {
+            let offerings: Vec<_> = allowed_offerings(t, &requirements).collect();
+            let cheapest = offerings.iter().map(|o| o.price).reduce(f64::min)?;
+            let choices = offerings
+                .iter()
+                .map(|o| OfferingChoice { zone: o.zone.clone(), capacity_type: o.capacity_type })
+                .collect();
+            Some((cheapest, t, choices))
+        })
+        .collect();
+    let listed: Vec<&String> = claim
+        .spec
+        .requirements
+        .iter()
+        .filter(|r| r.key == LABEL_INSTANCE_TYPE && r.operator == Operator::In)
+        .flat_map(|r| &r.values)
+        .collect();
+    let position = |name: &String| listed.iter().position(|v| *v == name).unwrap_or(usize::MAX);
+    ranked.sort_by(|a, b| {
+        position(&a.1.name)
+            .cmp(&position(&b.1.name))
+            .then_with(|| a.0.total_cmp(&b.0))
+            .then_with(|| a.1.name.cmp(&b.1.name))
+    });
+    let options: Vec<InstanceTypeOption> = ranked
+        .into_iter()
+        .filter_map(|(_, t, offerings)| {
+            embedded_sku(&t.name).map(|sku| InstanceTypeOption::from_sku(sku, offerings))
+        })
+        .collect();
+    // kube-reserved depends on the size; the request carries one value, so it is the first option's.
+    // Falling back to a bigger size reserves a little less than upstream would.
+    let first = options
+        .first()
+        .and_then(|o| types.iter().find(|t| t.name == o.name))
+        .ok_or(LaunchRequestError::NoInstanceType)?;
+    Ok(LaunchRequest {
+        claim_name: claim.metadata.name.clone().unwrap_or_default(),
+        nodepool: claim.labels_map().get(LABEL_NODEPOOL).cloned().unwrap_or_default(),
+        options,
+        labels: claim.labels_map().clone(),
+        taints: claim.spec.taints.clone(),
+        startup_taints: claim.spec.startup_taints.clone(),
+        image_id,
+        os_disk_size_gb: class.spec.os_disk_size_gb.unwrap_or(DEFAULT_OS_DISK_SIZE_GB).max(0) as u32,
+        tags: class.spec.tags.clone(),
+        kubelet: KubeletSettings {
+            // The catalog is shaped by the class's maxPods and the operator's network plugin.
+            max_pods: u32::try_from(first.capacity.get("pods")).unwrap_or(DEFAULT_MAX_PODS),
+            kube_reserved: first.overhead.kube_reserved.to_quantities(),
+        },
+    })
+}
+
+/// Labels the launched instance decides, for the claim (and through it the Node): the size's labels,
+/// its zone and capacity type. Labels the claim already has win, as upstream.
+pub fn launched_labels(
+    claim_labels: &BTreeMap<String, String>,
+    instance_type: Option<&InstanceType>,
+    zone: Option<&str>,
+    capacity_type: crate::catalog::CapacityType,
+) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    if let Some(t) = instance_type {
+        out.extend(t.labels.clone());
+        let offering = crate::catalog::Offering {
+            zone: zone.unwrap_or_default().to_string(),
+            capacity_type,
+            price: 0.0,
+            available: true,
+        };
+        for (k, v) in offering_labels(&offering) {
+            if k != labels::LABEL_ZONE || zone.is_some() {
+                out.insert(k.to_string(), v.to_string());
+            }
+        }
+    }
+    out.retain(|k, _| !claim_labels.contains_key(k));
+    out
+}
+
+/// Convenience for `metadata.labels` as a map.
+trait LabelsMap {
+    fn labels_map(&self) -> &BTreeMap<String, String>;
+}
+
+impl LabelsMap for NodeClaim {
+    fn labels_map(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.metadata.labels.as_ref().unwrap_or(&EMPTY)
+    }
+}
+
+#[cfg(test)]
+#[path = "nodeclaim_tests.rs"]
+mod tests;

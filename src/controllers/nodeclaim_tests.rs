@@ -1,0 +1,199 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::*;
+use crate::apis::aksnodeclass::AKSNodeClassStatus;
+use crate::catalog::{CapacityOptions, CapacityType, PriceTable, UnavailableOfferings};
+use crate::scheduling::requirements::Requirements;
+
+fn pool() -> NodePool {
+    serde_yaml::from_str(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: general, uid: 1234}
+spec:
+  template:
+    metadata:
+      labels: {team: blue}
+    spec:
+      nodeClassRef: {group: karpenter.azure.com, kind: AKSNodeClass, name: default}
+      requirements:
+        - {key: kubernetes.io/arch, operator: In, values: [amd64]}
+      taints: [{key: dedicated, value: blue, effect: NoSchedule}]
+      startupTaints: [{key: example.com/agent, effect: NoSchedule}]
+      expireAfter: 24h
+      terminationGracePeriod: 1h
+"#,
+    )
+    .unwrap()
+}
+
+fn class() -> AKSNodeClass {
+    let mut class: AKSNodeClass = serde_yaml::from_str(
+        r#"
+apiVersion: karpenter.azure.com/v1beta1
+kind: AKSNodeClass
+metadata: {name: default}
+spec: {osDiskSizeGB: 64, tags: {cost: "1"}}
+"#,
+    )
+    .unwrap();
+    class.status = Some(AKSNodeClassStatus {
+        images: vec![crate::controllers::status::default_image(Default::default(), "1.33.0")],
+        ..Default::default()
+    });
+    class
+}
+
+fn requirements(list: &str) -> Requirements {
+    let api: Vec<crate::apis::NodeSelectorRequirementWithMinValues> = serde_yaml::from_str(list).unwrap();
+    Requirements::from_api(&api).unwrap()
+}
+
+fn planned() -> NewNodeClaim {
+    NewNodeClaim {
+        name: "general-0".into(),
+        nodepool: "general".into(),
+        instance_type: "Standard_D2s_v5".into(),
+        instance_type_options: vec!["Standard_D2s_v5".into(), "Standard_D4s_v5".into()],
+        zone: "eastus-1".into(),
+        capacity_type: CapacityType::OnDemand,
+        price_per_hour: 0.1,
+        requirements: requirements(
+            r#"
+- {key: karpenter.sh/nodepool, operator: In, values: [general]}
+- {key: team, operator: In, values: [blue]}
+- {key: kubernetes.io/arch, operator: In, values: [amd64]}
+- {key: node.kubernetes.io/instance-type, operator: In, values: [Standard_D4s_v5, Standard_D2s_v5]}
+- {key: topology.kubernetes.io/zone, operator: In, values: [eastus-1, eastus-2]}
+- {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+"#,
+        ),
+        labels: BTreeMap::from([("node.kubernetes.io/instance-type".into(), "Standard_D2s_v5".into())]),
+        taints: vec![],
+        startup_taints: vec![],
+        allocatable: Resources::new(),
+        requests: Resources::new().with("cpu", 1500).with("memory", 1 << 30).with("pods", 3),
+        daemon_overhead: Resources::new(),
+        pods: vec!["default/a".into()],
+    }
+}
+
+#[test]
+fn builds_the_nodeclaim_from_a_planned_claim() {
+    let claim = build(&planned(), &pool());
+    let meta = &claim.metadata;
+    assert_eq!(meta.generate_name.as_deref(), Some("general-"));
+    let labels = meta.labels.clone().unwrap();
+    assert_eq!(labels.get("karpenter.sh/nodepool").map(String::as_str), Some("general"));
+    assert_eq!(labels.get("team").map(String::as_str), Some("blue"));
+    assert_eq!(labels.get("karpenter.sh/capacity-type").map(String::as_str), Some("on-demand"));
+    // Multi-valued requirements are not labels: the launch decides them.
+    assert!(!labels.contains_key("node.kubernetes.io/instance-type"));
+    assert!(!labels.contains_key("topology.kubernetes.io/zone"));
+    let owner = &meta.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+        ("NodePool", "general", "1234")
+    );
+    assert_eq!(owner.api_version, "karpenter.sh/v1");
+    let spec = &claim.spec;
+    assert_eq!(spec.node_class_ref.name, "default");
+    assert_eq!(spec.taints[0].key, "dedicated");
+    assert_eq!(spec.startup_taints[0].key, "example.com/agent");
+    assert_eq!(spec.expire_after, "24h");
+    assert_eq!(spec.termination_grace_period.as_deref(), Some("1h"));
+    assert_eq!(spec.resources.requests.get("cpu").map(|q| q.0.as_str()), Some("1500m"));
+    assert_eq!(spec.resources.requests.get("memory").map(|q| q.0.as_str()), Some("1Gi"));
+    let types: Vec<_> = spec
+        .requirements
+        .iter()
+        .find(|r| r.key == "node.kubernetes.io/instance-type")
+        .unwrap()
+        .values
+        .clone();
+    assert_eq!(types.len(), 2);
+}
+
+fn catalog() -> Vec<InstanceType> {
+    crate::catalog::instance_types(
+        "eastus",
+        &CapacityOptions::default(),
+        &PriceTable::static_for_region("eastus"),
+        &UnavailableOfferings::new(),
+        Duration::ZERO,
+    )
+    .unwrap()
+}
+
+fn build_named() -> NodeClaim {
+    let mut claim = build(&planned(), &pool());
+    claim.metadata.name = Some("general-abcde".into());
+    claim
+}
+
+#[test]
+fn builds_the_launch_request_from_a_nodeclaim() {
+    let mut claim = build(&planned(), &pool());
+    claim.metadata.name = Some("general-abcde".into());
+    let types = catalog();
+    let request = launch_request(&claim, Some(&class()), &types).unwrap();
+    assert_eq!(request.claim_name, "general-abcde");
+    assert_eq!(request.nodepool, "general");
+    let names: Vec<&str> = request.options.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(names, ["Standard_D2s_v5", "Standard_D4s_v5"], "the claim's order");
+    // The order of the claim's values wins over price.
+    for r in claim.spec.requirements.iter_mut().filter(|r| r.key == "node.kubernetes.io/instance-type") {
+        r.values.reverse();
+    }
+    let request = launch_request(&claim, Some(&class()), &types).unwrap();
+    let names: Vec<&str> = request.options.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(names, ["Standard_D4s_v5", "Standard_D2s_v5"]);
+    let request = launch_request(&build_named(), Some(&class()), &types).unwrap();
+    for option in &request.options {
+        assert!(!option.offerings.is_empty());
+        for o in &option.offerings {
+            assert!(o.zone == "eastus-1" || o.zone == "eastus-2", "{}", o.zone);
+            assert_eq!(o.capacity_type, CapacityType::OnDemand);
+        }
+    }
+    assert!(request.image_id.contains("2204gen2containerd"));
+    assert_eq!(request.os_disk_size_gb, 64);
+    assert_eq!(request.tags.get("cost").map(String::as_str), Some("1"));
+    assert_eq!(request.taints[0].key, "dedicated");
+    assert_eq!(request.startup_taints[0].key, "example.com/agent");
+    assert_eq!(request.kubelet.max_pods, 250, "Azure CNI overlay");
+    assert!(request.kubelet.kube_reserved.contains_key("cpu"));
+    assert_eq!(request.labels.get("team").map(String::as_str), Some("blue"));
+}
+
+#[test]
+fn a_launch_needs_a_resolved_image_and_a_class() {
+    let mut claim = build(&planned(), &pool());
+    claim.metadata.name = Some("general-abcde".into());
+    let types = catalog();
+    assert_eq!(
+        launch_request(&claim, None, &types).unwrap_err(),
+        LaunchRequestError::NodeClassMissing("default".into())
+    );
+    let mut unresolved = class();
+    unresolved.status = None;
+    assert_eq!(
+        launch_request(&claim, Some(&unresolved), &types).unwrap_err(),
+        LaunchRequestError::NoImage("default".into())
+    );
+}
+
+#[test]
+fn launched_labels_never_override_the_claims() {
+    let types = catalog();
+    let t = types.iter().find(|t| t.name == "Standard_D2s_v5");
+    let claim_labels = BTreeMap::from([("karpenter.sh/capacity-type".to_string(), "on-demand".to_string())]);
+    let labels = launched_labels(&claim_labels, t, Some("eastus-2"), CapacityType::Spot);
+    assert_eq!(labels.get("node.kubernetes.io/instance-type").map(String::as_str), Some("Standard_D2s_v5"));
+    assert_eq!(labels.get("topology.kubernetes.io/zone").map(String::as_str), Some("eastus-2"));
+    assert!(!labels.contains_key("karpenter.sh/capacity-type"));
+    let regional = launched_labels(&BTreeMap::new(), t, None, CapacityType::OnDemand);
+    assert!(!regional.contains_key("topology.kubernetes.io/zone"));
+}

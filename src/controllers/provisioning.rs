@@ -1,0 +1,146 @@
+//! The provisioning loop (upstream core `provisioning/provisioner.go`): wait for a batch of
+//! provisionable pods, wait for a synced index, snapshot, solve, and create one NodeClaim per planned
+//! claim. Created claims go into the index at once, so the next batch counts them (and waits for their
+//! launch through the synced gate) even before the watch delivers them.
+
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use kube::api::PostParams;
+use kube::{Api, ResourceExt};
+use prometheus::{register_int_counter_vec, IntCounterVec};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::batch::Window;
+use super::{nodeclaim, ControllerError, Shared};
+use crate::apis::NodeClaim;
+use crate::scheduling::{self, Plan, SolveOptions};
+
+/// Upstream requeues a provisionable pod every 10 s while it stays provisionable; a periodic batch
+/// does the same for pods left pending by a deleted claim or a pool that became Ready.
+const RETRIGGER_INTERVAL: Duration = Duration::from_secs(10);
+/// How often a closed batch re-checks the synced gate while claims are launching.
+const SYNC_POLL: Duration = Duration::from_millis(200);
+/// Upstream's provider truncates a NodeClaim's instance-type options to 60.
+const MAX_INSTANCE_TYPE_OPTIONS: usize = 60;
+
+/// `karpenter_nodeclaims_created_total{nodepool, reason}`, upstream's name and labels.
+static NODECLAIMS_CREATED: LazyLock<Option<IntCounterVec>> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "karpenter_nodeclaims_created_total",
+        "Number of nodeclaims created in total by Karpenter.",
+        &["reason", "nodepool", "min_values_relaxed"]
+    )
+    .ok()
+});
+
+pub async fn run<C: Send + Sync + 'static>(shared: Arc<Shared<C>>, mut triggers: UnboundedReceiver<String>) {
+    loop {
+        let first = tokio::select! {
+            key = triggers.recv() => match key {
+                Some(key) => key,
+                None => return,
+            },
+            _ = tokio::time::sleep(RETRIGGER_INTERVAL) => {
+                if shared.cluster().provisionable_pods().next().is_none() {
+                    continue;
+                }
+                String::new()
+            }
+        };
+        let mut window =
+            Window::open(first, Instant::now(), shared.settings.batch_idle, shared.settings.batch_max);
+        loop {
+            let deadline = tokio::time::Instant::from_std(window.deadline());
+            match tokio::time::timeout_at(deadline, triggers.recv()).await {
+                Ok(Some(key)) => {
+                    window.add(key, Instant::now());
+                }
+                Ok(None) => return,
+                Err(_) => break,
+            }
+        }
+        loop {
+            let status = shared.cluster().sync_status();
+            match status {
+                Ok(()) => break,
+                Err(reason) => tracing::debug!(%reason, "provisioning waits for the cluster state"),
+            }
+            tokio::time::sleep(SYNC_POLL).await;
+        }
+        if let Err(error) = provision(&shared).await {
+            tracing::warn!(category = error.category(), %error, "provisioning failed");
+        }
+    }
+}
+
+/// One round: snapshot → solve → create.
+async fn provision<C: Send + Sync + 'static>(shared: &Arc<Shared<C>>) -> Result<(), ControllerError> {
+    let options = SolveOptions {
+        max_instance_type_options: MAX_INSTANCE_TYPE_OPTIONS,
+        region: shared.settings.region.clone(),
+    };
+    let input = {
+        let cluster = shared.cluster();
+        cluster.snapshot(&|_pool, class| shared.catalog.types_for(class), options)
+    };
+    if input.pods.is_empty() {
+        return Ok(());
+    }
+    let pods = input.pods.len();
+    let started = Instant::now();
+    let plan: Plan = tokio::task::spawn_blocking(move || scheduling::solve(&input))
+        .await
+        .map_err(|e| ControllerError::Invalid(format!("the solver panicked: {e}")))?;
+    tracing::info!(
+        pods,
+        nodeclaims = plan.nodeclaims.len(),
+        on_existing = plan.existing.values().map(Vec::len).sum::<usize>(),
+        unschedulable = plan.unschedulable.len(),
+        price_per_hour = plan.price_per_hour,
+        lower_bound_per_hour = plan.lower_bound_per_hour,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "computed a scheduling plan"
+    );
+    for u in &plan.unschedulable {
+        tracing::info!(pod = %u.pod, reason = %u.reason, "pod cannot be scheduled");
+    }
+    let api: Api<NodeClaim> = Api::all(shared.client.clone());
+    let creates = plan.nodeclaims.iter().filter_map(|planned| {
+        let pool = shared.cluster().nodepool(&planned.nodepool).cloned();
+        let Some(pool) = pool else {
+            tracing::warn!(nodepool = %planned.nodepool, "NodePool vanished before its claim was created");
+            return None;
+        };
+        let object = nodeclaim::build(planned, &pool);
+        let api = api.clone();
+        Some(async move { (planned, api.create(&PostParams::default(), &object).await) })
+    });
+    let mut failed = None;
+    for (planned, result) in futures::future::join_all(creates).await {
+        match result {
+            Ok(created) => {
+                shared.cluster().apply(&created);
+                if let Some(counter) = NODECLAIMS_CREATED.as_ref() {
+                    counter.with_label_values(&["provisioning", &planned.nodepool, "false"]).inc();
+                }
+                tracing::info!(
+                    nodeclaim = %created.name_any(),
+                    nodepool = %planned.nodepool,
+                    instance_type = %planned.instance_type,
+                    instance_type_options = planned.instance_type_options.len(),
+                    zone = %planned.zone,
+                    capacity_type = planned.capacity_type.as_str(),
+                    pods = planned.pods.len(),
+                    requests = ?planned.requests.to_quantities(),
+                    "created nodeclaim"
+                );
+            }
+            Err(error) => {
+                tracing::warn!(nodepool = %planned.nodepool, %error, "creating a nodeclaim failed");
+                failed = Some(error);
+            }
+        }
+    }
+    failed.map_or(Ok(()), |e| Err(e.into()))
+}

@@ -1,0 +1,107 @@
+//! What `karpenter-azure controller` builds from the validated settings before the controllers run:
+//! the ARM clients and the Azure cloud provider, the catalog for the region, the controller settings.
+
+use std::sync::{Arc, Mutex};
+
+use super::{Catalog, Settings};
+use crate::catalog::{CatalogError, PriceTable, UnavailableOfferings};
+use crate::cloud::azure::client::ClientError;
+use crate::cloud::azure::{
+    ArmClients, ArmSettings, AzureCloudProvider, BootstrapSettings, CredentialSource, LaunchSettings,
+    RetrySettings, Secret, DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_POLLS, DEFAULT_POLL_INTERVAL,
+};
+use crate::cloud::wall_clock;
+use crate::operator::{Credential, NetworkPlugin, Validated};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("managed identity credentials are not supported yet; use a client secret or workload identity")]
+    ManagedIdentityUnsupported,
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+}
+
+impl StartError {
+    pub fn category(&self) -> &'static str {
+        match self {
+            StartError::ManagedIdentityUnsupported => "CredentialUnsupported",
+            StartError::Client(e) => e.category(),
+            StartError::Catalog(e) => e.category(),
+        }
+    }
+}
+
+/// ARM endpoint, authority and credential from the settings.
+pub fn arm_settings(v: &Validated) -> Result<ArmSettings, StartError> {
+    let (tenant_id, client_id, credential) = match &v.azure.credential {
+        Credential::ClientSecret { tenant_id, client_id, secret } => {
+            (tenant_id, client_id, CredentialSource::ClientSecret(Secret::new(secret.expose())))
+        }
+        Credential::WorkloadIdentity { tenant_id, client_id, token_file } => {
+            (tenant_id, client_id, CredentialSource::FederatedTokenFile(token_file.clone()))
+        }
+        Credential::ManagedIdentity { .. } => return Err(StartError::ManagedIdentityUnsupported),
+    };
+    Ok(ArmSettings {
+        arm_endpoint: v.azure.arm_endpoint.clone(),
+        authority_host: v.azure.authority_host.clone(),
+        subscription_id: v.azure.subscription_id.clone(),
+        tenant_id: tenant_id.clone(),
+        client_id: client_id.clone(),
+        credential,
+        retry: RetrySettings::default(),
+    })
+}
+
+/// Cluster-wide launch settings from the operator settings.
+pub fn launch_settings(v: &Validated) -> LaunchSettings {
+    // The node image expects `none` under overlay (pod IPs do not come from the subnet), else `azure`.
+    let network_plugin = match (v.network.plugin, v.network.overlay) {
+        (NetworkPlugin::Azure, false) => "azure",
+        _ => "none",
+    };
+    LaunchSettings {
+        cluster_name: v.cluster_name.clone(),
+        location: v.azure.location.clone(),
+        node_resource_group: v.azure.node_resource_group.clone(),
+        subnet_id: v.network.vnet_subnet_id.clone(),
+        ssh_public_key: v.ssh_public_key.clone(),
+        admin_username: v.linux_admin_username.clone(),
+        node_identities: v.node_identities.clone(),
+        additional_tags: v.additional_tags.clone(),
+        bootstrap: BootstrapSettings {
+            cluster_endpoint: v.cluster_endpoint.as_str().trim_end_matches('/').to_string(),
+            bootstrap_token: Secret::new(v.kubelet_bootstrap_token.expose()),
+            network_plugin: network_plugin.to_string(),
+        },
+        poll_interval: DEFAULT_POLL_INTERVAL,
+        max_polls: DEFAULT_MAX_POLLS,
+        max_concurrent_calls: DEFAULT_MAX_CONCURRENT_CALLS,
+    }
+}
+
+/// The Azure provider and the catalog, sharing one unavailable-offerings cache.
+pub fn azure(v: &Validated) -> Result<(Arc<AzureCloudProvider>, Catalog), StartError> {
+    let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
+    let clock = wall_clock();
+    let catalog = Catalog::new(
+        &v.azure.location,
+        v.capacity_options(),
+        PriceTable::static_for_region(&v.azure.location),
+        unavailable.clone(),
+        clock.clone(),
+    )?;
+    let clients = ArmClients::new(&arm_settings(v)?)?;
+    let provider = AzureCloudProvider::new(clients, launch_settings(v), unavailable, clock);
+    Ok((Arc::new(provider), catalog))
+}
+
+pub fn settings(v: &Validated) -> Settings {
+    Settings {
+        region: v.azure.location.clone(),
+        batch_idle: v.batch_idle_duration,
+        batch_max: v.batch_max_duration,
+    }
+}

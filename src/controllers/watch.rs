@@ -1,0 +1,106 @@
+//! Watch tasks: one `watcher()` stream per kind feeding the shared [`crate::state::Cluster`] index.
+//! `Init` / `InitApply` / `InitDone` map to `begin_relist` / `apply` / `mark_synced`, so objects deleted
+//! while a watch was down are dropped at the end of its relist. No reflector store is kept: the index
+//! holds only the fields decisions read.
+//!
+//! Side effects after an update: a provisionable pod is sent to the provisioning batcher; a NodePool or
+//! AKSNodeClass change wakes the status writer.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::task::JoinSet;
+
+use super::Shared;
+use crate::apis::{AKSNodeClass, NodeClaim, NodePool};
+use crate::state::{self, Cluster, Kind, Object};
+
+/// Starts one watch per kind the index holds.
+pub fn spawn_all<C: Send + Sync + 'static>(
+    tasks: &mut JoinSet<()>,
+    shared: Arc<Shared<C>>,
+    triggers: UnboundedSender<String>,
+) {
+    let client = shared.client.clone();
+    let pod_hook = move |cluster: &Cluster, pod: &Pod| {
+        let key = state::key(pod.metadata.namespace.as_deref(), &pod.name_any());
+        if cluster.pod(&key).is_some_and(|p| p.is_provisionable()) {
+            // The receiver lives as long as the controllers; a send error only happens at shutdown.
+            let _ = triggers.send(key);
+        }
+    };
+    tasks.spawn(watch(Api::<Pod>::all(client.clone()), Kind::Pod, shared.clone(), pod_hook));
+    tasks.spawn(watch(Api::<Node>::all(client.clone()), Kind::Node, shared.clone(), |_, _: &Node| {}));
+    tasks.spawn(watch(
+        Api::<NodeClaim>::all(client.clone()),
+        Kind::NodeClaim,
+        shared.clone(),
+        |_, _: &NodeClaim| {},
+    ));
+    let notify = shared.clone();
+    tasks.spawn(watch(
+        Api::<NodePool>::all(client.clone()),
+        Kind::NodePool,
+        shared.clone(),
+        move |_, _: &NodePool| notify.status_changed.notify_one(),
+    ));
+    let notify = shared.clone();
+    tasks.spawn(watch(
+        Api::<AKSNodeClass>::all(client.clone()),
+        Kind::NodeClass,
+        shared.clone(),
+        move |_, _: &AKSNodeClass| notify.status_changed.notify_one(),
+    ));
+    tasks.spawn(watch(
+        Api::<DaemonSet>::all(client.clone()),
+        Kind::DaemonSet,
+        shared.clone(),
+        |_, _: &DaemonSet| {},
+    ));
+    tasks.spawn(watch(
+        Api::<PodDisruptionBudget>::all(client),
+        Kind::PodDisruptionBudget,
+        shared,
+        |_, _: &PodDisruptionBudget| {},
+    ));
+}
+
+/// Runs one watch until the task is aborted. Errors are logged; the stream backs off and relists itself.
+async fn watch<K, C>(api: Api<K>, kind: Kind, shared: Arc<Shared<C>>, after_apply: impl Fn(&Cluster, &K))
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    for<'a> &'a K: Into<Object<'a>>,
+{
+    let mut stream = kube::runtime::watcher(api, watcher::Config::default()).default_backoff().boxed();
+    while let Some(event) = stream.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(error) => {
+                tracing::warn!(kind = kind.name(), %error, "watch failed; retrying");
+                continue;
+            }
+        };
+        let mut cluster = shared.cluster();
+        match event {
+            Event::Init => cluster.begin_relist(kind),
+            Event::InitApply(object) | Event::Apply(object) => {
+                cluster.apply(&object);
+                after_apply(&cluster, &object);
+            }
+            Event::InitDone => {
+                cluster.mark_synced(kind);
+                tracing::debug!(kind = kind.name(), "watch synced");
+            }
+            Event::Delete(object) => cluster.delete(&object),
+        }
+    }
+}

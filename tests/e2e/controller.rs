@@ -1,0 +1,196 @@
+//! The `karpenter-azure controller` binary under test, run against the e2e cluster and an in-process fake
+//! ARM whose VMs boot into Nodes of that cluster.
+//!
+//! [`Controller::start`] starts the fake ARM (boot simulation through `KubeNodeRegistrar`, short delays),
+//! then spawns the binary cargo built for this test crate as a child process, configured only through the
+//! environment (the upstream variable names of `operator::options`), with the credentials the fake
+//! accepts. Its output goes to `<cluster dir>/logs/controller-<name>.log`.
+//!
+//! The child is killed when the [`Controller`] is dropped, which also happens while a failed test unwinds;
+//! a failed test then also prints the tail of the log. One controller runs at a time: [`Controller::start`]
+//! waits for the previous one to be dropped, because two would both act on every NodePool of the shared
+//! cluster.
+
+use std::fs::File;
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::MutexGuard;
+
+use super::cluster::Cluster;
+use crate::fake_arm::{FakeArm, FakeArmConfig, KubeNodeRegistrar};
+
+/// The `CLUSTER_NAME` of every controller started here; the value of the VMs' cluster tag.
+pub const CLUSTER_NAME: &str = "e2e-cluster";
+/// Nodes never dial it (kwok plays their kubelet); it only has to be a valid https URL.
+const CLUSTER_ENDPOINT: &str = "https://e2e-cluster-dns.hcp.eastus.azmk8s.io:443";
+/// The client-secret credential: AZURE_CLIENT_ID must be a GUID, so the fake is told to accept this pair.
+const CLIENT_ID: &str = "00000000-0000-0000-0000-00000000c11e";
+const CLIENT_SECRET: &str = "e2e-client-secret";
+const BOOTSTRAP_TOKEN: &str = "e2e0ab.0123456789abcdef";
+const SSH_PUBLIC_KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEe2ee2ee2ee2ee2ee2ee2ee2ee2ee2ee2ee2ee2ee2e e2e";
+/// Between a VM reaching Succeeded and its Node registering.
+const BOOT_DELAY: Duration = Duration::from_millis(200);
+/// How often `wait_until` probes.
+const POLL: Duration = Duration::from_millis(250);
+/// Lines of the controller log a failed test prints.
+const LOG_TAIL_LINES: usize = 60;
+/// Variables of the test process the controller may see; everything else (AZURE_*, proxies, ...) is not
+/// passed on, so the settings below are the only ones it reads.
+const INHERITED_ENV: &[&str] = &["PATH", "HOME", "TMPDIR", "RUST_BACKTRACE"];
+
+/// Serializes controllers across the tests of this binary (each test has its own tokio runtime; a tokio
+/// mutex works across them and is not poisoned by a failed test).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A running controller child process and the fake ARM it talks to.
+pub struct Controller {
+    child: Mutex<Child>,
+    log_path: PathBuf,
+    fake: FakeArm,
+    _exclusive: MutexGuard<'static, ()>,
+}
+
+impl Controller {
+    /// Starts the fake ARM and the controller; `name` names the log file.
+    pub async fn start(cluster: &Cluster, client: &kube::Client, name: &str) -> Controller {
+        let exclusive = ONE_AT_A_TIME.lock().await;
+        let config = FakeArmConfig {
+            client_secrets: vec![(CLIENT_ID.to_string(), CLIENT_SECRET.to_string())],
+            boot_delay: BOOT_DELAY,
+            registrar: Some(Arc::new(KubeNodeRegistrar::new(client.clone()))),
+            ..FakeArmConfig::default()
+        };
+        let fake = FakeArm::start(config).await.expect("the fake ARM starts");
+
+        let log_dir = cluster.dir.join("logs");
+        std::fs::create_dir_all(&log_dir).unwrap_or_else(|err| panic!("{}: {err}", log_dir.display()));
+        let log_path = log_dir.join(format!("controller-{name}.log"));
+        let log = File::create(&log_path).unwrap_or_else(|err| panic!("{}: {err}", log_path.display()));
+        let log_for_stderr = log.try_clone().expect("log file handle clones");
+
+        let mut command = Command::new(env!("CARGO_BIN_EXE_karpenter-azure"));
+        command.arg("controller").env_clear().stdin(Stdio::null()).stdout(log).stderr(log_for_stderr);
+        for key in INHERITED_ENV {
+            if let Some(value) = std::env::var_os(key) {
+                command.env(key, value);
+            }
+        }
+        command.envs(settings_env(cluster, &fake));
+        let child =
+            command.spawn().unwrap_or_else(|err| panic!("spawning karpenter-azure controller: {err}"));
+        eprintln!("e2e: controller {name} started (pid {}), log {}", child.id(), log_path.display());
+        Controller { child: Mutex::new(child), log_path, fake, _exclusive: exclusive }
+    }
+
+    /// The fake ARM the controller launches VMs in.
+    pub fn fake(&self) -> &FakeArm {
+        &self.fake
+    }
+
+    /// The exit status, once the child has exited (it should not while a test runs).
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        let mut child = self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        child.try_wait().ok().flatten()
+    }
+
+    /// The last `lines` lines of the controller's output.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log_path).unwrap_or_else(|err| format!("(no log: {err})"));
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Like `wait::until`, but fails at once when the controller has exited, since nothing will then
+    /// happen. Panics after `timeout` with `what` and the probe's last `Err`; the log tail follows when
+    /// the controller is dropped during the unwind.
+    pub async fn wait_until<T, F, Fut>(&self, what: &str, timeout: Duration, mut probe: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, String>>,
+    {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exit_status() {
+                panic!("the controller exited ({status}) while waiting for {what}");
+            }
+            match probe().await {
+                Ok(value) => return value,
+                Err(last) if Instant::now() >= deadline => {
+                    panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}")
+                }
+                Err(_) => tokio::time::sleep(POLL).await,
+            }
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let mut child = self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let exited = child.try_wait().ok().flatten();
+        if exited.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        drop(child);
+        if std::thread::panicking() {
+            let state = match exited {
+                Some(status) => format!("had exited: {status}"),
+                None => "was running; killed".to_string(),
+            };
+            eprintln!(
+                "---- controller ({state}); last {LOG_TAIL_LINES} lines of {} ----\n{}\n---- end ----",
+                self.log_path.display(),
+                self.log_tail(LOG_TAIL_LINES)
+            );
+        }
+    }
+}
+
+/// The controller's whole configuration, pointing at the fake ARM and the e2e cluster.
+fn settings_env(cluster: &Cluster, fake: &FakeArm) -> Vec<(&'static str, String)> {
+    let subnet = format!(
+        "/subscriptions/{}/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/vnet/subnets/nodes",
+        fake.subscription_id()
+    );
+    let base = fake.base_url();
+    let [metrics_port, health_port] = free_ports();
+    vec![
+        ("KUBECONFIG", cluster.kubeconfig.display().to_string()),
+        ("CLUSTER_NAME", CLUSTER_NAME.to_string()),
+        ("CLUSTER_ENDPOINT", CLUSTER_ENDPOINT.to_string()),
+        ("AZURE_SUBSCRIPTION_ID", fake.subscription_id().to_string()),
+        ("AZURE_TENANT_ID", fake.tenant_id().to_string()),
+        ("AZURE_CLIENT_ID", CLIENT_ID.to_string()),
+        ("AZURE_CLIENT_SECRET", CLIENT_SECRET.to_string()),
+        ("LOCATION", fake.location().to_string()),
+        ("ARM_RESOURCE_GROUP", "rg".to_string()),
+        ("AZURE_NODE_RESOURCE_GROUP", fake.resource_group().to_string()),
+        ("VNET_SUBNET_ID", subnet),
+        ("KUBELET_BOOTSTRAP_TOKEN", BOOTSTRAP_TOKEN.to_string()),
+        ("SSH_PUBLIC_KEY", SSH_PUBLIC_KEY.to_string()),
+        ("ARM_ENDPOINT", base.clone()),
+        ("AZURE_AUTHORITY_HOST", base.clone()),
+        // No internet in tests: a path the fake answers 404 to, so prices come from the embedded catalog
+        // at once instead of after a connect timeout.
+        ("RETAIL_PRICES_URL", format!("{base}/e2e-no-retail-prices")),
+        ("BATCH_IDLE_DURATION", "1s".to_string()),
+        ("BATCH_MAX_DURATION", "10s".to_string()),
+        ("DISABLE_LEADER_ELECTION", "true".to_string()),
+        ("LOG_LEVEL", "debug".to_string()),
+        ("METRICS_PORT", metrics_port.to_string()),
+        ("HEALTH_PROBE_PORT", health_port.to_string()),
+    ]
+}
+
+/// Two distinct ports nothing listens on right now (the OS picks them; the listeners are closed again).
+fn free_ports() -> [u16; 2] {
+    let bind = || std::net::TcpListener::bind("127.0.0.1:0").expect("binding a free port");
+    let listeners = [bind(), bind()];
+    listeners.map(|listener| listener.local_addr().expect("local address").port())
+}

@@ -1,0 +1,609 @@
+//! The controller end to end (issue 5, tests 1 and 3): the `karpenter-azure controller` binary against the
+//! real control plane and the fake ARM, from pending pods to running pods on launched VMs, and from
+//! deleted NodeClaims back to nothing.
+//!
+//! Each test has its own namespace, AKSNodeClass and NodePool (all named after the test), its own
+//! controller and fake ARM, and removes what it created. The Deployment's pods select their NodePool with
+//! `karpenter.sh/nodepool`, so they land only on nodes launched for them, never on other tests' kwok nodes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter_azure::catalog::{embedded_sku, instancetype};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams};
+use kube::core::GroupVersionKind;
+use kube::{Api, Client};
+use serde_json::{json, Value};
+
+use super::controller::{Controller, CLUSTER_NAME};
+use super::{cluster, crds, objects};
+
+/// How long each stage may take: the issue's "within about 60 s".
+const STAGE: Duration = Duration::from_secs(60);
+/// How long the controller gets to make a new NodePool Ready (node class status, then pool status).
+const POOL_READY: Duration = Duration::from_secs(30);
+/// Status conditions may be written just after the Node is usable; a little slack for that write.
+const STATUS_SETTLE: Duration = Duration::from_secs(15);
+
+const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
+const LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+const LABEL_SKU_FAMILY: &str = "karpenter.azure.com/sku-family";
+const TAINT_UNREGISTERED: &str = "karpenter.sh/unregistered";
+const TAG_CLUSTER: &str = "karpenter.azure.com_cluster";
+const TAG_NODEPOOL: &str = "karpenter.sh_nodepool";
+const APP: &str = "web";
+
+/// One test's objects, all named `name`: namespace, AKSNodeClass, NodePool; the Deployment is `web`.
+struct Scenario {
+    name: &'static str,
+}
+
+impl Scenario {
+    fn node_class(&self) -> Value {
+        json!({"apiVersion": "karpenter.azure.com/v1beta1", "kind": "AKSNodeClass",
+               "metadata": {"name": self.name}, "spec": {"imageFamily": "Ubuntu"}})
+    }
+
+    /// amd64, on-demand, D family. Consolidation is off so the claims the test inspects stay put.
+    fn node_pool(&self) -> Value {
+        json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": self.name},
+        "spec": {
+            "template": {"spec": {
+                "requirements": [
+                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                    {"key": LABEL_SKU_FAMILY, "operator": "In", "values": ["D"]}
+                ],
+                "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": self.name}
+            }},
+            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "Never"}
+        }})
+    }
+
+    /// Pods of 500m CPU / 1Gi that only this scenario's NodePool can take. No toleration for
+    /// `karpenter.sh/unregistered`: the controller removes that taint when the node registers.
+    fn deployment(&self, replicas: u32) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": APP, "namespace": self.name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": APP}},
+            "template": {
+                "metadata": {"labels": {"app": APP}},
+                "spec": {
+                    "nodeSelector": {LABEL_NODEPOOL: self.name},
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]
+                }
+            }
+        }})
+    }
+}
+
+/// What `provision` saw, for the test's own checks.
+struct Provisioned {
+    first_claim_after: Duration,
+    pods_running_after: Duration,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_pending_pods_become_nodeclaims_vms_and_nodes_and_all_run() {
+    let scenario = Scenario { name: "e2e-prov-burst" };
+    let replicas = 30;
+    let cluster = cluster::shared();
+    let client = cluster.client().await;
+    let controller = set_up(cluster, &client, &scenario).await;
+
+    let provisioned = provision(&client, &controller, &scenario, replicas).await;
+    let claims = wait_for_claim_conditions(&client, &controller, &scenario).await;
+    let nodes = list_nodes(&client).await;
+    let pods = list_pods(&client, scenario.name).await.expect("listing pods");
+    let mut problems = Vec::new();
+    let mut our_nodes = BTreeSet::new();
+    for claim in &claims {
+        problems.extend(check_claim(claim, scenario.name, &controller, &nodes));
+        if let Some(node) = node_for(claim, &nodes) {
+            our_nodes.insert(node.metadata.name.clone().unwrap_or_default());
+        }
+    }
+    problems.extend(check_one_vm_per_claim(&claims, scenario.name, &controller));
+    for pod in &pods {
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        if !our_nodes.contains(&node) {
+            problems.push(format!(
+                "pod {} runs on {node:?}, not on a node of the scenario's NodeClaims",
+                name(pod)
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{} NodeClaims for {replicas} pods, but:\n- {}",
+        claims.len(),
+        problems.join("\n- ")
+    );
+
+    let sizes: BTreeMap<String, usize> = claims.iter().fold(BTreeMap::new(), |mut sizes, claim| {
+        *sizes.entry(claim_label(claim, LABEL_INSTANCE_TYPE).to_string()).or_default() += 1;
+        sizes
+    });
+    let pods_per_node: BTreeMap<String, usize> = pods.iter().fold(BTreeMap::new(), |mut counts, pod| {
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        *counts.entry(node).or_default() += 1;
+        counts
+    });
+    println!(
+        "e2e provisioning: {replicas} pods → {} NodeClaims {sizes:?}; after the Deployment was created: \
+         first NodeClaim {:.1?}, all pods Running {:.1?}; pods per node {pods_per_node:?}",
+        claims.len(),
+        provisioned.first_claim_after,
+        provisioned.pods_running_after
+    );
+    tear_down(&client, &controller, &scenario).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_to_zero_and_deleting_the_nodeclaims_removes_vms_nics_nodes_and_finalizers() {
+    let scenario = Scenario { name: "e2e-prov-scale-down" };
+    let cluster = cluster::shared();
+    let client = cluster.client().await;
+    let controller = set_up(cluster, &client, &scenario).await;
+    let provisioned = provision(&client, &controller, &scenario, 6).await;
+    let claims = wait_for_claim_conditions(&client, &controller, &scenario).await;
+    let claim_names: Vec<String> = claims.iter().map(|c| object_name(c).to_string()).collect();
+    let vm_names: BTreeSet<String> =
+        claims.iter().filter_map(vm_name_of).map(str::to_ascii_lowercase).collect();
+    let nodes = list_nodes(&client).await;
+    let node_names: Vec<String> =
+        claims.iter().filter_map(|c| node_for(c, &nodes)).filter_map(|n| n.metadata.name.clone()).collect();
+    assert_eq!(vm_names.len(), claims.len(), "every NodeClaim has a providerID naming its VM: {claims:#?}");
+    assert_eq!(node_names.len(), claims.len(), "every NodeClaim has a Node; claims {claim_names:?}");
+
+    objects::apply(&client, &scenario.deployment(0)).await.expect("scaling the Deployment to zero");
+    let pods_gone = Instant::now();
+    controller
+        .wait_until("the Deployment's pods to be gone after scaling to zero", STAGE, || async {
+            let pods = list_pods(&client, scenario.name).await?;
+            if pods.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} pods left", pods.len()))
+            }
+        })
+        .await;
+    let pods_gone_after = pods_gone.elapsed();
+
+    let deleted = Instant::now();
+    let deadline = deleted + STAGE;
+    let claims_api = nodeclaims(&client);
+    for claim in &claim_names {
+        match claims_api.delete(claim, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => panic!("deleting NodeClaim {claim}: {err}"),
+        }
+    }
+    let fake = controller.fake();
+    controller
+        .wait_until("the NodeClaims' VMs and NICs to be gone from the fake ARM", left(deadline), || async {
+            let vms: Vec<String> = fake
+                .vms()
+                .into_iter()
+                .filter(|vm| vm_names.contains(&vm.name.to_ascii_lowercase()))
+                .map(|vm| format!("VM {} ({})", vm.name, vm.provisioning_state))
+                .collect();
+            let nics: Vec<String> = fake
+                .nics()
+                .iter()
+                .filter_map(|nic| nic["name"].as_str())
+                .filter(|nic| vm_names.contains(&nic.to_ascii_lowercase()))
+                .map(|nic| format!("NIC {nic}"))
+                .collect();
+            if vms.is_empty() && nics.is_empty() {
+                Ok(())
+            } else {
+                Err([vms, nics].concat().join(", "))
+            }
+        })
+        .await;
+    let azure_gone_after = deleted.elapsed();
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    controller
+        .wait_until("the NodeClaims' Nodes to be deleted", left(deadline), || async {
+            let mut left = Vec::new();
+            for node in &node_names {
+                if let Some(found) = nodes_api.get_opt(node).await.map_err(|err| err.to_string())? {
+                    left.push(format!("{node} (finalizers {:?})", found.metadata.finalizers));
+                }
+            }
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(left.join(", "))
+            }
+        })
+        .await;
+    controller
+        .wait_until("the NodeClaims to be gone (finalizers removed)", left(deadline), || async {
+            let mut left = Vec::new();
+            for claim in &claim_names {
+                if let Some(found) = claims_api.get_opt(claim).await.map_err(|err| err.to_string())? {
+                    left.push(format!(
+                        "{claim} (deletionTimestamp {:?}, finalizers {:?}, conditions {})",
+                        found.metadata.deletion_timestamp.as_ref().map(|t| t.0.to_string()),
+                        &found.metadata.finalizers,
+                        conditions_summary(&serde_json::to_value(&found).unwrap_or_default())
+                    ));
+                }
+            }
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(left.join("; "))
+            }
+        })
+        .await;
+    println!(
+        "e2e scale-down: {} NodeClaims (pods Running {:.1?} after the Deployment); pods gone \
+         {pods_gone_after:.1?} after scaling to zero; after deleting the NodeClaims: VMs and NICs gone \
+         {azure_gone_after:.1?}, Nodes and NodeClaims gone {:.1?}",
+        claim_names.len(),
+        provisioned.pods_running_after,
+        deleted.elapsed()
+    );
+    tear_down(&client, &controller, &scenario).await;
+}
+
+/// CRDs, the namespace, the controller, then the AKSNodeClass and NodePool, waiting until the controller
+/// has made the NodePool Ready (it provisions only for Ready pools).
+async fn set_up(cluster: &cluster::Cluster, client: &Client, scenario: &Scenario) -> Controller {
+    crds::ensure_installed(client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
+    objects::namespace(client, scenario.name).await;
+    let controller = Controller::start(cluster, client, scenario.name).await;
+    objects::apply(client, &scenario.node_class()).await.expect("applying the AKSNodeClass");
+    objects::apply(client, &scenario.node_pool()).await.expect("applying the NodePool");
+    let what = format!("the controller to mark NodePool {} Ready (after AKSNodeClass {0})", scenario.name);
+    controller
+        .wait_until(&what, POOL_READY, || async {
+            let pool = get_json(client, &scenario.node_pool()).await?;
+            if condition_is_true(&pool, "Ready") {
+                return Ok(());
+            }
+            let class = get_json(client, &scenario.node_class()).await?;
+            Err(format!(
+                "NodePool conditions: {}; AKSNodeClass conditions: {}",
+                conditions_summary(&pool),
+                conditions_summary(&class)
+            ))
+        })
+        .await;
+    controller
+}
+
+/// Creates the Deployment and waits until NodeClaims appear and every pod runs.
+async fn provision(
+    client: &Client,
+    controller: &Controller,
+    scenario: &Scenario,
+    replicas: usize,
+) -> Provisioned {
+    let created = Instant::now();
+    objects::apply(client, &scenario.deployment(replicas as u32)).await.expect("applying the Deployment");
+    controller
+        .wait_until("NodeClaims labelled with the NodePool", STAGE, || async {
+            let claims = claims_of(client, scenario.name).await?;
+            if claims.is_empty() {
+                Err(pending_pods_summary(client, scenario.name).await)
+            } else {
+                Ok(())
+            }
+        })
+        .await;
+    let first_claim_after = created.elapsed();
+    let what = format!("all {replicas} pods of the Deployment to be bound and Running");
+    controller
+        .wait_until(&what, STAGE.saturating_sub(first_claim_after), || async {
+            let pods = list_pods(client, scenario.name).await?;
+            let running = pods.iter().filter(|pod| is_running(pod)).count();
+            if running == replicas && pods.len() == replicas {
+                return Ok(());
+            }
+            let claims = claims_of(client, scenario.name).await?;
+            let summaries: Vec<String> = claims.iter().map(claim_summary).collect();
+            Err(format!(
+                "{running} of {} pods Running; {}; NodeClaims: [{}]",
+                pods.len(),
+                pending_pods_summary(client, scenario.name).await,
+                summaries.join("; ")
+            ))
+        })
+        .await;
+    Provisioned { first_claim_after, pods_running_after: created.elapsed() }
+}
+
+/// The scenario's NodeClaims once each has Launched and Registered True.
+async fn wait_for_claim_conditions(
+    client: &Client,
+    controller: &Controller,
+    scenario: &Scenario,
+) -> Vec<Value> {
+    controller
+        .wait_until("every NodeClaim to have Launched and Registered True", STATUS_SETTLE, || async {
+            let claims = claims_of(client, scenario.name).await?;
+            let unsettled: Vec<String> = claims
+                .iter()
+                .filter(|c| !condition_is_true(c, "Launched") || !condition_is_true(c, "Registered"))
+                .map(claim_summary)
+                .collect();
+            if unsettled.is_empty() {
+                Ok(claims)
+            } else {
+                Err(unsettled.join("; "))
+            }
+        })
+        .await
+}
+
+/// What test 1 expects of one NodeClaim, its VM and its Node; each problem found, as a sentence.
+fn check_claim(claim: &Value, pool: &str, controller: &Controller, nodes: &[Node]) -> Vec<String> {
+    let name = object_name(claim);
+    let mut problems = Vec::new();
+    let mut problem = |text: String| problems.push(format!("NodeClaim {name}: {text}"));
+    if claim_label(claim, LABEL_NODEPOOL) != pool {
+        problem(format!("label {LABEL_NODEPOOL} should be {pool:?}"));
+    }
+    let Some(vm_name) = vm_name_of(claim) else {
+        problem(format!("no status.providerID; {}", claim_summary(claim)));
+        return problems;
+    };
+    let options = instance_type_options(claim);
+    let Some(vm) = controller.fake().vm(vm_name) else {
+        problem(format!("its VM {vm_name} is not in the fake ARM"));
+        return problems;
+    };
+    match options.first() {
+        None => problem(format!("no {LABEL_INSTANCE_TYPE} In requirement in spec.requirements")),
+        Some(first) if *first != vm.vm_size => problem(format!(
+            "launched {} but the first (best) of its instance-type options is {first}; options {options:?}",
+            vm.vm_size
+        )),
+        Some(_) => {}
+    }
+    if claim_label(claim, LABEL_INSTANCE_TYPE) != vm.vm_size {
+        problem(format!("label {LABEL_INSTANCE_TYPE} should be the launched size {}", vm.vm_size));
+    }
+    match embedded_sku(&vm.vm_size).map(|sku| instancetype::labels_for(sku, "eastus")) {
+        Some(labels) => {
+            let (family, arch) = (&labels[LABEL_SKU_FAMILY], &labels["kubernetes.io/arch"]);
+            if family != "D" || arch != "amd64" {
+                problem(format!("size {} is family {family} / {arch}, not D / amd64", vm.vm_size));
+            }
+        }
+        None => problem(format!("size {} is not in the embedded catalog", vm.vm_size)),
+    }
+    if vm.spot {
+        problem(format!("VM {vm_name} is spot; the NodePool allows on-demand only"));
+    }
+    let tags = &vm.document["tags"];
+    if tags[TAG_CLUSTER] != CLUSTER_NAME || tags[TAG_NODEPOOL] != pool {
+        problem(format!(
+            "VM {vm_name} should be tagged {TAG_CLUSTER}={CLUSTER_NAME}, {TAG_NODEPOOL}={pool}: {tags}"
+        ));
+    }
+    for condition in ["Launched", "Registered"] {
+        if !condition_is_true(claim, condition) {
+            problem(format!("condition {condition} is not True: {}", conditions_summary(claim)));
+        }
+    }
+    let Some(node) = node_for(claim, nodes) else {
+        problem(format!("no Node has its providerID {}", claim["status"]["providerID"]));
+        return problems;
+    };
+    let node_name = node.metadata.name.clone().unwrap_or_default();
+    if claim["status"]["nodeName"] != node_name.as_str() {
+        problem(format!("status.nodeName {} should be {node_name}", claim["status"]["nodeName"]));
+    }
+    let node_labels = node.metadata.labels.clone().unwrap_or_default();
+    let claim_labels = claim["metadata"]["labels"].as_object().cloned().unwrap_or_default();
+    for (key, value) in &claim_labels {
+        if node_labels.get(key).map(String::as_str) != value.as_str() {
+            problem(format!(
+                "Node {node_name} lacks the claim's label {key}={value} (has {:?})",
+                node_labels.get(key)
+            ));
+        }
+    }
+    let taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    if taints.iter().any(|t| t.key == TAINT_UNREGISTERED) {
+        problem(format!("Node {node_name} still has the {TAINT_UNREGISTERED} taint"));
+    }
+    problems
+}
+
+/// The fake ARM holds exactly one VM per NodeClaim among those tagged with the scenario's NodePool.
+fn check_one_vm_per_claim(claims: &[Value], pool: &str, controller: &Controller) -> Vec<String> {
+    let expected: BTreeSet<String> =
+        claims.iter().filter_map(vm_name_of).map(str::to_ascii_lowercase).collect();
+    let tagged: BTreeSet<String> = controller
+        .fake()
+        .vms()
+        .iter()
+        .filter(|vm| vm.document["tags"][TAG_NODEPOOL] == pool)
+        .map(|vm| vm.name.to_ascii_lowercase())
+        .collect();
+    if expected == tagged {
+        Vec::new()
+    } else {
+        vec![format!(
+            "VMs tagged {TAG_NODEPOOL}={pool} {tagged:?} should be exactly the claims' VMs {expected:?}"
+        )]
+    }
+}
+
+/// Deletes what the scenario created, while the controller still runs (it removes the finalizers).
+/// Best effort: a failure here is reported, not fatal, since the test's own assertions already ran.
+async fn tear_down(client: &Client, controller: &Controller, scenario: &Scenario) {
+    let background = DeleteParams::background();
+    if let Ok(api) = objects::api_for(client, &scenario.deployment(0)).await {
+        let _ = api.delete(APP, &background).await;
+    }
+    let claims_api = nodeclaims(client);
+    let claims = claims_of(client, scenario.name).await.unwrap_or_default();
+    for claim in &claims {
+        let _ = claims_api.delete(object_name(claim), &background).await;
+    }
+    let deadline = Instant::now() + STAGE;
+    while Instant::now() < deadline && controller.exit_status().is_none() {
+        match claims_of(client, scenario.name).await {
+            Ok(left) if left.is_empty() => break,
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    let left = claims_of(client, scenario.name).await.unwrap_or_default();
+    if !left.is_empty() {
+        eprintln!("e2e: cleanup of {}: NodeClaims still there: {}", scenario.name, left.len());
+    }
+    for object in [scenario.node_pool(), scenario.node_class()] {
+        if let Ok(api) = objects::api_for(client, &object).await {
+            let _ = api.delete(scenario.name, &background).await;
+        }
+    }
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(scenario.name, &background).await;
+}
+
+fn nodeclaims(client: &Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
+    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"))
+}
+
+/// The NodeClaims labelled with the NodePool, as JSON.
+async fn claims_of(client: &Client, pool: &str) -> Result<Vec<Value>, String> {
+    let selector = ListParams::default().labels(&format!("{LABEL_NODEPOOL}={pool}"));
+    let list =
+        nodeclaims(client).list(&selector).await.map_err(|err| format!("listing NodeClaims: {err}"))?;
+    Ok(list.items.iter().map(|claim| serde_json::to_value(claim).expect("a NodeClaim serializes")).collect())
+}
+
+async fn get_json(client: &Client, object: &Value) -> Result<Value, String> {
+    let api = objects::api_for(client, object).await.map_err(|err| err.to_string())?;
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let stored = api.get(name).await.map_err(|err| format!("reading {name}: {err}"))?;
+    serde_json::to_value(stored).map_err(|err| err.to_string())
+}
+
+async fn list_pods(client: &Client, namespace: &str) -> Result<Vec<Pod>, String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let list = pods.list(&ListParams::default().labels(&format!("app={APP}"))).await;
+    Ok(list.map_err(|err| format!("listing pods: {err}"))?.items)
+}
+
+async fn list_nodes(client: &Client) -> Vec<Node> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes.list(&ListParams::default()).await.expect("listing nodes").items
+}
+
+fn is_running(pod: &Pod) -> bool {
+    let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    bound && phase == Some("Running") && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// How many pods are not Running, and the scheduler's message for one of them.
+async fn pending_pods_summary(client: &Client, namespace: &str) -> String {
+    let pods = match list_pods(client, namespace).await {
+        Ok(pods) => pods,
+        Err(err) => return err,
+    };
+    let waiting: Vec<&Pod> = pods.iter().filter(|pod| !is_running(pod)).collect();
+    let reason = waiting.iter().find_map(|pod| {
+        let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+        let scheduled = conditions.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+        Some(format!("{}: {}", name(pod), scheduled.message.clone().unwrap_or_default()))
+    });
+    format!("{} of {} pods not Running (e.g. {})", waiting.len(), pods.len(), reason.unwrap_or_default())
+}
+
+fn name(pod: &Pod) -> &str {
+    pod.metadata.name.as_deref().unwrap_or_default()
+}
+
+fn object_name(object: &Value) -> &str {
+    object["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+fn claim_label<'a>(claim: &'a Value, key: &str) -> &'a str {
+    claim["metadata"]["labels"][key].as_str().unwrap_or_default()
+}
+
+/// The VM name: the last segment of `status.providerID`.
+fn vm_name_of(claim: &Value) -> Option<&str> {
+    let provider_id = claim["status"]["providerID"].as_str().filter(|id| !id.is_empty())?;
+    provider_id.rsplit('/').next()
+}
+
+/// The values of the claim's `node.kubernetes.io/instance-type In` requirement, in stored order.
+fn instance_type_options(claim: &Value) -> Vec<String> {
+    let requirements = claim["spec"]["requirements"].as_array().cloned().unwrap_or_default();
+    requirements
+        .iter()
+        .find(|r| r["key"] == LABEL_INSTANCE_TYPE && r["operator"] == "In")
+        .and_then(|r| r["values"].as_array())
+        .map(|values| values.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+        .unwrap_or_default()
+}
+
+/// The Node whose providerID is the claim's (case-insensitively: the resource group's case varies).
+fn node_for<'a>(claim: &Value, nodes: &'a [Node]) -> Option<&'a Node> {
+    let provider_id = claim["status"]["providerID"].as_str().filter(|id| !id.is_empty())?;
+    nodes.iter().find(|node| {
+        let id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
+        id.eq_ignore_ascii_case(provider_id)
+    })
+}
+
+fn condition_is_true(object: &Value, type_: &str) -> bool {
+    let conditions = object["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    conditions.iter().any(|c| c["type"] == type_ && c["status"] == "True")
+}
+
+/// `Type=Status (Reason: message)` for each condition, or `none`.
+fn conditions_summary(object: &Value) -> String {
+    let conditions = object["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    if conditions.is_empty() {
+        return "none".to_string();
+    }
+    let text: Vec<String> = conditions
+        .iter()
+        .map(|c| {
+            let detail = [c["reason"].as_str(), c["message"].as_str()]
+                .into_iter()
+                .flatten()
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join(": ");
+            format!(
+                "{}={} ({detail})",
+                c["type"].as_str().unwrap_or("?"),
+                c["status"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    text.join(", ")
+}
+
+fn claim_summary(claim: &Value) -> String {
+    format!(
+        "{} providerID {} conditions {}",
+        object_name(claim),
+        claim["status"]["providerID"].as_str().unwrap_or("-"),
+        conditions_summary(claim)
+    )
+}
+
+/// Time until `deadline`, at least a moment so a last probe still runs.
+fn left(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1))
+}
