@@ -8,7 +8,7 @@ use crate::catalog::{CatalogError, PriceTable, UnavailableOfferings};
 use crate::cloud::azure::client::ClientError;
 use crate::cloud::azure::{
     ArmClients, ArmSettings, AzureCloudProvider, BootstrapSettings, CredentialSource, LaunchSettings,
-    RetrySettings, Secret, DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_POLLS, DEFAULT_POLL_INTERVAL,
+    RetrySettings, DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_POLLS, DEFAULT_POLL_INTERVAL,
 };
 use crate::cloud::wall_clock;
 use crate::operator::{Credential, NetworkPlugin, Validated};
@@ -37,7 +37,7 @@ impl StartError {
 pub fn arm_settings(v: &Validated) -> Result<ArmSettings, StartError> {
     let (tenant_id, client_id, credential) = match &v.azure.credential {
         Credential::ClientSecret { tenant_id, client_id, secret } => {
-            (tenant_id, client_id, CredentialSource::ClientSecret(Secret::new(secret.expose())))
+            (tenant_id, client_id, CredentialSource::ClientSecret(secret.clone()))
         }
         Credential::WorkloadIdentity { tenant_id, client_id, token_file } => {
             (tenant_id, client_id, CredentialSource::FederatedTokenFile(token_file.clone()))
@@ -73,7 +73,7 @@ pub fn launch_settings(v: &Validated) -> LaunchSettings {
         additional_tags: v.additional_tags.clone(),
         bootstrap: BootstrapSettings {
             cluster_endpoint: v.cluster_endpoint.as_str().trim_end_matches('/').to_string(),
-            bootstrap_token: Secret::new(v.kubelet_bootstrap_token.expose()),
+            bootstrap_token: v.kubelet_bootstrap_token.clone(),
             network_plugin: network_plugin.to_string(),
         },
         poll_interval: DEFAULT_POLL_INTERVAL,

@@ -8,7 +8,6 @@
 //! script, never in `Debug` output or logs.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use crate::apis::common::{Taint, TaintEffect};
 use crate::apis::labels;
@@ -19,25 +18,8 @@ pub const EVICTION_HARD: &str = "memory.available<750Mi";
 /// it before running the CSE).
 pub const PROVISION_SCRIPT: &str = "/opt/azure/containers/provision.sh";
 
-/// A secret string whose `Debug`/`Display` never show the value.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
+/// Secrets (the bootstrap token) use the settings' redacting type.
+pub use crate::operator::Secret;
 
 /// Cluster-wide bootstrap inputs (operator settings).
 #[derive(Debug, Clone, PartialEq, Eq)]
