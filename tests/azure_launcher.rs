@@ -27,6 +27,7 @@ struct Harness {
     fake: FakeArm,
     provider: AzureCloudProvider,
     cache: Arc<Mutex<UnavailableOfferings>>,
+    arm: ArmSettings,
 }
 
 async fn harness(config: FakeArmConfig) -> Harness {
@@ -70,7 +71,7 @@ async fn harness(config: FakeArmConfig) -> Harness {
     let cache = Arc::new(Mutex::new(UnavailableOfferings::new()));
     let clients = ArmClients::new(&arm).expect("clients build");
     let provider = AzureCloudProvider::new(clients, launch, cache.clone(), Arc::new(|| NOW));
-    Harness { fake, provider, cache }
+    Harness { fake, provider, cache, arm }
 }
 
 fn option(size: &str, offerings: &[(&str, CapacityType)]) -> InstanceTypeOption {
@@ -307,4 +308,18 @@ async fn spot_eviction_reads_as_not_found() {
     assert!(h.fake.evict("aks-default-e1"));
     let err = h.provider.get(&instance.provider_id).await.unwrap_err();
     assert_eq!(err.category(), "NotFound");
+}
+
+#[tokio::test]
+async fn the_region_sizes_come_from_the_resource_skus_api() {
+    let h = harness(FakeArmConfig::default()).await;
+    let clients = ArmClients::new(&h.arm).expect("clients build");
+    let skus = karpenter_azure::cloud::azure::skus::list_region_skus(&clients, h.fake.location())
+        .await
+        .expect("the SKU list is read");
+    assert!(skus.len() > 500, "{}", skus.len());
+    let d4 = skus.iter().find(|s| s.record.name == "Standard_D4s_v5").expect("D4s_v5 listed");
+    assert_eq!((d4.record.vcpus, d4.record.memory_mib), (4, 16 * 1024));
+    assert_eq!(d4.zones, ["1", "2", "3"]);
+    assert_eq!(d4.record.low_priority_capable, Some(true));
 }

@@ -86,7 +86,8 @@ impl InstanceType {
     }
 
     /// Cheapest offering price, for sorting; types without offerings sort last.
-    fn sort_price(&self) -> f64 {
+    /// The price that orders types cheapest first: the first (cheapest) offering's.
+    pub fn sort_price(&self) -> f64 {
         self.offerings.first().map_or(f64::INFINITY, |o| o.price)
     }
 }

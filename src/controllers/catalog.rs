@@ -1,18 +1,31 @@
-//! Instance types per AKSNodeClass: the embedded catalog for the region, priced by the static table,
-//! shaped by the class (maxPods, OS disk) and the operator's network settings, with offerings the
-//! unavailable cache blocks marked unavailable. Memoised per class shape and cache generation.
+//! Instance types per AKSNodeClass: the region's sizes — from the Azure Resource SKUs API once it has
+//! answered (refreshed every 12 hours), the embedded catalog until then or when it cannot be reached —
+//! priced by the static table, shaped by the class (maxPods, OS disk) and the operator's network
+//! settings, with offerings the unavailable cache blocks marked unavailable. Memoised per class
+//! shape, cache generation and SKU list.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use crate::apis::AKSNodeClass;
 use crate::catalog::{self, CapacityOptions, CatalogError, InstanceType, PriceTable, UnavailableOfferings};
+use crate::cloud::azure::client::ArmClients;
+use crate::cloud::azure::skus::{list_region_skus, RegionSku};
 use crate::cloud::Clock;
+
+/// How often the region's sizes are listed again (upstream refreshes instance types every 12 hours).
+pub const SKU_REFRESH_INTERVAL: Duration = Duration::from_secs(12 * 3600);
+/// After a failed listing, how soon to try again.
+const SKU_RETRY_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
 /// (maxPods, osDiskSizeGB) of a class: what changes allocatable.
 type ClassShape = (Option<u32>, Option<u32>);
-/// The types of a shape, with the cache generation they were computed at.
-type Memo = BTreeMap<ClassShape, (u64, Arc<Vec<InstanceType>>)>;
+/// The types of a shape, with the cache generation and SKU-list version they were computed at.
+type Memo = BTreeMap<ClassShape, ((u64, u64), Arc<Vec<InstanceType>>)>;
+/// The live SKU list, shared with the refresh task.
+type LiveSkus = Arc<RwLock<Option<Arc<Vec<RegionSku>>>>>;
 
 pub struct Catalog {
     region: String,
@@ -21,6 +34,8 @@ pub struct Catalog {
     unavailable: Arc<Mutex<UnavailableOfferings>>,
     clock: Clock,
     memo: Mutex<Memo>,
+    live: LiveSkus,
+    live_version: Arc<AtomicU64>,
 }
 
 impl Catalog {
@@ -40,6 +55,8 @@ impl Catalog {
             unavailable,
             clock,
             memo: Mutex::new(BTreeMap::new()),
+            live: Arc::new(RwLock::new(None)),
+            live_version: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -56,20 +73,124 @@ impl Catalog {
         let now = (self.clock)();
         let mut unavailable = self.unavailable.lock().unwrap_or_else(|p| p.into_inner());
         unavailable.evict_expired(now);
-        let seq = unavailable.seq();
+        let version = (unavailable.seq(), self.live_version.load(Ordering::Acquire));
         let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((at, types)) = memo.get(&shape) {
-            if *at == seq {
+            if *at == version {
                 return types.clone();
             }
         }
         let options = CapacityOptions { max_pods: shape.0, os_disk_size_gb: shape.1, ..self.options.clone() };
-        // The region was checked in `new`, so this cannot fail; an empty list is the safe fallback.
-        let types = Arc::new(
-            catalog::instance_types(&self.region, &options, &self.pricing, &unavailable, now)
+        let live = self.live.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let types = Arc::new(match live {
+            Some(skus) => self.live_types(&skus, &options, &unavailable, now),
+            // The region was checked in `new`, so this cannot fail; an empty list is the safe fallback.
+            None => catalog::instance_types(&self.region, &options, &self.pricing, &unavailable, now)
                 .unwrap_or_default(),
-        );
-        memo.insert(shape, (seq, types.clone()));
+        });
+        memo.insert(shape, (version, types.clone()));
         types
+    }
+
+    /// Instance types from the live SKU list: sizes grouped by the zones they are offered in.
+    fn live_types(
+        &self,
+        skus: &[RegionSku],
+        options: &CapacityOptions,
+        unavailable: &UnavailableOfferings,
+        now: Duration,
+    ) -> Vec<InstanceType> {
+        let mut by_zones: BTreeMap<&Vec<String>, Vec<crate::catalog::SkuRecord>> = BTreeMap::new();
+        for sku in skus {
+            by_zones.entry(&sku.zones).or_default().push(sku.record.clone());
+        }
+        let mut types: Vec<InstanceType> = by_zones
+            .into_iter()
+            .flat_map(|(zones, records)| {
+                catalog::instancetype::build_instance_types(
+                    &records,
+                    &self.region,
+                    zones,
+                    options,
+                    &self.pricing,
+                    unavailable,
+                    now,
+                )
+            })
+            .collect();
+        types.sort_by(|a, b| a.sort_price().total_cmp(&b.sort_price()).then_with(|| a.name.cmp(&b.name)));
+        types
+    }
+
+    /// Lists the region's sizes from the Resource SKUs API now and then every
+    /// [`SKU_REFRESH_INTERVAL`]; a failed listing keeps what was there (the embedded catalog at first).
+    pub fn spawn_sku_refresh(&self, clients: ArmClients) -> tokio::task::JoinHandle<()> {
+        let (live, version, region) = (self.live.clone(), self.live_version.clone(), self.region.clone());
+        tokio::spawn(async move {
+            loop {
+                let wait = match list_region_skus(&clients, &region).await {
+                    Ok(skus) if !skus.is_empty() => {
+                        tracing::info!(region = %region, sizes = skus.len(), "listed the region's VM sizes");
+                        *live.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(skus));
+                        version.fetch_add(1, Ordering::AcqRel);
+                        SKU_REFRESH_INTERVAL
+                    }
+                    Ok(_) => {
+                        tracing::warn!(region = %region, "the Resource SKUs API listed no VM sizes; keeping the current list");
+                        SKU_RETRY_INTERVAL
+                    }
+                    Err(e) => {
+                        tracing::warn!(region = %region, error = %e, "listing VM sizes failed; keeping the current list");
+                        SKU_RETRY_INTERVAL
+                    }
+                };
+                tokio::time::sleep(wait).await;
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::embedded_sku;
+
+    fn catalog() -> Catalog {
+        let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
+        let clock: Clock = Arc::new(|| Duration::ZERO);
+        Catalog::new(
+            "eastus",
+            CapacityOptions::default(),
+            PriceTable::static_for_region("eastus"),
+            unavailable,
+            clock,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn live_sizes_replace_the_embedded_list_once_listed() {
+        let catalog = catalog();
+        assert!(catalog.types_for(None).len() > 900, "embedded catalog first");
+        let live = vec![
+            RegionSku {
+                record: embedded_sku("Standard_D4s_v5").unwrap().clone(),
+                zones: vec!["1".into(), "3".into()],
+            },
+            RegionSku { record: embedded_sku("Standard_E4s_v5").unwrap().clone(), zones: vec!["2".into()] },
+        ];
+        *catalog.live.write().unwrap() = Some(Arc::new(live));
+        catalog.live_version.fetch_add(1, Ordering::AcqRel);
+        let types = catalog.types_for(None);
+        let names: Vec<&str> = types.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["Standard_D4s_v5", "Standard_E4s_v5"]);
+        let zones = |i: usize| {
+            let mut z: Vec<&str> = types[i].offerings.iter().map(|o| o.zone.as_str()).collect();
+            z.sort();
+            z.dedup();
+            z
+        };
+        assert_eq!(zones(0), ["eastus-1", "eastus-3"]);
+        assert_eq!(zones(1), ["eastus-2"]);
     }
 }

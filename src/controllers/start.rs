@@ -2,6 +2,7 @@
 //! the ARM clients and the Azure cloud provider, the catalog for the region, the controller settings.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use super::{Catalog, Settings};
 use crate::catalog::{CatalogError, PriceTable, UnavailableOfferings};
@@ -94,6 +95,7 @@ pub fn azure(v: &Validated) -> Result<(Arc<AzureCloudProvider>, Catalog), StartE
         clock.clone(),
     )?;
     let clients = ArmClients::new(&arm_settings(v)?)?;
+    catalog.spawn_sku_refresh(ArmClients::new(&arm_settings(v)?)?);
     let provider = AzureCloudProvider::new(clients, launch_settings(v), unavailable, clock);
     Ok((Arc::new(provider), catalog))
 }
@@ -103,5 +105,26 @@ pub fn settings(v: &Validated) -> Settings {
         region: v.azure.location.clone(),
         batch_idle: v.batch_idle_duration,
         batch_max: v.batch_max_duration,
+        gc_interval: env_duration(GC_INTERVAL_ENV, super::gc::DEFAULT_INTERVAL),
+        gc_grace: env_duration(GC_GRACE_ENV, super::gc::DEFAULT_GRACE),
+    }
+}
+
+/// Hidden override of the garbage-collection interval (a duration such as `3s`), for tests.
+pub const GC_INTERVAL_ENV: &str = "KARPENTER_GC_INTERVAL";
+/// Hidden override of the garbage-collection grace period for unowned VMs, for tests.
+pub const GC_GRACE_ENV: &str = "KARPENTER_GC_GRACE_PERIOD";
+
+/// A duration from a hidden test override; the default when unset, or (with a warning) when malformed.
+fn env_duration(name: &str, default: Duration) -> Duration {
+    match std::env::var(name) {
+        Err(_) => default,
+        Ok(value) => match crate::apis::duration::parse(&value) {
+            Ok(parsed) if !parsed.is_zero() => parsed,
+            _ => {
+                tracing::warn!(setting = name, value = %value, default_s = default.as_secs(), "ignoring a malformed duration override");
+                default
+            }
+        },
     }
 }

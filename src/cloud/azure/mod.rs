@@ -13,6 +13,7 @@ pub mod errors;
 pub mod naming;
 pub mod nic;
 pub mod provider;
+pub mod skus;
 pub mod vm;
 
 use std::collections::BTreeMap;
