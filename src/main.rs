@@ -120,7 +120,10 @@ fn run_controller(options: &karpenter_azure::operator::Options) -> ExitCode {
 async fn start_controller(validated: karpenter_azure::operator::Validated) -> anyhow::Result<()> {
     use anyhow::Context as _;
     use karpenter_azure::controllers::{self, start};
-    let client = kube::Client::try_default().await.context("connecting to the Kubernetes API server")?;
+    let config = kube::Config::infer().await.context("reading the Kubernetes client configuration")?;
+    let evictions = controllers::termination::eviction_client(config.clone())
+        .context("connecting to the Kubernetes API server")?;
+    let client = kube::Client::try_from(config).context("connecting to the Kubernetes API server")?;
     let (cloud, catalog) = start::azure(&validated).context("setting up Azure")?;
     tracing::info!(
         cluster = %validated.cluster_name,
@@ -128,7 +131,7 @@ async fn start_controller(validated: karpenter_azure::operator::Validated) -> an
         node_resource_group = %validated.azure.node_resource_group,
         "starting controller"
     );
-    controllers::run(client, cloud, catalog, start::settings(&validated)).await?;
+    controllers::run(client, evictions, cloud, catalog, start::settings(&validated)).await?;
     Ok(())
 }
 

@@ -37,6 +37,16 @@ pub trait CloudProvider: Send + Sync {
     fn list(&self) -> impl Future<Output = Result<Vec<Instance>, CloudError>> + Send;
     /// Removes the machine and what belongs to it; success when it is already gone.
     fn delete(&self, provider_id: &str) -> impl Future<Output = Result<(), CloudError>> + Send;
+    /// Names of the network interfaces this cluster owns (found by its cluster tag), for garbage
+    /// collection of NICs whose VM never came. Clouds without separate NICs have none.
+    fn list_nics(&self) -> impl Future<Output = Result<Vec<String>, CloudError>> + Send {
+        async { Ok(Vec::new()) }
+    }
+    /// Removes one network interface by name; success when it is already gone.
+    fn delete_nic(&self, name: &str) -> impl Future<Output = Result<(), CloudError>> + Send {
+        let _ = name;
+        async { Ok(()) }
+    }
 }
 
 /// Everything a launch needs, resolved by the controller from the NodeClaim, its NodePool and its

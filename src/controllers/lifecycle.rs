@@ -1,13 +1,13 @@
 //! The NodeClaim lifecycle (upstream core `nodeclaim/lifecycle`): finalizer → launch → registration →
-//! initialization, with liveness timeouts, and a minimal termination on deletion.
+//! initialization, with liveness timeouts, and termination on deletion.
 //!
 //! A `kube::runtime::Controller` over NodeClaims, also woken by Node changes (mapped to the claim by
 //! providerID). Each reconcile advances one step and requeues; every write is a merge patch carrying the
 //! object's resourceVersion, so a stale read fails with a conflict and is retried rather than clobbering.
 //!
-//! Termination here is minimal: on NodeClaim deletion the VM is deleted, then the Node (our finalizer
-//! removed first), then the claim's finalizer. Pods are not drained through the Eviction API and
-//! terminationGracePeriod is not enforced yet; that is the termination controller's job (a later step).
+//! Termination: on NodeClaim deletion the Node is drained ([`super::termination`]: taint, evictions,
+//! terminationGracePeriod), then the VM is deleted, then the Node (our finalizer removed first), then the
+//! claim's finalizer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +24,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::nodeclaim::{self, resource_list};
-use super::{ControllerError, Shared};
+use super::{termination, ControllerError, Shared};
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::labels::{
     FINALIZER_TERMINATION, LABEL_INITIALIZED, LABEL_NODEPOOL, LABEL_REGISTERED, TAINT_UNREGISTERED,
@@ -434,7 +434,7 @@ pub fn not_initialized(claim: &NodeClaim, node: &Node) -> Option<String> {
     None
 }
 
-/// Minimal termination: the VM, then the Node, then the claim's finalizer. No draining yet.
+/// Termination: drain the Node(s), then the VM, then the Node, then the claim's finalizer.
 async fn finalize<C: CloudProvider + 'static>(
     claim: &NodeClaim,
     shared: &Shared<C>,
@@ -445,12 +445,6 @@ async fn finalize<C: CloudProvider + 'static>(
     }
     let name = claim.name_any();
     let status = claim.status.clone().unwrap_or_default();
-    if let Some(provider_id) = status.provider_id.as_deref().filter(|p| !p.is_empty()) {
-        match shared.cloud.delete(provider_id).await {
-            Ok(()) | Err(CloudError::NotFound(_)) => {}
-            Err(error) => return Err(error.into()),
-        }
-    }
     let mut node_names: Vec<String> = status.node_name.clone().into_iter().collect();
     if let Some(provider_id) = status.provider_id.as_deref() {
         let cluster = shared.cluster();
@@ -458,6 +452,15 @@ async fn finalize<C: CloudProvider + 'static>(
             if !node_names.iter().any(|n| n == node.name()) {
                 node_names.push(node.name().to_string());
             }
+        }
+    }
+    if let Some(delay) = termination::drain(claim, shared, &node_names).await? {
+        return Ok(Action::requeue(delay));
+    }
+    if let Some(provider_id) = status.provider_id.as_deref().filter(|p| !p.is_empty()) {
+        match shared.cloud.delete(provider_id).await {
+            Ok(()) | Err(CloudError::NotFound(_)) => {}
+            Err(error) => return Err(error.into()),
         }
     }
     let nodes: Api<Node> = Api::all(shared.client.clone());

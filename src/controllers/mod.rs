@@ -7,20 +7,23 @@
 //! - `provisioning`: batch → synced → snapshot → solve → create NodeClaims.
 //! - `nodeclaim`: NodeClaim objects built from a plan, and launch requests built from NodeClaims (pure).
 //! - `lifecycle`: the NodeClaim reconciler.
+//! - `termination`: draining a deleted claim's Node (taint, evictions, terminationGracePeriod).
 //! - `status`: AKSNodeClass and NodePool status.
+//! - `gc`: garbage collection of unowned VMs and NICs, and of NodeClaims whose VM is gone.
 //! - `start`: the Azure provider, catalog and settings built from the validated operator settings.
 //! - `catalog`: instance types per AKSNodeClass, as the solver and the launcher both see them.
 //!
-//! Not here yet: leader election (every replica acts), the metrics server, draining on termination,
-//! garbage collection and disruption.
+//! Not here yet: leader election (every replica acts), the metrics server and disruption.
 
 pub mod batch;
 pub mod catalog;
+pub mod gc;
 pub mod lifecycle;
 pub mod nodeclaim;
 pub mod provisioning;
 pub mod start;
 pub mod status;
+pub mod termination;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -43,6 +46,10 @@ pub struct Settings {
     pub batch_idle: Duration,
     /// `BATCH_MAX_DURATION`.
     pub batch_max: Duration,
+    /// How often garbage collection sweeps ([`gc::DEFAULT_INTERVAL`]).
+    pub gc_interval: Duration,
+    /// How old an unowned VM must be before it is collected ([`gc::DEFAULT_GRACE`]).
+    pub gc_grace: Duration,
 }
 
 /// Why a controller step failed. `category` is the bounded label for logs, metrics and events.
@@ -80,6 +87,8 @@ pub struct Shared<C> {
     pub status_changed: Notify,
     /// Consecutive failed reconciles per NodeClaim, for the lifecycle's backoff.
     pub failures: Mutex<BTreeMap<String, u32>>,
+    /// The drain's eviction client (no retry layer) and its backoff.
+    pub termination: termination::Termination,
 }
 
 impl<C> Shared<C> {
@@ -93,6 +102,7 @@ impl<C> Shared<C> {
 /// Runs every controller until SIGTERM or ctrl-c.
 pub async fn run<C: CloudProvider + 'static>(
     client: kube::Client,
+    evictions: kube::Client,
     cloud: Arc<C>,
     catalog: Catalog,
     settings: Settings,
@@ -105,6 +115,7 @@ pub async fn run<C: CloudProvider + 'static>(
         settings,
         status_changed: Notify::new(),
         failures: Mutex::new(BTreeMap::new()),
+        termination: termination::Termination::new(evictions),
     });
     let (triggers, trigger_rx) = mpsc::unbounded_channel();
     let mut tasks = tokio::task::JoinSet::new();
@@ -112,6 +123,7 @@ pub async fn run<C: CloudProvider + 'static>(
     tasks.spawn(provisioning::run(shared.clone(), trigger_rx));
     tasks.spawn(lifecycle::run(shared.clone()));
     tasks.spawn(status::run(shared.clone()));
+    tasks.spawn(gc::run(shared.clone()));
     tracing::info!(region = %shared.settings.region, "controllers started");
     shutdown_signal().await;
     tracing::info!("shutting down");

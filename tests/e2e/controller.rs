@@ -51,6 +51,8 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 pub struct Controller {
     child: Mutex<Child>,
     log_path: PathBuf,
+    /// The child's environment, kept for [`Controller::kill_and_restart`].
+    env: Vec<(&'static str, String)>,
     fake: FakeArm,
     _exclusive: MutexGuard<'static, ()>,
 }
@@ -58,6 +60,16 @@ pub struct Controller {
 impl Controller {
     /// Starts the fake ARM and the controller; `name` names the log file.
     pub async fn start(cluster: &Cluster, client: &kube::Client, name: &str) -> Controller {
+        Controller::start_with_env(cluster, client, name, &[]).await
+    }
+
+    /// Like [`Controller::start`], with extra environment for the child (e.g. the hidden GC overrides).
+    pub async fn start_with_env(
+        cluster: &Cluster,
+        client: &kube::Client,
+        name: &str,
+        extra_env: &[(&'static str, String)],
+    ) -> Controller {
         let exclusive = ONE_AT_A_TIME.lock().await;
         let config = FakeArmConfig {
             client_secrets: vec![(CLIENT_ID.to_string(), CLIENT_SECRET.to_string())],
@@ -70,21 +82,22 @@ impl Controller {
         let log_dir = cluster.dir.join("logs");
         std::fs::create_dir_all(&log_dir).unwrap_or_else(|err| panic!("{}: {err}", log_dir.display()));
         let log_path = log_dir.join(format!("controller-{name}.log"));
-        let log = File::create(&log_path).unwrap_or_else(|err| panic!("{}: {err}", log_path.display()));
-        let log_for_stderr = log.try_clone().expect("log file handle clones");
-
-        let mut command = Command::new(env!("CARGO_BIN_EXE_karpenter-azure"));
-        command.arg("controller").env_clear().stdin(Stdio::null()).stdout(log).stderr(log_for_stderr);
-        for key in INHERITED_ENV {
-            if let Some(value) = std::env::var_os(key) {
-                command.env(key, value);
-            }
-        }
-        command.envs(settings_env(cluster, &fake));
-        let child =
-            command.spawn().unwrap_or_else(|err| panic!("spawning karpenter-azure controller: {err}"));
+        File::create(&log_path).unwrap_or_else(|err| panic!("{}: {err}", log_path.display()));
+        let mut env = settings_env(cluster, &fake);
+        env.extend(extra_env.iter().cloned());
+        let child = spawn(&log_path, &env);
         eprintln!("e2e: controller {name} started (pid {}), log {}", child.id(), log_path.display());
-        Controller { child: Mutex::new(child), log_path, fake, _exclusive: exclusive }
+        Controller { child: Mutex::new(child), log_path, env, fake, _exclusive: exclusive }
+    }
+
+    /// SIGKILLs the controller (no shutdown of any kind) and starts a new one with the same settings
+    /// against the same fake ARM; its output is appended to the same log.
+    pub fn kill_and_restart(&self) {
+        let mut child = self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _ = child.kill();
+        let _ = child.wait();
+        *child = spawn(&self.log_path, &self.env);
+        eprintln!("e2e: controller killed and restarted (pid {})", child.id());
     }
 
     /// The fake ARM the controller launches VMs in.
@@ -150,6 +163,26 @@ impl Drop for Controller {
             );
         }
     }
+}
+
+/// Spawns `karpenter-azure controller` with exactly `env` (plus [`INHERITED_ENV`]), appending its output
+/// to `log_path`.
+fn spawn(log_path: &std::path::Path, env: &[(&'static str, String)]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(log_path)
+        .unwrap_or_else(|err| panic!("{}: {err}", log_path.display()));
+    let log_for_stderr = log.try_clone().expect("log file handle clones");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_karpenter-azure"));
+    command.arg("controller").env_clear().stdin(Stdio::null()).stdout(log).stderr(log_for_stderr);
+    for key in INHERITED_ENV {
+        if let Some(value) = std::env::var_os(key) {
+            command.env(key, value);
+        }
+    }
+    command.envs(env.iter().map(|(k, v)| (*k, v)));
+    command.spawn().unwrap_or_else(|err| panic!("spawning karpenter-azure controller: {err}"))
 }
 
 /// The controller's whole configuration, pointing at the fake ARM and the e2e cluster.

@@ -15,6 +15,8 @@ pub mod wait;
 mod eviction;
 mod helm;
 mod provisioning;
+mod resilience;
 mod scheduling;
+mod termination;
 mod validation;
 mod validation_cases;

@@ -297,6 +297,17 @@ impl CloudProvider for AzureCloudProvider {
             .await
             .map_err(|f| errors::cloud_error(&f, "deleting NIC"))
     }
+
+    async fn list_nics(&self) -> Result<Vec<String>, CloudError> {
+        self.limited(list_cluster_nics(self)).await
+    }
+
+    async fn delete_nic(&self, name: &str) -> Result<(), CloudError> {
+        let s = &self.settings;
+        self.limited(nic::delete_nic(&self.clients, self.rg(), name, s.poll_interval, s.max_polls))
+            .await
+            .map_err(|f| errors::cloud_error(&f, "deleting NIC"))
+    }
 }
 
 /// NIC names of this cluster, for garbage collection of NICs whose VM never came.

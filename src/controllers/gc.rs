@@ -1,0 +1,295 @@
+//! Garbage collection (upstream azure `nodeclaim/garbagecollection` and core `nodeclaim/garbagecollection`).
+//!
+//! Every [`Settings::gc_interval`](super::Settings) (2 minutes in production) one sweep:
+//! - VMs tagged for this cluster that no NodeClaim owns (neither by providerID nor by the name
+//!   `aks-<claim>`) and that are older than [`Settings::gc_grace`](super::Settings) (5 minutes) are deleted
+//!   with their NIC, and so is a Node with their providerID that no NodeClaim owns;
+//! - NICs `aks-<x>` tagged for this cluster with no VM `aks-<x>` and no NodeClaim `<x>` are deleted once
+//!   they were found orphaned by two sweeps in a row (a NIC has no creation time; the second look covers a
+//!   launch whose NodeClaim the index has not seen yet);
+//! - NodeClaims that launched (have a providerID) but whose VM is gone (`CloudProvider::get` says
+//!   NotFound) are deleted, so their pods are provisioned again.
+//!
+//! Nothing happens until the index is synced. The decision is [`decide`], pure over plain lists and `now`.
+//!
+//! Tests shorten the interval and grace period with the hidden environment variables
+//! `KARPENTER_GC_INTERVAL` and `KARPENTER_GC_GRACE_PERIOD` (read in `start`).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::DeleteParams;
+use kube::Api;
+
+use super::{ControllerError, Shared};
+use crate::apis::NodeClaim;
+use crate::cloud::azure::naming;
+use crate::cloud::{CloudError, CloudProvider, Instance};
+
+/// Upstream's instance GC period.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2 * 60);
+/// Upstream's minimum age of an instance before it may be collected.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(5 * 60);
+
+/// What GC needs to know of one NodeClaim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimView {
+    pub name: String,
+    pub provider_id: Option<String>,
+    pub deleting: bool,
+}
+
+/// What one sweep should do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decision {
+    /// Orphaned VMs old enough to delete (with their NIC).
+    pub vms: Vec<Instance>,
+    /// NICs with neither a VM nor a NodeClaim (deleted once orphaned in two sweeps in a row).
+    pub nics: Vec<String>,
+    /// Launched NodeClaims whose VM is not in the list: (claim, providerID), to confirm with a GET.
+    pub claims: Vec<(String, String)>,
+}
+
+/// The pure GC decision over the index's NodeClaims, the cluster's VMs and NIC names, at `now`.
+pub fn decide(
+    claims: &[ClaimView],
+    vms: &[Instance],
+    nics: &[String],
+    now: Timestamp,
+    grace: Duration,
+) -> Decision {
+    let has_claim_named = |name: &str| claims.iter().any(|c| c.name.eq_ignore_ascii_case(name));
+    let owned_by_id = |id: &str| {
+        claims.iter().any(|c| c.provider_id.as_deref().is_some_and(|p| p.eq_ignore_ascii_case(id)))
+    };
+    let old_enough = |vm: &Instance| {
+        let Some(created) = vm.created.as_deref().and_then(|t| t.parse::<Timestamp>().ok()) else {
+            return false;
+        };
+        let age = now.as_millisecond().saturating_sub(created.as_millisecond());
+        age >= 0 && Duration::from_millis(age as u64) >= grace
+    };
+    let orphan_vms: Vec<Instance> = vms
+        .iter()
+        .filter(|vm| !owned_by_id(&vm.provider_id))
+        .filter(|vm| !naming::claim_name(&vm.name).is_some_and(has_claim_named))
+        .filter(|vm| !vm.state.eq_ignore_ascii_case("Deleting"))
+        .filter(|vm| old_enough(vm))
+        .cloned()
+        .collect();
+    let orphan_nics: Vec<String> = nics
+        .iter()
+        .filter(|nic| {
+            let Some(claim) = naming::claim_name(nic) else { return false };
+            !has_claim_named(claim) && !vms.iter().any(|vm| vm.name.eq_ignore_ascii_case(nic))
+        })
+        .cloned()
+        .collect();
+    let missing: Vec<(String, String)> = claims
+        .iter()
+        .filter(|c| !c.deleting)
+        .filter_map(|c| Some((c, c.provider_id.as_deref().filter(|p| !p.is_empty())?)))
+        .filter(|(_, id)| !vms.iter().any(|vm| vm.provider_id.eq_ignore_ascii_case(id)))
+        .map(|(c, id)| (c.name.clone(), id.to_string()))
+        .collect();
+    Decision { vms: orphan_vms, nics: orphan_nics, claims: missing }
+}
+
+/// Runs a sweep every `gc_interval` until the task is stopped.
+pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
+    // The first sweep runs as soon as the index is synced, then every interval.
+    while !shared.cluster().synced() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let mut ticker = tokio::time::interval(shared.settings.gc_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // NICs found orphaned by the previous sweep.
+    let mut suspects = BTreeSet::new();
+    loop {
+        ticker.tick().await;
+        match sweep(&shared, &suspects).await {
+            Ok(next) => suspects = next,
+            Err(error) => {
+                tracing::warn!(category = error.category(), %error, "garbage collection failed");
+            }
+        }
+    }
+}
+
+/// One sweep; returns the NICs found orphaned this time.
+async fn sweep<C: CloudProvider + 'static>(
+    shared: &Shared<C>,
+    suspects: &BTreeSet<String>,
+) -> Result<BTreeSet<String>, ControllerError> {
+    // The index first, then the cloud: a VM listed after the snapshot was taken is either older than the
+    // snapshot's claims or protected by the grace period and its claim's name.
+    let claims: Vec<ClaimView> = {
+        let cluster = shared.cluster();
+        if !cluster.synced() {
+            tracing::debug!("garbage collection skipped: the index is not synced");
+            return Ok(suspects.clone());
+        }
+        cluster
+            .nodeclaims()
+            .map(|c| ClaimView {
+                name: c.name.clone(),
+                provider_id: c.provider_id.clone(),
+                deleting: c.deleting,
+            })
+            .collect()
+    };
+    let vms = shared.cloud.list().await?;
+    let nics = shared.cloud.list_nics().await?;
+    let decision = decide(&claims, &vms, &nics, Timestamp::now(), shared.settings.gc_grace);
+
+    for vm in &decision.vms {
+        tracing::info!(vm = %vm.name, provider_id = %vm.provider_id, created = vm.created.as_deref().unwrap_or(""), "garbage collecting VM without a NodeClaim");
+        shared.cloud.delete(&vm.provider_id).await?;
+        delete_orphan_nodes(shared, &vm.provider_id).await?;
+    }
+    let deleted_vms: BTreeSet<String> = decision.vms.iter().map(|vm| vm.name.to_ascii_lowercase()).collect();
+    let mut next = BTreeSet::new();
+    for nic in decision.nics {
+        let key = nic.to_ascii_lowercase();
+        if deleted_vms.contains(&key) {
+            continue;
+        }
+        if suspects.contains(&key) {
+            tracing::info!(nic = %nic, "garbage collecting NIC without a VM or NodeClaim");
+            shared.cloud.delete_nic(&nic).await?;
+        } else {
+            next.insert(key);
+        }
+    }
+    let api: Api<NodeClaim> = Api::all(shared.client.clone());
+    for (claim, provider_id) in decision.claims {
+        match shared.cloud.get(&provider_id).await {
+            Err(CloudError::NotFound(_)) => {}
+            Ok(_) => continue,
+            Err(error) if error.is_retryable() => return Err(error.into()),
+            Err(_) => continue,
+        }
+        tracing::info!(nodeclaim = %claim, %provider_id, "garbage collecting NodeClaim whose VM is gone");
+        match api.delete(&claim, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(next)
+}
+
+/// Deletes Nodes with this providerID that no NodeClaim owns (a NodeClaim's Node goes with its claim).
+async fn delete_orphan_nodes<C>(shared: &Shared<C>, provider_id: &str) -> Result<(), ControllerError> {
+    let names: Vec<String> = {
+        let cluster = shared.cluster();
+        cluster
+            .nodes()
+            .filter(|(n, claim)| {
+                claim.is_none()
+                    && n.provider_id.as_deref().is_some_and(|p| p.eq_ignore_ascii_case(provider_id))
+            })
+            .map(|(n, _)| n.name().to_string())
+            .collect()
+    };
+    let nodes: Api<Node> = Api::all(shared.client.clone());
+    for name in names {
+        tracing::info!(node = %name, %provider_id, "deleting the Node of a garbage-collected VM");
+        match nodes.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::CapacityType;
+
+    const RG: &str = "mc_rg";
+    const SUB: &str = "00000000-0000-0000-0000-000000000001";
+
+    fn now() -> Timestamp {
+        "2025-01-01T12:00:00Z".parse().unwrap()
+    }
+
+    fn vm(claim: &str, created: Option<&str>, state: &str) -> Instance {
+        let name = naming::resource_name(claim);
+        Instance {
+            provider_id: naming::provider_id(SUB, RG, &name),
+            name,
+            instance_type: "Standard_D2s_v5".into(),
+            zone: None,
+            capacity_type: CapacityType::OnDemand,
+            nodepool: Some("default".into()),
+            image_id: None,
+            state: state.into(),
+            created: created.map(str::to_string),
+            tags: Default::default(),
+        }
+    }
+
+    fn claim(name: &str, provider_id: Option<String>) -> ClaimView {
+        ClaimView { name: name.into(), provider_id, deleting: false }
+    }
+
+    const OLD: Option<&str> = Some("2025-01-01T11:50:00Z");
+    const NEW: Option<&str> = Some("2025-01-01T11:58:00Z");
+    const GRACE: Duration = DEFAULT_GRACE;
+
+    #[test]
+    fn orphan_vms_older_than_the_grace_period_are_collected() {
+        let vms = vec![
+            vm("gone", OLD, "Succeeded"),
+            vm("young", NEW, "Succeeded"),
+            vm("nodate", None, "Succeeded"),
+        ];
+        let d = decide(&[], &vms, &[], now(), GRACE);
+        assert_eq!(d.vms.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(), ["aks-gone"]);
+        // Exactly at the grace period counts as old enough.
+        let at = vec![vm("at", Some("2025-01-01T11:55:00Z"), "Succeeded")];
+        assert_eq!(decide(&[], &at, &[], now(), GRACE).vms.len(), 1);
+    }
+
+    #[test]
+    fn vms_owned_by_id_or_by_name_are_kept_and_deleting_ones_skipped() {
+        let by_id = vm("a", OLD, "Succeeded");
+        let claims =
+            vec![claim("other-name", Some(by_id.provider_id.to_ascii_uppercase())), claim("b", None)];
+        let vms = vec![by_id, vm("b", OLD, "Creating"), vm("c", OLD, "Deleting")];
+        let d = decide(&claims, &vms, &[], now(), GRACE);
+        assert!(d.vms.is_empty(), "{d:?}");
+    }
+
+    #[test]
+    fn nics_without_vm_or_claim_are_collected() {
+        let nics: Vec<String> =
+            ["aks-lonely", "aks-withvm", "aks-withclaim", "not-ours"].iter().map(|s| s.to_string()).collect();
+        let d = decide(&[claim("withclaim", None)], &[vm("withvm", NEW, "Succeeded")], &nics, now(), GRACE);
+        assert_eq!(d.nics, ["aks-lonely"]);
+    }
+
+    #[test]
+    fn launched_claims_whose_vm_is_not_listed_are_candidates() {
+        let alive = vm("alive", OLD, "Succeeded");
+        let gone_id = naming::provider_id(SUB, RG, "aks-gone");
+        let mut deleting = claim("deleting", Some(naming::provider_id(SUB, RG, "aks-deleting")));
+        deleting.deleting = true;
+        let claims = vec![
+            claim("alive", Some(alive.provider_id.clone())),
+            claim("gone", Some(gone_id.clone())),
+            claim("pending", None),
+            claim("empty", Some(String::new())),
+            deleting,
+        ];
+        let d = decide(&claims, &[alive], &[], now(), GRACE);
+        assert_eq!(d.claims, [("gone".to_string(), gone_id)]);
+        assert!(d.vms.is_empty() && d.nics.is_empty());
+    }
+}

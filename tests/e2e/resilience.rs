@@ -1,0 +1,477 @@
+//! The controller under failure (issue 5, tests 2, 4 and 5): capacity errors fall back to another offering
+//! without leaking, a SIGKILL mid-create is recovered without a duplicate VM, unowned VMs are garbage
+//! collected, and bursts of 429 and 500 from ARM do not stop convergence.
+//!
+//! As in `provisioning`, each test has its own namespace, AKSNodeClass and NodePool (named after the test),
+//! its own controller and fake ARM, and removes what it created.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter_azure::catalog::{embedded_sku, CapacityType, UnavailableOfferings};
+use karpenter_azure::cloud::azure::{
+    ArmClients, ArmSettings, AzureCloudProvider, BootstrapSettings, CredentialSource, LaunchSettings,
+    RetrySettings, Secret,
+};
+use karpenter_azure::cloud::{
+    wall_clock, CloudProvider, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice,
+};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams};
+use kube::core::GroupVersionKind;
+use kube::{Api, Client};
+use serde_json::{json, Value};
+
+use super::controller::{Controller, CLUSTER_NAME};
+use super::{cluster, crds, objects};
+use crate::fake_arm::{CreateError, Delivery, FakeArm, Fault, Target};
+
+/// How long the Deployment's pods may take to run, faults included. Generous: azure_core's exponential
+/// retry policy backs off past Retry-After, so a call hit by a whole burst waits tens of seconds.
+const CONVERGE: Duration = Duration::from_secs(180);
+const POOL_READY: Duration = Duration::from_secs(30);
+const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
+const LABEL_SKU_FAMILY: &str = "karpenter.azure.com/sku-family";
+const TAG_NODEPOOL: &str = "karpenter.sh_nodepool";
+const APP: &str = "web";
+const IMAGE_ID: &str = "/CommunityGalleries/AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2/images/2204gen2containerd/versions/202501.01.0";
+
+struct Scenario {
+    name: &'static str,
+}
+
+impl Scenario {
+    fn node_class(&self) -> Value {
+        json!({"apiVersion": "karpenter.azure.com/v1beta1", "kind": "AKSNodeClass",
+               "metadata": {"name": self.name}, "spec": {"imageFamily": "Ubuntu"}})
+    }
+
+    fn node_pool(&self) -> Value {
+        json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": self.name},
+        "spec": {
+            "template": {"spec": {
+                "requirements": [
+                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                    {"key": LABEL_SKU_FAMILY, "operator": "In", "values": ["D"]}
+                ],
+                "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": self.name}
+            }},
+            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "Never"}
+        }})
+    }
+
+    fn deployment(&self, replicas: u32) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": APP, "namespace": self.name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": APP}},
+            "template": {
+                "metadata": {"labels": {"app": APP}},
+                "spec": {
+                    "nodeSelector": {LABEL_NODEPOOL: self.name},
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]
+                }
+            }
+        }})
+    }
+}
+
+/// Test 2: every create in zone 1 is refused with ZonalAllocationFailed; the claims fall back to other
+/// offerings, every pod runs, and nothing is leaked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zonal_capacity_error_falls_back_to_another_offering_without_leaking() {
+    let scenario = Scenario { name: "e2e-res-capacity" };
+    let cluster = cluster::shared();
+    let client = cluster.client().await;
+    let controller = set_up(cluster, &client, &scenario, &[]).await;
+    let fake = controller.fake();
+    fake.inject(Fault::Capacity {
+        error: CreateError::ZonalAllocationFailed,
+        target: Target { sku: None, zone: Some("1".into()), priority: Some("Regular".into()) },
+        delivery: Delivery::Sync,
+        times: None,
+    });
+    let started = Instant::now();
+    let replicas = 6;
+    objects::apply(&client, &scenario.deployment(replicas)).await.expect("applying the Deployment");
+    wait_running(&client, &controller, &scenario, replicas as usize).await;
+    let running_after = started.elapsed();
+
+    let refused: Vec<String> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PUT" && r.path.contains("/virtualMachines/") && r.status == 409)
+        .map(|r| r.path.rsplit('/').next().unwrap_or_default().to_string())
+        .collect();
+    assert!(!refused.is_empty(), "no VM create was refused: the fault in zone 1 was never hit");
+    let zone_one: Vec<String> =
+        fake.vms().iter().filter(|vm| vm.zone.as_deref() == Some("1")).map(|vm| vm.name.clone()).collect();
+    assert!(zone_one.is_empty(), "VMs in the refused zone 1: {zone_one:?}");
+    let claims = wait_claims_settled(&client, &controller, &scenario).await;
+    assert_no_leaks(fake, &claims, &scenario);
+    println!(
+        "e2e capacity fallback: {replicas} pods Running {running_after:.1?} after the Deployment; {} refused \
+         creates {refused:?}; {} NodeClaims, zones {:?}",
+        refused.len(),
+        claims.len(),
+        fake.vms().iter().map(|vm| vm.zone.clone().unwrap_or_default()).collect::<Vec<_>>()
+    );
+    tear_down(&client, &controller, &scenario).await;
+}
+
+/// Test 4: the controller is SIGKILLed while VMs are being created and restarted: the claims complete with
+/// one VM each and no second PUT; then a VM tagged for the cluster without a NodeClaim is collected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_mid_create_leaves_no_duplicate_and_unowned_vms_are_garbage_collected() {
+    let scenario = Scenario { name: "e2e-res-restart" };
+    let cluster = cluster::shared();
+    let client = cluster.client().await;
+    let gc_env =
+        [("KARPENTER_GC_INTERVAL", "2s".to_string()), ("KARPENTER_GC_GRACE_PERIOD", "5s".to_string())];
+    let controller = set_up(cluster, &client, &scenario, &gc_env).await;
+    let fake = controller.fake();
+    fake.inject(Fault::SlowProvisioning { delay_ms: 8_000, target: Target::default() });
+    let started = Instant::now();
+    let replicas = 4;
+    objects::apply(&client, &scenario.deployment(replicas)).await.expect("applying the Deployment");
+    controller
+        .wait_until("a VM of the scenario to be Creating", Duration::from_secs(60), || async {
+            let creating = fake.vms().iter().any(|vm| {
+                vm.provisioning_state == "Creating" && vm.document["tags"][TAG_NODEPOOL] == scenario.name
+            });
+            if creating {
+                Ok(())
+            } else {
+                Err(format!("VMs: {:?}", fake.vms().iter().map(|v| &v.name).collect::<Vec<_>>()))
+            }
+        })
+        .await;
+    let creating: Vec<String> = fake
+        .vms()
+        .iter()
+        .filter(|vm| vm.provisioning_state == "Creating")
+        .map(|vm| vm.name.clone())
+        .collect();
+    controller.kill_and_restart();
+    let killed_after = started.elapsed();
+    fake.clear_faults();
+    wait_running(&client, &controller, &scenario, replicas as usize).await;
+    let claims = wait_claims_settled(&client, &controller, &scenario).await;
+    assert_no_leaks(fake, &claims, &scenario);
+    let puts: BTreeMap<String, u32> =
+        pool_vms(fake, &scenario).into_iter().map(|vm| (vm.clone(), fake.vm_put_count(&vm))).collect();
+    assert!(puts.values().all(|n| *n == 1), "each VM should have been PUT once: {puts:?}");
+    for vm in &creating {
+        assert!(
+            puts.contains_key(&vm.to_ascii_lowercase()) || fake.vm(vm).is_some(),
+            "VM {vm} being created at the kill is gone"
+        );
+    }
+    let converged_after = started.elapsed();
+
+    // A VM (and NIC) tagged for this cluster that no NodeClaim owns, made by hand.
+    let orphan = "e2e-res-orphan";
+    let vm_name = format!("aks-{orphan}");
+    let provider = provider_for(fake);
+    provider.create(&orphan_request(orphan)).await.expect("creating the unowned VM directly");
+    assert!(fake.vm(&vm_name).is_some());
+    let orphan_made = Instant::now();
+    let nodes: Api<Node> = Api::all(client.clone());
+    controller
+        .wait_until("GC to delete the unowned VM, its NIC and its Node", Duration::from_secs(60), || async {
+            let vm = fake.vm(&vm_name).map(|vm| vm.provisioning_state);
+            let nic = fake
+                .nics()
+                .iter()
+                .any(|n| n["name"].as_str().is_some_and(|n| n.eq_ignore_ascii_case(&vm_name)));
+            let node = nodes.get_opt(&vm_name).await.map_err(|e| e.to_string())?.is_some();
+            if vm.is_none() && !nic && !node {
+                Ok(())
+            } else {
+                Err(format!("VM {vm:?}, NIC present {nic}, Node present {node}"))
+            }
+        })
+        .await;
+    println!(
+        "e2e restart: killed {killed_after:.1?} after the Deployment with {creating:?} Creating; {replicas} pods \
+         Running and claims settled {converged_after:.1?} after it; VM PUTs {puts:?}; unowned VM collected \
+         {:.1?} after it was made (GC every 2 s, grace 5 s)",
+        orphan_made.elapsed()
+    );
+    tear_down(&client, &controller, &scenario).await;
+}
+
+/// Test 5: bursts of 429 (Retry-After 1) and 500 on ARM while provisioning; everything converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_of_429_and_500_from_arm_still_converge() {
+    let scenario = Scenario { name: "e2e-res-throttle" };
+    let cluster = cluster::shared();
+    let client = cluster.client().await;
+    let controller = set_up(cluster, &client, &scenario, &[]).await;
+    let fake = controller.fake();
+    let burst = |fake: &FakeArm| {
+        fake.inject(Fault::Throttle { requests: 3, retry_after_secs: 1, path_prefix: None });
+        fake.inject(Fault::ServerError { requests: 2, path_prefix: None });
+    };
+    burst(fake);
+    let started = Instant::now();
+    let replicas = 8;
+    objects::apply(&client, &scenario.deployment(replicas)).await.expect("applying the Deployment");
+    // More bursts while claims launch.
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        burst(fake);
+    }
+    wait_running(&client, &controller, &scenario, replicas as usize).await;
+    let running_after = started.elapsed();
+    let claims = wait_claims_settled(&client, &controller, &scenario).await;
+    assert_no_leaks(fake, &claims, &scenario);
+    let statuses: Vec<u16> = fake.requests().iter().map(|r| r.status).collect();
+    let (throttled, failed) =
+        (statuses.iter().filter(|s| **s == 429).count(), statuses.iter().filter(|s| **s == 500).count());
+    assert!(throttled > 0 && failed > 0, "the faults were never hit: {throttled} 429s, {failed} 500s");
+    println!(
+        "e2e throttling: {replicas} pods Running {running_after:.1?} after the Deployment through {throttled} \
+         429s and {failed} 500s; {} NodeClaims",
+        claims.len()
+    );
+    tear_down(&client, &controller, &scenario).await;
+}
+
+async fn set_up(
+    cluster: &cluster::Cluster,
+    client: &Client,
+    scenario: &Scenario,
+    env: &[(&'static str, String)],
+) -> Controller {
+    crds::ensure_installed(client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
+    objects::namespace(client, scenario.name).await;
+    let controller = Controller::start_with_env(cluster, client, scenario.name, env).await;
+    objects::apply(client, &scenario.node_class()).await.expect("applying the AKSNodeClass");
+    objects::apply(client, &scenario.node_pool()).await.expect("applying the NodePool");
+    controller
+        .wait_until("the NodePool to be Ready", POOL_READY, || async {
+            let pool = get_json(client, &scenario.node_pool()).await?;
+            if condition_is_true(&pool, "Ready") {
+                Ok(())
+            } else {
+                Err(format!("NodePool status {}", pool["status"]))
+            }
+        })
+        .await;
+    controller
+}
+
+async fn wait_running(client: &Client, controller: &Controller, scenario: &Scenario, replicas: usize) {
+    let what = format!("all {replicas} pods of {} to be Running", scenario.name);
+    controller
+        .wait_until(&what, CONVERGE, || async {
+            let pods = list_pods(client, scenario.name).await?;
+            let running = pods.iter().filter(|pod| is_running(pod)).count();
+            if running == replicas && pods.len() == replicas {
+                return Ok(());
+            }
+            let claims = claims_of(client, scenario.name).await?;
+            Err(format!("{running} of {} pods Running; NodeClaims: {}", pods.len(), summaries(&claims)))
+        })
+        .await;
+}
+
+/// The scenario's NodeClaims once none is deleting and each has Launched and Registered True.
+async fn wait_claims_settled(client: &Client, controller: &Controller, scenario: &Scenario) -> Vec<Value> {
+    controller
+        .wait_until("every NodeClaim to be Launched and Registered", Duration::from_secs(30), || async {
+            let claims = claims_of(client, scenario.name).await?;
+            let settled = claims.iter().all(|c| {
+                c["metadata"]["deletionTimestamp"].is_null()
+                    && condition_is_true(c, "Launched")
+                    && condition_is_true(c, "Registered")
+            });
+            if settled && !claims.is_empty() {
+                Ok(claims)
+            } else {
+                Err(summaries(&claims))
+            }
+        })
+        .await
+}
+
+/// Every VM tagged with the scenario's pool belongs to one of its NodeClaims and vice versa, and every NIC
+/// in the fake belongs to a VM.
+fn assert_no_leaks(fake: &FakeArm, claims: &[Value], scenario: &Scenario) {
+    let expected: BTreeSet<String> = claims.iter().filter_map(vm_name_of).collect();
+    let vms = pool_vms(fake, scenario);
+    assert_eq!(vms, expected, "the pool's VMs should be exactly its NodeClaims' VMs");
+    let all_vms: BTreeSet<String> = fake.vms().iter().map(|vm| vm.name.to_ascii_lowercase()).collect();
+    let stray: Vec<String> = fake
+        .nics()
+        .iter()
+        .filter_map(|nic| nic["name"].as_str().map(str::to_ascii_lowercase))
+        .filter(|nic| !all_vms.contains(nic))
+        .collect();
+    assert!(stray.is_empty(), "NICs without a VM: {stray:?}");
+}
+
+/// Lower-cased names of the VMs tagged with the scenario's NodePool.
+fn pool_vms(fake: &FakeArm, scenario: &Scenario) -> BTreeSet<String> {
+    fake.vms()
+        .iter()
+        .filter(|vm| vm.document["tags"][TAG_NODEPOOL] == scenario.name)
+        .map(|vm| vm.name.to_ascii_lowercase())
+        .collect()
+}
+
+/// An Azure provider of our own against the controller's fake ARM, with the controller's cluster name.
+fn provider_for(fake: &FakeArm) -> AzureCloudProvider {
+    let (client_id, secret) = fake.client_credentials();
+    let arm = ArmSettings {
+        arm_endpoint: fake.endpoint(),
+        authority_host: fake.authority_host(),
+        subscription_id: fake.subscription_id().to_string(),
+        tenant_id: fake.tenant_id().to_string(),
+        client_id: client_id.to_string(),
+        credential: CredentialSource::ClientSecret(Secret::new(secret)),
+        retry: RetrySettings::default(),
+    };
+    let launch = LaunchSettings {
+        cluster_name: CLUSTER_NAME.into(),
+        location: fake.location().to_string(),
+        node_resource_group: fake.resource_group().to_string(),
+        subnet_id: format!(
+            "/subscriptions/{}/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/vnet/subnets/nodes",
+            fake.subscription_id()
+        ),
+        ssh_public_key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEe2ee2ee2ee2ee2ee2ee2ee2ee2ee2ee2ee2ee2ee2e e2e".into(),
+        admin_username: "azureuser".into(),
+        node_identities: vec![],
+        additional_tags: BTreeMap::new(),
+        bootstrap: BootstrapSettings {
+            cluster_endpoint: "https://e2e-cluster-dns.hcp.eastus.azmk8s.io:443".into(),
+            bootstrap_token: Secret::new("e2e0ab.0123456789abcdef"),
+            network_plugin: "none".into(),
+        },
+        poll_interval: Duration::from_millis(100),
+        max_polls: 200,
+        max_concurrent_calls: 4,
+    };
+    let clients = ArmClients::new(&arm).expect("ARM clients build");
+    AzureCloudProvider::new(clients, launch, Arc::new(Mutex::new(UnavailableOfferings::new())), wall_clock())
+}
+
+fn orphan_request(claim: &str) -> LaunchRequest {
+    let sku = embedded_sku("Standard_D2s_v5").expect("Standard_D2s_v5 is in the catalog");
+    let offering = OfferingChoice { zone: "eastus-2".into(), capacity_type: CapacityType::OnDemand };
+    LaunchRequest {
+        claim_name: claim.into(),
+        nodepool: "e2e-res-no-such-pool".into(),
+        options: vec![InstanceTypeOption::from_sku(sku, vec![offering])],
+        labels: BTreeMap::new(),
+        taints: vec![],
+        startup_taints: vec![],
+        image_id: IMAGE_ID.into(),
+        os_disk_size_gb: 128,
+        tags: BTreeMap::new(),
+        kubelet: KubeletSettings { max_pods: 110, kube_reserved: BTreeMap::new() },
+    }
+}
+
+async fn tear_down(client: &Client, controller: &Controller, scenario: &Scenario) {
+    let background = DeleteParams::background();
+    if let Ok(api) = objects::api_for(client, &scenario.deployment(0)).await {
+        let _ = api.delete(APP, &background).await;
+    }
+    let claims_api = nodeclaims(client);
+    for claim in claims_of(client, scenario.name).await.unwrap_or_default() {
+        let _ = claims_api.delete(object_name(&claim), &background).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline && controller.exit_status().is_none() {
+        match claims_of(client, scenario.name).await {
+            Ok(left) if left.is_empty() => break,
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    for object in [scenario.node_pool(), scenario.node_class()] {
+        if let Ok(api) = objects::api_for(client, &object).await {
+            let _ = api.delete(scenario.name, &background).await;
+        }
+    }
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(scenario.name, &background).await;
+}
+
+fn nodeclaims(client: &Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
+    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"))
+}
+
+async fn claims_of(client: &Client, pool: &str) -> Result<Vec<Value>, String> {
+    let selector = ListParams::default().labels(&format!("{LABEL_NODEPOOL}={pool}"));
+    let list =
+        nodeclaims(client).list(&selector).await.map_err(|err| format!("listing NodeClaims: {err}"))?;
+    Ok(list.items.iter().map(|claim| serde_json::to_value(claim).expect("a NodeClaim serializes")).collect())
+}
+
+async fn get_json(client: &Client, object: &Value) -> Result<Value, String> {
+    let api = objects::api_for(client, object).await.map_err(|err| err.to_string())?;
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let stored = api.get(name).await.map_err(|err| format!("reading {name}: {err}"))?;
+    serde_json::to_value(stored).map_err(|err| err.to_string())
+}
+
+async fn list_pods(client: &Client, namespace: &str) -> Result<Vec<Pod>, String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let list = pods.list(&ListParams::default().labels(&format!("app={APP}"))).await;
+    Ok(list.map_err(|err| format!("listing pods: {err}"))?.items)
+}
+
+fn is_running(pod: &Pod) -> bool {
+    let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    bound && phase == Some("Running") && pod.metadata.deletion_timestamp.is_none()
+}
+
+fn object_name(object: &Value) -> &str {
+    object["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+/// The lower-cased VM name: the last segment of `status.providerID`.
+fn vm_name_of(claim: &Value) -> Option<String> {
+    let provider_id = claim["status"]["providerID"].as_str().filter(|id| !id.is_empty())?;
+    provider_id.rsplit('/').next().map(str::to_ascii_lowercase)
+}
+
+fn condition_is_true(object: &Value, type_: &str) -> bool {
+    let conditions = object["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    conditions.iter().any(|c| c["type"] == type_ && c["status"] == "True")
+}
+
+fn summaries(claims: &[Value]) -> String {
+    let parts: Vec<String> = claims
+        .iter()
+        .map(|c| {
+            let conditions: Vec<String> = c["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|c| {
+                    format!("{}={}", c["type"].as_str().unwrap_or("?"), c["status"].as_str().unwrap_or("?"))
+                })
+                .collect();
+            format!(
+                "{} providerID {} deleting {} [{}]",
+                object_name(c),
+                c["status"]["providerID"].as_str().unwrap_or("-"),
+                !c["metadata"]["deletionTimestamp"].is_null(),
+                conditions.join(", ")
+            )
+        })
+        .collect();
+    format!("[{}]", parts.join("; "))
+}

@@ -1,0 +1,325 @@
+//! Termination end to end (issue 5, test 6): a PodDisruptionBudget blocks the drain of a deleted
+//! NodeClaim's Node; the controller waits (Node tainted, pods and VM kept, claim held by its finalizer)
+//! and finishes once the budget allows the evictions.
+//!
+//! Like the provisioning tests: its own namespace, AKSNodeClass and NodePool, its own controller and fake
+//! ARM; the Deployment's pods select the NodePool, so they land only on nodes launched for them.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::{Api, Client};
+use serde_json::{json, Value};
+
+use super::controller::Controller;
+use super::{cluster, crds, objects};
+
+const NAME: &str = "e2e-term-pdb";
+const APP: &str = "web";
+const REPLICAS: usize = 2;
+const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
+const TAINT_DISRUPTED: &str = "karpenter.sh/disrupted";
+/// How long each stage may take.
+const STAGE: Duration = Duration::from_secs(60);
+/// How long the test watches the blocked drain make no progress.
+const HOLD: Duration = Duration::from_secs(10);
+
+fn node_class() -> Value {
+    json!({"apiVersion": "karpenter.azure.com/v1beta1", "kind": "AKSNodeClass",
+           "metadata": {"name": NAME}, "spec": {"imageFamily": "Ubuntu"}})
+}
+
+fn node_pool() -> Value {
+    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": NAME},
+    "spec": {
+        "template": {"spec": {
+            "requirements": [
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D"]}
+            ],
+            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": NAME}
+        }},
+        "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "Never"}
+    }})
+}
+
+fn deployment(replicas: usize) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": APP, "namespace": NAME},
+    "spec": {
+        "replicas": replicas,
+        "selector": {"matchLabels": {"app": APP}},
+        "template": {
+            "metadata": {"labels": {"app": APP}},
+            "spec": {
+                "nodeSelector": {LABEL_NODEPOOL: NAME},
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]
+            }
+        }
+    }})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pdb_blocks_the_drain_until_it_allows_the_evictions_then_termination_finishes() {
+    let cluster = cluster::shared();
+    let client = cluster.client().await;
+    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
+    objects::namespace(&client, NAME).await;
+    let controller = Controller::start(cluster, &client, NAME).await;
+    objects::apply(&client, &node_class()).await.expect("applying the AKSNodeClass");
+    objects::apply(&client, &node_pool()).await.expect("applying the NodePool");
+    controller
+        .wait_until("the NodePool to be Ready", STAGE, || async {
+            let pool = objects::get(&client, &node_pool()).await;
+            if condition_is_true(&pool, "Ready") {
+                Ok(())
+            } else {
+                Err(format!("{}", pool["status"]))
+            }
+        })
+        .await;
+
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NAME);
+    let pdb = serde_json::from_value(json!({
+        "metadata": {"name": APP},
+        "spec": {"minAvailable": REPLICAS, "selector": {"matchLabels": {"app": APP}}}
+    }))
+    .expect("a PDB");
+    budgets.create(&PostParams::default(), &pdb).await.expect("creating the PDB");
+    let started = Instant::now();
+    objects::apply(&client, &deployment(REPLICAS)).await.expect("applying the Deployment");
+    let pods = controller
+        .wait_until("the Deployment's pods to run on launched nodes", STAGE, || async {
+            let pods = list_pods(&client).await?;
+            let running: Vec<Pod> = pods.into_iter().filter(is_running).collect();
+            if running.len() == REPLICAS {
+                Ok(running)
+            } else {
+                Err(format!("{} of {REPLICAS} Running", running.len()))
+            }
+        })
+        .await;
+    let provisioned_after = started.elapsed();
+    budget_allows(&controller, &budgets, 0).await;
+
+    let claims = claims_of(&client).await.expect("listing NodeClaims");
+    let claim_names: Vec<String> = claims.iter().map(|c| name_of(c).to_string()).collect();
+    let vm_names: BTreeSet<String> =
+        claims.iter().filter_map(vm_name_of).map(str::to_ascii_lowercase).collect();
+    let node_names: BTreeSet<String> =
+        pods.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).collect();
+    let pod_uids: BTreeSet<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    assert!(!claim_names.is_empty() && vm_names.len() == claim_names.len(), "claims {claims:#?}");
+
+    let claims_api = nodeclaims(&client);
+    for claim in &claim_names {
+        claims_api.delete(claim, &DeleteParams::default()).await.expect("deleting a NodeClaim");
+    }
+    let deleted = Instant::now();
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    controller
+        .wait_until("the Nodes to get the karpenter.sh/disrupted:NoSchedule taint", STAGE, || async {
+            let mut untainted = Vec::new();
+            for node in &node_names {
+                let found = nodes_api.get(node).await.map_err(|err| format!("{node}: {err}"))?;
+                let taints = found.spec.and_then(|s| s.taints).unwrap_or_default();
+                if !taints.iter().any(|t| t.key == TAINT_DISRUPTED && t.effect == "NoSchedule") {
+                    untainted.push(format!("{node} {taints:?}"));
+                }
+            }
+            if untainted.is_empty() {
+                Ok(())
+            } else {
+                Err(untainted.join("; "))
+            }
+        })
+        .await;
+    let tainted_after = deleted.elapsed();
+
+    // The budget allows nothing: for a while, nothing may move.
+    let hold_until = Instant::now() + HOLD;
+    while Instant::now() < hold_until {
+        if let Some(status) = controller.exit_status() {
+            panic!("the controller exited ({status}) while the PDB blocked the drain");
+        }
+        let live: BTreeSet<String> = list_pods(&client)
+            .await
+            .expect("listing pods")
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.uid.clone())
+            .collect();
+        assert!(
+            pod_uids.is_subset(&live),
+            "pods were removed while the PDB forbade it: {pod_uids:?} vs {live:?}"
+        );
+        for vm in &vm_names {
+            assert!(controller.fake().vm(vm).is_some(), "VM {vm} was deleted before its node was drained");
+        }
+        for claim in &claim_names {
+            let found = claims_api.get_opt(claim).await.expect("reading a NodeClaim");
+            let found =
+                found.unwrap_or_else(|| panic!("NodeClaim {claim} is gone while its drain is blocked"));
+            assert!(found.metadata.deletion_timestamp.is_some(), "NodeClaim {claim} is not being deleted");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    let relaxed = Instant::now();
+    budgets
+        .patch(APP, &PatchParams::default(), &Patch::Merge(json!({"spec": {"minAvailable": 0}})))
+        .await
+        .expect("relaxing the PDB");
+    let fake = controller.fake();
+    controller
+        .wait_until("the original pods to be evicted", STAGE, || async {
+            let left: Vec<String> = list_pods(&client)
+                .await?
+                .iter()
+                .filter(|p| p.metadata.uid.as_ref().is_some_and(|u| pod_uids.contains(u)))
+                .map(|p| p.metadata.name.clone().unwrap_or_default())
+                .collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still there: {left:?}"))
+            }
+        })
+        .await;
+    let evicted_after = relaxed.elapsed();
+    controller
+        .wait_until("the VMs and NICs to be gone", STAGE, || async {
+            let vms = fake.vms().into_iter().filter(|vm| vm_names.contains(&vm.name.to_ascii_lowercase()));
+            let nics = fake.nics();
+            let nics = nics
+                .iter()
+                .filter_map(|nic| nic["name"].as_str())
+                .filter(|nic| vm_names.contains(&nic.to_ascii_lowercase()));
+            let left: Vec<String> =
+                vms.map(|vm| format!("VM {}", vm.name)).chain(nics.map(|n| format!("NIC {n}"))).collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(left.join(", "))
+            }
+        })
+        .await;
+    controller
+        .wait_until("the Nodes and NodeClaims to be gone", STAGE, || async {
+            let mut left = Vec::new();
+            for node in &node_names {
+                if nodes_api.get_opt(node).await.map_err(|err| err.to_string())?.is_some() {
+                    left.push(format!("Node {node}"));
+                }
+            }
+            for claim in &claim_names {
+                if let Some(found) = claims_api.get_opt(claim).await.map_err(|err| err.to_string())? {
+                    left.push(format!("NodeClaim {claim} (finalizers {:?})", found.metadata.finalizers));
+                }
+            }
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(left.join(", "))
+            }
+        })
+        .await;
+    println!(
+        "e2e termination: {} NodeClaim(s) for {REPLICAS} pods (Running {provisioned_after:.1?} after the \
+         Deployment); tainted {tainted_after:.1?} after deletion; held {HOLD:?} by the PDB; after relaxing it: \
+         pods evicted {evicted_after:.1?}, everything gone {:.1?}",
+        claim_names.len(),
+        relaxed.elapsed()
+    );
+    tear_down(&client, &controller).await;
+}
+
+/// Waits until the disruption controller has processed the budget and allows exactly `allowed`.
+async fn budget_allows(controller: &Controller, budgets: &Api<PodDisruptionBudget>, allowed: i32) {
+    controller
+        .wait_until(&format!("the PDB to allow {allowed} disruption(s)"), STAGE, || async {
+            let pdb = budgets.get(APP).await.map_err(|err| err.to_string())?;
+            let status = pdb.status.clone().unwrap_or_default();
+            let current =
+                status.observed_generation.is_some() && status.observed_generation == pdb.metadata.generation;
+            if current && status.disruptions_allowed == allowed {
+                Ok(())
+            } else {
+                Err(format!("{status:?}"))
+            }
+        })
+        .await;
+}
+
+/// Deletes what the test created while the controller still runs (it removes the finalizers), including
+/// NodeClaims launched for the evicted pods' replacements. Best effort.
+async fn tear_down(client: &Client, controller: &Controller) {
+    let background = DeleteParams::background();
+    if let Ok(api) = objects::api_for(client, &deployment(0)).await {
+        let _ = api.delete(APP, &background).await;
+    }
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NAME);
+    let _ = budgets.delete(APP, &background).await;
+    let claims_api = nodeclaims(client);
+    for claim in claims_of(client).await.unwrap_or_default() {
+        let _ = claims_api.delete(name_of(&claim), &background).await;
+    }
+    let deadline = Instant::now() + STAGE;
+    while Instant::now() < deadline && controller.exit_status().is_none() {
+        match claims_of(client).await {
+            Ok(left) if left.is_empty() => break,
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    for object in [node_pool(), node_class()] {
+        if let Ok(api) = objects::api_for(client, &object).await {
+            let _ = api.delete(NAME, &background).await;
+        }
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(NAME, &background).await;
+}
+
+fn nodeclaims(client: &Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
+    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"))
+}
+
+async fn claims_of(client: &Client) -> Result<Vec<Value>, String> {
+    let selector = ListParams::default().labels(&format!("{LABEL_NODEPOOL}={NAME}"));
+    let list =
+        nodeclaims(client).list(&selector).await.map_err(|err| format!("listing NodeClaims: {err}"))?;
+    Ok(list.items.iter().map(|claim| serde_json::to_value(claim).expect("a NodeClaim serializes")).collect())
+}
+
+async fn list_pods(client: &Client) -> Result<Vec<Pod>, String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAME);
+    let list = pods.list(&ListParams::default().labels(&format!("app={APP}"))).await;
+    Ok(list.map_err(|err| format!("listing pods: {err}"))?.items)
+}
+
+fn is_running(pod: &Pod) -> bool {
+    let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    bound && phase == Some("Running") && pod.metadata.deletion_timestamp.is_none()
+}
+
+fn name_of(object: &Value) -> &str {
+    object["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+fn vm_name_of(claim: &Value) -> Option<&str> {
+    let provider_id = claim["status"]["providerID"].as_str().filter(|id| !id.is_empty())?;
+    provider_id.rsplit('/').next()
+}
+
+fn condition_is_true(object: &Value, type_: &str) -> bool {
+    let conditions = object["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    conditions.iter().any(|c| c["type"] == type_ && c["status"] == "True")
+}
