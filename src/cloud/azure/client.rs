@@ -40,17 +40,25 @@ pub struct RetrySettings {
 }
 
 impl Default for RetrySettings {
-    /// azure_core 0.21's defaults.
+    /// azure_core 0.21's schedule (it still waits at least Retry-After on 429 and 503), capped
+    /// shorter than its 30 s delay / 60 s total: a call that stays throttled should come back to the
+    /// controller, which requeues the NodeClaim with its own backoff, instead of stalling a launch for
+    /// a minute inside the SDK.
     fn default() -> Self {
         let d = ExponentialRetryOptions::default();
         RetrySettings {
             max_retries: d.max_retries,
             initial_delay: d.initial_delay,
-            max_delay: d.max_delay,
-            max_total_elapsed: d.max_total_elapsed,
+            max_delay: MAX_RETRY_DELAY,
+            max_total_elapsed: MAX_RETRY_ELAPSED,
         }
     }
 }
+
+/// Longest wait between two SDK retries of one ARM call.
+const MAX_RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(4);
+/// Longest time the SDK keeps retrying one ARM call.
+const MAX_RETRY_ELAPSED: std::time::Duration = std::time::Duration::from_secs(20);
 
 impl RetrySettings {
     fn to_options(self) -> RetryOptions {
