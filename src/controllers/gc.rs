@@ -24,7 +24,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::DeleteParams;
 use kube::Api;
 
-use super::{ControllerError, Shared};
+use super::{events, ControllerError, Shared};
 use crate::apis::NodeClaim;
 use crate::cloud::azure::naming;
 use crate::cloud::{CloudError, CloudProvider, Instance};
@@ -174,7 +174,13 @@ async fn sweep<C: CloudProvider + 'static>(
         }
         tracing::info!(nodeclaim = %claim, %provider_id, "garbage collecting NodeClaim whose VM is gone");
         match api.delete(&claim, &DeleteParams::default()).await {
-            Ok(_) => {}
+            Ok(deleted) => {
+                // With our finalizer the API returns the object (now deleting), whose UID the event wants.
+                let reference = deleted
+                    .left()
+                    .map_or_else(|| events::nodeclaim_ref(&claim), |o| kube::Resource::object_ref(&o, &()));
+                shared.events.publish(events::garbage_collected(&provider_id), reference).await;
+            }
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(e.into()),
         }

@@ -23,6 +23,7 @@ use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
+use super::events;
 use super::nodeclaim::{self, resource_list};
 use super::{termination, ControllerError, Shared};
 use crate::apis::conditions::{self, ConditionStatus};
@@ -109,12 +110,14 @@ async fn step<C: CloudProvider + 'static>(
     let age = age(claim);
     let Some(provider_id) = status.provider_id.clone().filter(|p| !p.is_empty()) else {
         if age > LAUNCH_TIMEOUT {
+            shared.events.on_claim(claim, events::launch_timeout(LAUNCH_TIMEOUT)).await;
             return delete_claim(&api, claim, "launch_timeout").await;
         }
         return launch(claim, shared, &api).await;
     };
     if !conditions::is_true(&status.conditions, conditions::REGISTERED) {
         if age > REGISTRATION_TIMEOUT {
+            shared.events.on_claim(claim, events::registration_timeout(REGISTRATION_TIMEOUT)).await;
             return delete_claim(&api, claim, "registration_timeout").await;
         }
         return register(claim, shared, &api, &provider_id).await;
@@ -201,6 +204,8 @@ async fn launch<C: CloudProvider + 'static>(
     let request = match nodeclaim::launch_request(claim, class.as_ref(), &types) {
         Ok(request) => request,
         Err(error) => {
+            let ev = events::launch_failed("LaunchRequestInvalid", &error.to_string());
+            shared.events.on_claim(claim, ev).await;
             set_condition(
                 api,
                 claim,
@@ -218,9 +223,15 @@ async fn launch<C: CloudProvider + 'static>(
         Err(error @ (CloudError::InsufficientCapacity { .. } | CloudError::NodeClassNotReady(_))) => {
             // The cloud marked the refused offerings unavailable; the next batch solves again without them.
             tracing::info!(nodeclaim = %name, category = error.category(), %error, "launch failed");
+            let ev = match &error {
+                CloudError::InsufficientCapacity { .. } => events::insufficient_capacity(&error.to_string()),
+                _ => events::launch_failed(error.category(), &error.to_string()),
+            };
+            shared.events.on_claim(claim, ev).await;
             return delete_claim(api, claim, "insufficient_capacity").await;
         }
         Err(error) => {
+            shared.events.on_claim(claim, events::launch_failed(error.category(), &error.to_string())).await;
             set_condition(
                 api,
                 claim,
@@ -271,6 +282,9 @@ async fn launch<C: CloudProvider + 'static>(
         capacity_type = instance.capacity_type.as_str(),
         "launched nodeclaim"
     );
+    let ev =
+        events::launched(&instance.instance_type, instance.zone.as_deref(), instance.capacity_type.as_str());
+    shared.events.on_claim(claim, ev).await;
     Ok(Action::requeue(WAIT_POLL))
 }
 
@@ -354,6 +368,7 @@ async fn register<C>(
         nodepool = claim.labels().get(LABEL_NODEPOOL).map(String::as_str).unwrap_or(""),
         "registered nodeclaim"
     );
+    shared.events.on_claim(claim, events::registered(&node_name)).await;
     Ok(Action::requeue(WAIT_POLL))
 }
 

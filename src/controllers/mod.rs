@@ -9,6 +9,7 @@
 //! - `lifecycle`: the NodeClaim reconciler.
 //! - `termination`: draining a deleted claim's Node (taint, evictions, terminationGracePeriod).
 //! - `status`: AKSNodeClass and NodePool status.
+//! - `events`: the Kubernetes Events the controllers emit (pure builders, a publisher that never fails).
 //! - `gc`: garbage collection of unowned VMs and NICs, and of NodeClaims whose VM is gone.
 //! - `start`: the Azure provider, catalog and settings built from the validated operator settings.
 //! - `catalog`: instance types per AKSNodeClass, as the solver and the launcher both see them.
@@ -17,6 +18,7 @@
 
 pub mod batch;
 pub mod catalog;
+pub mod events;
 pub mod gc;
 pub mod lifecycle;
 pub mod nodeclaim;
@@ -89,6 +91,8 @@ pub struct Shared<C> {
     pub failures: Mutex<BTreeMap<String, u32>>,
     /// The drain's eviction client (no retry layer) and its backoff.
     pub termination: termination::Termination,
+    /// Kubernetes Events; publishing never fails a reconcile.
+    pub events: events::Events,
 }
 
 impl<C> Shared<C> {
@@ -108,6 +112,7 @@ pub async fn run<C: CloudProvider + 'static>(
     settings: Settings,
 ) -> Result<(), ControllerError> {
     let shared = Arc::new(Shared {
+        events: events::Events::new(client.clone()),
         client,
         cluster: Mutex::new(Cluster::new()),
         catalog,

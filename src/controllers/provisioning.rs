@@ -12,9 +12,10 @@ use prometheus::{register_int_counter_vec, IntCounterVec};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::batch::Window;
+use super::events::{self, Nomination};
 use super::{nodeclaim, ControllerError, Shared};
 use crate::apis::NodeClaim;
-use crate::scheduling::{self, Plan, SolveOptions};
+use crate::scheduling::{self, Plan, PodId, SolveOptions};
 
 /// Upstream requeues a provisionable pod every 10 s while it stays provisionable; a periodic batch
 /// does the same for pods left pending by a deleted claim or a pool that became Ready.
@@ -105,6 +106,7 @@ async fn provision<C: Send + Sync + 'static>(shared: &Arc<Shared<C>>) -> Result<
     for u in &plan.unschedulable {
         tracing::info!(pod = %u.pod, reason = %u.reason, "pod cannot be scheduled");
     }
+    let mut nominations = Vec::new();
     let api: Api<NodeClaim> = Api::all(shared.client.clone());
     let creates = plan.nodeclaims.iter().filter_map(|planned| {
         let pool = shared.cluster().nodepool(&planned.nodepool).cloned();
@@ -121,6 +123,8 @@ async fn provision<C: Send + Sync + 'static>(shared: &Arc<Shared<C>>) -> Result<
         match result {
             Ok(created) => {
                 shared.cluster().apply(&created);
+                let claim = created.name_any();
+                nominations.extend(planned.pods.iter().map(|p| (p.clone(), Target::Claim(claim.clone()))));
                 if let Some(counter) = NODECLAIMS_CREATED.as_ref() {
                     counter.with_label_values(&["provisioning", &planned.nodepool, "false"]).inc();
                 }
@@ -142,5 +146,45 @@ async fn provision<C: Send + Sync + 'static>(shared: &Arc<Shared<C>>) -> Result<
             }
         }
     }
+    pod_events(shared, &plan, nominations);
     failed.map_or(Ok(()), |e| Err(e.into()))
+}
+
+enum Target {
+    Claim(String),
+    Existing(String),
+}
+
+/// Nominated events for the pods placed on the claims just created and on existing capacity, and
+/// FailedScheduling for the ones left pending; each pod once, capped per batch, published in the
+/// background.
+fn pod_events<C>(shared: &Shared<C>, plan: &Plan, mut nominations: Vec<(PodId, Target)>) {
+    for (node, pods) in &plan.existing {
+        nominations.extend(pods.iter().map(|p| (p.clone(), Target::Existing(node.clone()))));
+    }
+    let nominations = events::cap_per_pod(nominations, events::MAX_POD_EVENTS_PER_BATCH);
+    let unschedulable = events::cap_per_pod(
+        plan.unschedulable.iter().map(|u| (u.pod.clone(), u.reason.as_str())),
+        events::MAX_POD_EVENTS_PER_BATCH,
+    );
+    let out: Vec<_> = {
+        let cluster = shared.cluster();
+        let uid = |pod: &str| cluster.pod(pod).and_then(|p| p.uid.clone());
+        let nominated = nominations.iter().map(|(pod, target)| {
+            let ev = match target {
+                Target::Claim(name) => events::nominated(Nomination::NodeClaim(name)),
+                // An in-flight claim is existing capacity under the claim's name.
+                Target::Existing(name) if cluster.node(name).is_some() => {
+                    events::nominated(Nomination::Node(name))
+                }
+                Target::Existing(name) => events::nominated(Nomination::NodeClaim(name)),
+            };
+            (ev, events::pod_ref(pod, uid(pod)))
+        });
+        let failed = unschedulable
+            .iter()
+            .map(|(pod, why)| (events::failed_scheduling(why), events::pod_ref(pod, uid(pod))));
+        nominated.chain(failed).collect()
+    };
+    shared.events.spawn_all(out);
 }

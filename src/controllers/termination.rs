@@ -30,7 +30,7 @@ use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, Preco
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use super::{ControllerError, Shared};
+use super::{events, ControllerError, Shared};
 use crate::apis::duration;
 use crate::apis::labels::{ANNOTATION_DO_NOT_DISRUPT, TAINT_DISRUPTED};
 use crate::apis::NodeClaim;
@@ -255,7 +255,9 @@ pub async fn drain<C: CloudProvider + 'static>(
             tracing::info!(nodeclaim = %claim_name, node = %node_name, "node not ready and its VM is gone; not draining");
             continue;
         }
-        taint(&nodes, &node).await?;
+        if taint(&nodes, &node).await? {
+            shared.events.on_claim(claim, events::terminating(std::slice::from_ref(node_name))).await;
+        }
         let now = Timestamp::now();
         let list = Api::<Pod>::all(shared.client.clone())
             .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
@@ -268,6 +270,9 @@ pub async fn drain<C: CloudProvider + 'static>(
         waiting = true;
         let (evicted, refused) = execute(&shared.termination.evictions, &pods, &plan).await?;
         blocked += refused;
+        if refused > 0 {
+            shared.events.on_claim(claim, events::eviction_blocked(node_name, refused)).await;
+        }
         tracing::info!(
             nodeclaim = %claim_name,
             node = %node_name,
@@ -280,6 +285,9 @@ pub async fn drain<C: CloudProvider + 'static>(
         );
     }
     if !waiting {
+        if !node_names.is_empty() {
+            shared.events.on_claim(claim, events::drained()).await;
+        }
         shared.termination.reset(&claim_name);
         return Ok(None);
     }
@@ -319,13 +327,14 @@ async fn instance_gone<C: CloudProvider + 'static>(
     }
 }
 
-/// Adds `karpenter.sh/disrupted:NoSchedule` (and the load-balancer exclusion label) unless present.
-async fn taint(nodes: &Api<Node>, node: &Node) -> Result<(), ControllerError> {
+/// Adds `karpenter.sh/disrupted:NoSchedule` (and the load-balancer exclusion label) unless present;
+/// true when it did.
+async fn taint(nodes: &Api<Node>, node: &Node) -> Result<bool, ControllerError> {
     let mut taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
     let tainted = taints.iter().any(|t| t.key == TAINT_DISRUPTED && t.effect == "NoSchedule");
     let labelled = node.labels().get(LABEL_EXCLUDE_FROM_LB).is_some_and(|v| v == "true");
     if tainted && labelled {
-        return Ok(());
+        return Ok(false);
     }
     if !tainted {
         taints.push(k8s_openapi::api::core::v1::Taint {
@@ -343,7 +352,7 @@ async fn taint(nodes: &Api<Node>, node: &Node) -> Result<(), ControllerError> {
     });
     nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await?;
     tracing::info!(node = %node.name_any(), taint = TAINT_DISRUPTED, "tainted node for termination");
-    Ok(())
+    Ok(true)
 }
 
 /// One eviction with a UID precondition, so a replacement pod of the same name is never evicted.

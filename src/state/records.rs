@@ -75,6 +75,8 @@ pub struct PodRecord {
     pub deleting: bool,
     /// The raw `karpenter.sh/do-not-disrupt` value (`true` or, since upstream v1.12, a duration).
     pub do_not_disrupt: Option<String>,
+    /// `metadata.uid`, so events about the pod show in `kubectl describe pod`.
+    pub uid: Option<String>,
 }
 
 impl PodRecord {
@@ -92,6 +94,7 @@ impl PodRecord {
             mirror: annotations.is_some_and(|a| a.contains_key(ANNOTATION_MIRROR_POD)),
             deleting: p.metadata.deletion_timestamp.is_some(),
             do_not_disrupt: annotations.and_then(|a| a.get(ANNOTATION_DO_NOT_DISRUPT).cloned()),
+            uid: p.metadata.uid.clone(),
         })
     }
 

@@ -47,6 +47,15 @@ const INHERITED_ENV: &[&str] = &["PATH", "HOME", "TMPDIR", "RUST_BACKTRACE"];
 /// mutex works across them and is not poisoned by a failed test).
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The controller process's resident memory, in KiB (see [`Controller::memory_kib`]).
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryKib {
+    /// `VmHWM`: the peak resident set size since the process started.
+    pub peak_rss: u64,
+    /// `VmRSS`: the resident set size now.
+    pub rss: u64,
+}
+
 /// A running controller child process and the fake ARM it talks to.
 pub struct Controller {
     child: Mutex<Child>,
@@ -98,6 +107,25 @@ impl Controller {
         let _ = child.wait();
         *child = spawn(&self.log_path, &self.env);
         eprintln!("e2e: controller killed and restarted (pid {})", child.id());
+    }
+
+    /// The process id of the running child (it changes with [`Controller::kill_and_restart`]).
+    pub fn pid(&self) -> u32 {
+        self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).id()
+    }
+
+    /// The child's memory from `/proc/<pid>/status`: peak resident set (`VmHWM`) and current resident set
+    /// (`VmRSS`), in KiB. `Err` when the file cannot be read or lacks the fields.
+    pub fn memory_kib(&self) -> Result<MemoryKib, String> {
+        let path = format!("/proc/{}/status", self.pid());
+        let text = std::fs::read_to_string(&path).map_err(|err| format!("{path}: {err}"))?;
+        let field = |name: &str| -> Result<u64, String> {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+                .ok_or_else(|| format!("{path}: no {name} in kB"))
+        };
+        Ok(MemoryKib { peak_rss: field("VmHWM")?, rss: field("VmRSS")? })
     }
 
     /// The fake ARM the controller launches VMs in.

@@ -12,6 +12,8 @@ pub mod kwok;
 pub mod objects;
 pub mod wait;
 
+mod burst;
+mod events;
 mod eviction;
 mod helm;
 mod provisioning;

@@ -1,0 +1,477 @@
+//! Kubernetes Events the controllers emit (upstream core `events` and the per-controller `events.go`).
+//!
+//! The builders below are pure: each returns the [`Event`] for one thing that happened, with its reason
+//! from the bounded set in [`reason`]. [`Events`] publishes them through kube's [`Recorder`] (which
+//! folds repeats of the same reason on the same object into one Event series) and:
+//! - never fails the caller: a publish error is logged as a warning and dropped;
+//! - drops an identical event (same object, reason and message) seen within [`DEDUPE_TIMEOUT`], as
+//!   upstream's recorder does, so a pod that stays unschedulable is not reported every batch;
+//! - for one provisioning batch, publishes at most [`MAX_POD_EVENTS_PER_BATCH`] nominated and as many
+//!   unschedulable pod events, once per pod, in the background so the batch is not slowed down.
+//!
+//! NodeClaims are cluster-scoped, so their events land in the `default` namespace (as upstream's do).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::Resource;
+
+use crate::apis::NodeClaim;
+
+/// `reportingController` of every event.
+pub const REPORTER: &str = "karpenter";
+/// An identical event (object, reason, message) is not published again within this time (upstream: 2 min).
+pub const DEDUPE_TIMEOUT: Duration = Duration::from_secs(2 * 60);
+/// Pod events (nominated, and separately unschedulable) published per provisioning batch at most.
+pub const MAX_POD_EVENTS_PER_BATCH: usize = 500;
+/// The API server rejects an event note longer than 1 kB.
+pub const MAX_NOTE_BYTES: usize = 1024;
+/// Background publishes in flight at once for a batch of pod events.
+const PUBLISH_CONCURRENCY: usize = 8;
+/// The dedupe table is pruned of expired entries once it holds this many.
+const DEDUPE_PRUNE_AT: usize = 4096;
+
+/// The reasons, CamelCase; the whole set is here.
+pub mod reason {
+    pub const NOMINATED: &str = "Nominated";
+    pub const FAILED_SCHEDULING: &str = "FailedScheduling";
+    pub const LAUNCHED: &str = "Launched";
+    pub const LAUNCH_FAILED: &str = "LaunchFailed";
+    pub const INSUFFICIENT_CAPACITY: &str = "InsufficientCapacity";
+    pub const REGISTERED: &str = "Registered";
+    pub const LAUNCH_TIMEOUT: &str = "LaunchTimeout";
+    pub const REGISTRATION_TIMEOUT: &str = "RegistrationTimeout";
+    pub const TERMINATING: &str = "Terminating";
+    pub const EVICTION_BLOCKED: &str = "EvictionBlocked";
+    pub const DRAINED: &str = "Drained";
+    pub const GARBAGE_COLLECTED: &str = "GarbageCollected";
+
+    pub const ALL: [&str; 12] = [
+        NOMINATED,
+        FAILED_SCHEDULING,
+        LAUNCHED,
+        LAUNCH_FAILED,
+        INSUFFICIENT_CAPACITY,
+        REGISTERED,
+        LAUNCH_TIMEOUT,
+        REGISTRATION_TIMEOUT,
+        TERMINATING,
+        EVICTION_BLOCKED,
+        DRAINED,
+        GARBAGE_COLLECTED,
+    ];
+}
+
+// --- Builders (pure) -----------------------------------------------------------------------------
+
+/// Where the plan puts a pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nomination<'a> {
+    /// A NodeClaim created in this batch, or one still in flight.
+    NodeClaim(&'a str),
+    /// A Node that exists.
+    Node(&'a str),
+}
+
+fn event(type_: EventType, reason: &str, action: &str, note: String) -> Event {
+    Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(truncate(note, MAX_NOTE_BYTES)),
+        action: action.to_string(),
+        secondary: None,
+    }
+}
+
+/// Cuts `note` to at most `max` bytes on a character boundary, marking the cut with `…`.
+pub fn truncate(mut note: String, max: usize) -> String {
+    if note.len() <= max {
+        return note;
+    }
+    const MARK: &str = "…";
+    let mut end = max.saturating_sub(MARK.len());
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    note.truncate(end);
+    note.push_str(MARK);
+    note
+}
+
+/// On a pod: the plan places it (upstream `NominatePodEvent`).
+pub fn nominated(target: Nomination<'_>) -> Event {
+    let on = match target {
+        Nomination::NodeClaim(name) => format!("nodeclaim/{name}"),
+        Nomination::Node(name) => format!("node/{name}"),
+    };
+    event(EventType::Normal, reason::NOMINATED, "Provisioning", format!("Pod should schedule on: {on}"))
+}
+
+/// On a pod: the solver found no place for it, with its reason (upstream `PodFailedToScheduleEvent`).
+pub fn failed_scheduling(why: &str) -> Event {
+    event(
+        EventType::Warning,
+        reason::FAILED_SCHEDULING,
+        "Provisioning",
+        format!("Failed to schedule pod, {why}"),
+    )
+}
+
+/// On a NodeClaim: the VM was created.
+pub fn launched(instance_type: &str, zone: Option<&str>, capacity_type: &str) -> Event {
+    let zone = zone.filter(|z| !z.is_empty()).unwrap_or("no zone");
+    event(
+        EventType::Normal,
+        reason::LAUNCHED,
+        "Launch",
+        format!("Launched {instance_type} in {zone} ({capacity_type})"),
+    )
+}
+
+/// On a NodeClaim: the launch failed and will be retried; `category` is the bounded error category.
+pub fn launch_failed(category: &str, message: &str) -> Event {
+    event(EventType::Warning, reason::LAUNCH_FAILED, "Launch", format!("{category}: {message}"))
+}
+
+/// On a NodeClaim: no offering could be launched; the claim is deleted and the pods provisioned again.
+pub fn insufficient_capacity(message: &str) -> Event {
+    event(
+        EventType::Warning,
+        reason::INSUFFICIENT_CAPACITY,
+        "Launch",
+        format!("{message}; deleting the nodeclaim so its pods get another offering"),
+    )
+}
+
+/// On a NodeClaim: its Node registered.
+pub fn registered(node: &str) -> Event {
+    event(EventType::Normal, reason::REGISTERED, "Register", format!("Registered node {node}"))
+}
+
+/// On a NodeClaim: liveness, not launched in time.
+pub fn launch_timeout(timeout: Duration) -> Event {
+    event(
+        EventType::Warning,
+        reason::LAUNCH_TIMEOUT,
+        "Delete",
+        format!("Not launched within {}; deleting the nodeclaim", human(timeout)),
+    )
+}
+
+/// On a NodeClaim: liveness, its Node did not register in time.
+pub fn registration_timeout(timeout: Duration) -> Event {
+    event(
+        EventType::Warning,
+        reason::REGISTRATION_TIMEOUT,
+        "Delete",
+        format!("Node not registered within {}; deleting the nodeclaim", human(timeout)),
+    )
+}
+
+/// On a NodeClaim: its Nodes are being drained.
+pub fn terminating(nodes: &[String]) -> Event {
+    let note = if nodes.is_empty() {
+        "Terminating nodeclaim".to_string()
+    } else {
+        format!("Draining node {}", nodes.join(", "))
+    };
+    event(EventType::Normal, reason::TERMINATING, "Terminate", note)
+}
+
+/// On a NodeClaim: PodDisruptionBudgets refused `blocked` evictions; retried with backoff.
+pub fn eviction_blocked(node: &str, blocked: usize) -> Event {
+    let pods = if blocked == 1 { "pod" } else { "pods" };
+    event(
+        EventType::Warning,
+        reason::EVICTION_BLOCKED,
+        "Drain",
+        format!("Evicting {blocked} {pods} from node {node} would violate a PodDisruptionBudget; retrying"),
+    )
+}
+
+/// On a NodeClaim: its Nodes are drained; the VM is deleted next.
+pub fn drained() -> Event {
+    event(EventType::Normal, reason::DRAINED, "Drain", "Drained; deleting the instance".to_string())
+}
+
+/// On a NodeClaim: its VM is gone, so the claim is deleted.
+pub fn garbage_collected(provider_id: &str) -> Event {
+    event(
+        EventType::Normal,
+        reason::GARBAGE_COLLECTED,
+        "Delete",
+        format!("Instance {provider_id} no longer exists; deleting the nodeclaim"),
+    )
+}
+
+fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 60 && s.is_multiple_of(60) {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+// --- References ----------------------------------------------------------------------------------
+
+/// A reference to a pod by its index key `namespace/name` (and UID when known).
+pub fn pod_ref(id: &str, uid: Option<String>) -> ObjectReference {
+    let (namespace, name) = id.split_once('/').unwrap_or(("default", id));
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        uid,
+        ..ObjectReference::default()
+    }
+}
+
+/// A reference to a NodeClaim by name, when only the name is at hand.
+pub fn nodeclaim_ref(name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(NodeClaim::api_version(&()).into_owned()),
+        kind: Some(NodeClaim::kind(&()).into_owned()),
+        name: Some(name.into()),
+        ..ObjectReference::default()
+    }
+}
+
+/// Pod events for one batch: each pod once (first event wins), at most `cap` of them.
+pub fn cap_per_pod<T>(events: impl IntoIterator<Item = (String, T)>, cap: usize) -> Vec<(String, T)> {
+    let mut seen = BTreeSet::new();
+    events.into_iter().filter(|(pod, _)| seen.insert(pod.clone())).take(cap).collect()
+}
+
+// --- Publishing ----------------------------------------------------------------------------------
+
+/// Identical events seen recently, by (object, reason, note).
+#[derive(Debug, Default)]
+pub struct Dedupe {
+    seen: HashMap<String, Instant>,
+}
+
+impl Dedupe {
+    /// Whether an event with `key` should go out at `now`; records it if so.
+    pub fn admit(&mut self, key: String, now: Instant) -> bool {
+        if self.seen.len() >= DEDUPE_PRUNE_AT {
+            self.seen.retain(|_, at| now.saturating_duration_since(*at) < DEDUPE_TIMEOUT);
+        }
+        match self.seen.get(&key) {
+            Some(at) if now.saturating_duration_since(*at) < DEDUPE_TIMEOUT => false,
+            _ => {
+                self.seen.insert(key, now);
+                true
+            }
+        }
+    }
+
+    pub fn key(ev: &Event, reference: &ObjectReference) -> String {
+        format!(
+            "{}/{}/{}/{}\u{0}{}\u{0}{}",
+            reference.kind.as_deref().unwrap_or_default(),
+            reference.namespace.as_deref().unwrap_or_default(),
+            reference.name.as_deref().unwrap_or_default(),
+            reference.uid.as_deref().unwrap_or_default(),
+            ev.reason,
+            ev.note.as_deref().unwrap_or_default(),
+        )
+    }
+}
+
+/// The controllers' event publisher; cheap to clone.
+#[derive(Clone)]
+pub struct Events {
+    recorder: Recorder,
+    dedupe: Arc<Mutex<Dedupe>>,
+}
+
+impl Events {
+    pub fn new(client: kube::Client) -> Self {
+        let reporter = Reporter::from(REPORTER);
+        Self { recorder: Recorder::new(client, reporter), dedupe: Arc::new(Mutex::new(Dedupe::default())) }
+    }
+
+    fn admit(&self, ev: &Event, reference: &ObjectReference) -> bool {
+        let mut dedupe = self.dedupe.lock().unwrap_or_else(|p| p.into_inner());
+        dedupe.admit(Dedupe::key(ev, reference), Instant::now())
+    }
+
+    /// Publishes one event; a failure is logged, never returned.
+    pub async fn publish(&self, ev: Event, reference: ObjectReference) {
+        if !self.admit(&ev, &reference) {
+            return;
+        }
+        if let Err(error) = self.recorder.publish(&ev, &reference).await {
+            tracing::warn!(
+                reason = %ev.reason,
+                kind = reference.kind.as_deref().unwrap_or(""),
+                name = reference.name.as_deref().unwrap_or(""),
+                %error,
+                "publishing an event failed"
+            );
+        }
+    }
+
+    /// Publishes an event about a NodeClaim object.
+    pub async fn on_claim(&self, claim: &NodeClaim, ev: Event) {
+        self.publish(ev, claim.object_ref(&())).await;
+    }
+
+    /// Publishes many events in the background (bounded concurrency), so the caller is not slowed down.
+    pub fn spawn_all(&self, events: Vec<(Event, ObjectReference)>) {
+        if events.is_empty() {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            futures::stream::iter(events)
+                .for_each_concurrent(PUBLISH_CONCURRENCY, |(ev, reference)| this.publish(ev, reference))
+                .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_camel_case_and_distinct() {
+        let set: BTreeSet<_> = reason::ALL.iter().collect();
+        assert_eq!(set.len(), reason::ALL.len());
+        for r in reason::ALL {
+            assert!(r.chars().next().unwrap().is_ascii_uppercase(), "{r}");
+            assert!(r.chars().all(|c| c.is_ascii_alphanumeric()), "{r}");
+        }
+    }
+
+    #[test]
+    fn builders_use_their_reason_and_type() {
+        let cases = [
+            (nominated(Nomination::Node("n")), reason::NOMINATED, EventType::Normal),
+            (failed_scheduling("x"), reason::FAILED_SCHEDULING, EventType::Warning),
+            (launched("Standard_D2s_v5", Some("eastus-1"), "spot"), reason::LAUNCHED, EventType::Normal),
+            (launch_failed("Throttled", "x"), reason::LAUNCH_FAILED, EventType::Warning),
+            (insufficient_capacity("x"), reason::INSUFFICIENT_CAPACITY, EventType::Warning),
+            (registered("n"), reason::REGISTERED, EventType::Normal),
+            (launch_timeout(Duration::from_secs(300)), reason::LAUNCH_TIMEOUT, EventType::Warning),
+            (
+                registration_timeout(Duration::from_secs(900)),
+                reason::REGISTRATION_TIMEOUT,
+                EventType::Warning,
+            ),
+            (terminating(&[]), reason::TERMINATING, EventType::Normal),
+            (eviction_blocked("n", 2), reason::EVICTION_BLOCKED, EventType::Warning),
+            (drained(), reason::DRAINED, EventType::Normal),
+            (garbage_collected("id"), reason::GARBAGE_COLLECTED, EventType::Normal),
+        ];
+        assert_eq!(cases.len(), reason::ALL.len());
+        for (ev, reason, type_) in cases {
+            assert_eq!(ev.reason, reason);
+            assert_eq!(ev.type_, type_, "{reason}");
+            assert!(!ev.action.is_empty() && ev.note.as_deref().is_some_and(|n| !n.is_empty()));
+        }
+    }
+
+    #[test]
+    fn messages() {
+        let note = |ev: Event| ev.note.unwrap();
+        assert_eq!(
+            note(nominated(Nomination::NodeClaim("general-abc"))),
+            "Pod should schedule on: nodeclaim/general-abc"
+        );
+        assert_eq!(note(nominated(Nomination::Node("aks-x"))), "Pod should schedule on: node/aks-x");
+        assert_eq!(
+            note(failed_scheduling("no instance type fits: cpu")),
+            "Failed to schedule pod, no instance type fits: cpu"
+        );
+        assert_eq!(
+            note(launched("Standard_D2s_v5", Some("eastus-2"), "on-demand")),
+            "Launched Standard_D2s_v5 in eastus-2 (on-demand)"
+        );
+        assert_eq!(
+            note(launched("Standard_D2s_v5", Some(""), "spot")),
+            "Launched Standard_D2s_v5 in no zone (spot)"
+        );
+        assert_eq!(note(launch_failed("Throttled", "429 from ARM")), "Throttled: 429 from ARM");
+        assert_eq!(
+            note(launch_timeout(Duration::from_secs(300))),
+            "Not launched within 5m; deleting the nodeclaim"
+        );
+        assert_eq!(
+            note(registration_timeout(Duration::from_secs(90))),
+            "Node not registered within 90s; deleting the nodeclaim"
+        );
+        assert_eq!(note(terminating(&["a".into(), "b".into()])), "Draining node a, b");
+        assert_eq!(
+            note(eviction_blocked("aks-x", 1)),
+            "Evicting 1 pod from node aks-x would violate a PodDisruptionBudget; retrying"
+        );
+        assert!(note(eviction_blocked("aks-x", 3)).starts_with("Evicting 3 pods"));
+    }
+
+    #[test]
+    fn long_notes_are_cut_on_a_character_boundary() {
+        let ev = launch_failed("Unknown", &"é".repeat(2000));
+        let n = ev.note.unwrap();
+        assert!(n.len() <= MAX_NOTE_BYTES, "{}", n.len());
+        assert!(n.ends_with('…'));
+        assert_eq!(truncate("short".into(), 10), "short");
+        assert_eq!(truncate("abcdefghij".into(), 10), "abcdefghij");
+        assert_eq!(truncate("abcdefghijk".into(), 10), "abcdefg…");
+    }
+
+    #[test]
+    fn references() {
+        let r = pod_ref("ns/web-1", Some("u1".into()));
+        assert_eq!((r.namespace.as_deref(), r.name.as_deref()), (Some("ns"), Some("web-1")));
+        assert_eq!(
+            (r.kind.as_deref(), r.api_version.as_deref(), r.uid.as_deref()),
+            (Some("Pod"), Some("v1"), Some("u1"))
+        );
+        let c = nodeclaim_ref("general-abc");
+        assert_eq!(c.kind.as_deref(), Some("NodeClaim"));
+        assert_eq!(c.api_version.as_deref(), Some("karpenter.sh/v1"));
+        assert_eq!(c.namespace, None);
+    }
+
+    #[test]
+    fn pod_events_are_once_per_pod_and_capped() {
+        let events = vec![("a".to_string(), 1), ("b".into(), 2), ("a".into(), 3), ("c".into(), 4)];
+        assert_eq!(cap_per_pod(events.clone(), 10), vec![("a".into(), 1), ("b".into(), 2), ("c".into(), 4)]);
+        assert_eq!(cap_per_pod(events, 2), vec![("a".into(), 1), ("b".into(), 2)]);
+        let many = (0..2000).map(|i| (format!("ns/p{i}"), ()));
+        assert_eq!(cap_per_pod(many, MAX_POD_EVENTS_PER_BATCH).len(), MAX_POD_EVENTS_PER_BATCH);
+    }
+
+    #[test]
+    fn identical_events_are_deduplicated_for_a_while() {
+        let mut d = Dedupe::default();
+        let t0 = Instant::now();
+        let r = pod_ref("ns/p", None);
+        let key = |ev: &Event| Dedupe::key(ev, &r);
+        assert!(d.admit(key(&failed_scheduling("x")), t0));
+        assert!(!d.admit(key(&failed_scheduling("x")), t0 + Duration::from_secs(60)));
+        assert!(d.admit(key(&failed_scheduling("y")), t0 + Duration::from_secs(60)));
+        assert!(d.admit(key(&failed_scheduling("x")), t0 + DEDUPE_TIMEOUT));
+        let other = pod_ref("ns/q", None);
+        assert!(d.admit(Dedupe::key(&failed_scheduling("x"), &other), t0));
+    }
+
+    #[test]
+    fn the_dedupe_table_is_pruned() {
+        let mut d = Dedupe::default();
+        let t0 = Instant::now();
+        for i in 0..DEDUPE_PRUNE_AT {
+            assert!(d.admit(format!("k{i}"), t0));
+        }
+        assert!(d.admit("new".into(), t0 + DEDUPE_TIMEOUT));
+        assert_eq!(d.seen.len(), 1);
+    }
+}

@@ -1,0 +1,407 @@
+//! A burst of 1,000 pending pods (issue 5, test 7): how long after the last pod was created the controller
+//! creates its last NodeClaim, and the controller's peak resident memory meanwhile.
+//!
+//! Targets: the last NodeClaim within the batch window (`BATCH_MAX_DURATION`, 10 s in `controller.rs`)
+//! plus 2 s of the last pod, and a peak RSS (`VmHWM`) under 150 MiB.
+//!
+//! The pods come from one Deployment, so kube-controller-manager's ReplicaSet controller creates them at its
+//! own client rate; the measurement starts at the last of them. Two clocks are read: the objects'
+//! `creationTimestamp`s (1 s resolution) and the test process's own watch of pods and NodeClaims, which
+//! notes when each new object was first seen (more precise, and what the target is checked against).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, ObjectMeta};
+use kube::core::GroupVersionKind;
+use kube::runtime::watcher::{self, watcher, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client};
+use serde_json::{json, Value};
+
+use super::controller::Controller;
+use super::{cluster, crds, objects};
+
+/// Namespace, AKSNodeClass and NodePool.
+const NAME: &str = "e2e-burst";
+const APP: &str = "burst";
+const REPLICAS: usize = 1000;
+/// The batch window the controller runs with (`BATCH_IDLE_DURATION` / `BATCH_MAX_DURATION` in
+/// `controller.rs`).
+const BATCH_IDLE: Duration = Duration::from_secs(1);
+const BATCH_MAX: Duration = Duration::from_secs(10);
+/// The target: the last NodeClaim at most this long after the last pod.
+const GAP_TARGET: Duration = BATCH_MAX.saturating_add(Duration::from_secs(2));
+const PEAK_RSS_TARGET_MIB: f64 = 150.0;
+
+const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
+/// How long the controller gets to make the NodePool Ready.
+const POOL_READY: Duration = Duration::from_secs(30);
+/// How long the ReplicaSet controller may take to create all pods.
+const PODS_CREATED: Duration = Duration::from_secs(180);
+/// The controller has stopped creating NodeClaims once none appeared for this long (and every pod is
+/// bound), or once `SETTLE` has passed since the last pod.
+const CLAIMS_STABLE: Duration = Duration::from_secs(5);
+const SETTLE: Duration = Duration::from_secs(120);
+/// How long, after the Deployment was created, until every pod must be Running.
+const ALL_RUNNING: Duration = Duration::from_secs(360);
+/// Each cleanup stage (pods gone, NodeClaims gone).
+const CLEANUP: Duration = Duration::from_secs(180);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_1000_pending_pods_is_batched_into_nodeclaims_within_the_window() {
+    let cluster = cluster::shared();
+    let client = cluster.client().await;
+    let controller = set_up(cluster, &client).await;
+
+    let pods = Tracker::default();
+    let claims = Tracker::default();
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), NAME);
+    let watches = [
+        pods.watch(pods_api.clone(), watcher::Config::default().labels(&format!("app={APP}"))),
+        claims.watch(
+            nodeclaims(&client),
+            watcher::Config::default().labels(&format!("{LABEL_NODEPOOL}={NAME}")),
+        ),
+    ];
+
+    let started = Instant::now();
+    objects::apply(&client, &deployment(REPLICAS)).await.expect("applying the Deployment");
+    controller
+        .wait_until(&format!("the ReplicaSet controller to create {REPLICAS} pods"), PODS_CREATED, || async {
+            let seen = pods.snapshot();
+            if seen.count >= REPLICAS {
+                Ok(())
+            } else {
+                Err(format!("{} pods so far; {} NodeClaims", seen.count, claims.snapshot().count))
+            }
+        })
+        .await;
+    let all_pods_after = started.elapsed();
+
+    // Until the controller stops creating NodeClaims: none new for CLAIMS_STABLE and every pod bound, or
+    // SETTLE after the last pod.
+    let settle_deadline = Instant::now() + SETTLE;
+    let settled = loop {
+        if let Some(status) = controller.exit_status() {
+            panic!("the controller exited ({status}) while the burst was being provisioned");
+        }
+        let (pod_state, claim_state) = (pods.snapshot(), claims.snapshot());
+        let quiet = claim_state.last_arrival.is_some_and(|at| at.elapsed() >= CLAIMS_STABLE);
+        if quiet && pod_state.bound >= REPLICAS {
+            break true;
+        }
+        if Instant::now() >= settle_deadline {
+            eprintln!(
+                "e2e burst: not settled {SETTLE:?} after the last pod: {} NodeClaims (last one {:.1?} ago), \
+                 {} of {REPLICAS} pods bound; measuring what was seen",
+                claim_state.count,
+                claim_state.last_arrival.map(|at| at.elapsed()),
+                pod_state.bound
+            );
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let claims_at_settle = claims.snapshot().count;
+
+    controller
+        .wait_until(&format!("all {REPLICAS} pods Running"), left(started + ALL_RUNNING), || async {
+            let seen = pods.snapshot();
+            if seen.running >= REPLICAS {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} of {} pods Running, {} bound; {} NodeClaims",
+                    seen.running,
+                    seen.count,
+                    seen.bound,
+                    claims.snapshot().count
+                ))
+            }
+        })
+        .await;
+    let all_running_after = started.elapsed();
+    let memory = controller.memory_kib().expect("reading the controller's /proc status");
+    for watch in &watches {
+        watch.abort();
+    }
+
+    // Claims created after the settle point count too: the gap is to the last NodeClaim of all.
+    let (pod_state, claim_state) = (pods.snapshot(), claims.snapshot());
+    let last_pod = pod_state.last_arrival.expect("pods were seen");
+    let last_claim = claim_state.last_arrival.expect("NodeClaims were seen");
+    let gap = signed_seconds(last_pod, last_claim);
+    let stamp_gap = claim_state.latest_created.zip(pod_state.latest_created).map(|(c, p)| c - p);
+    let peak_mib = memory.peak_rss as f64 / 1024.0;
+    println!(
+        "e2e burst: {REPLICAS} pods; last pod → last NodeClaim {gap:.1} s (batch window idle {} s / max {} s); \
+         {} NodeClaims; all Running after {:.1} s; controller peak RSS {peak_mib:.1} MiB",
+        BATCH_IDLE.as_secs(),
+        BATCH_MAX.as_secs(),
+        claim_state.count,
+        all_running_after.as_secs_f64()
+    );
+    println!(
+        "e2e burst: details: all pods created {:.1} s after the Deployment; by creationTimestamp last pod → \
+         last NodeClaim {} s; {claims_at_settle} NodeClaims when {}; controller RSS now {:.1} MiB (pid {})",
+        all_pods_after.as_secs_f64(),
+        stamp_gap.map_or("?".to_string(), |s| s.to_string()),
+        if settled { "settled" } else { "the settle timeout passed" },
+        memory.rss as f64 / 1024.0,
+        controller.pid()
+    );
+
+    tear_down(&client, &controller).await;
+
+    let mut missed = Vec::new();
+    if gap > GAP_TARGET.as_secs_f64() {
+        missed.push(format!(
+            "the last NodeClaim came {gap:.1} s after the last pod; the target is at most {} s (BATCH_MAX_DURATION \
+             {} s + 2 s)",
+            GAP_TARGET.as_secs(),
+            BATCH_MAX.as_secs()
+        ));
+    }
+    if peak_mib >= PEAK_RSS_TARGET_MIB {
+        missed.push(format!(
+            "the controller's peak RSS (VmHWM) was {peak_mib:.1} MiB; the target is under {PEAK_RSS_TARGET_MIB} MiB"
+        ));
+    }
+    assert!(missed.is_empty(), "burst of {REPLICAS} pods missed its targets:\n- {}", missed.join("\n- "));
+}
+
+/// What a watch has seen of one kind of object.
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    /// Distinct objects seen (deletions are not subtracted).
+    count: usize,
+    /// When the test process first saw the newest of them.
+    last_arrival: Option<Instant>,
+    /// The latest `creationTimestamp`, in Unix seconds.
+    latest_created: Option<i64>,
+    /// Pods only: with `spec.nodeName`, and bound and Running.
+    bound: usize,
+    running: usize,
+}
+
+/// Notes every object a watch reports, by uid.
+#[derive(Clone, Default)]
+struct Tracker {
+    inner: Arc<Mutex<TrackerState>>,
+}
+
+#[derive(Default)]
+struct TrackerState {
+    /// uid → (bound, running).
+    objects: HashMap<String, (bool, bool)>,
+    seen: Seen,
+}
+
+/// What the tracker needs of an object.
+trait Tracked {
+    fn meta(&self) -> &ObjectMeta;
+    fn bound_and_running(&self) -> (bool, bool) {
+        (false, false)
+    }
+}
+
+impl Tracked for Pod {
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn bound_and_running(&self) -> (bool, bool) {
+        let bound = self.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+        let running = self.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        (bound, bound && running)
+    }
+}
+
+impl Tracked for DynamicObject {
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+}
+
+impl Tracker {
+    fn snapshot(&self) -> Seen {
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).seen.clone()
+    }
+
+    fn note<K: Tracked>(&self, object: &K) {
+        let Some(uid) = object.meta().uid.clone() else { return };
+        let mut state = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let now = Instant::now();
+        let flags = object.bound_and_running();
+        let old = state.objects.insert(uid, flags);
+        let seen = &mut state.seen;
+        if old.is_none() {
+            seen.count += 1;
+            seen.last_arrival = Some(now);
+            let created = object.meta().creation_timestamp.as_ref().map(|t| t.0.as_second());
+            seen.latest_created = seen.latest_created.max(created);
+        }
+        let (was_bound, was_running) = old.unwrap_or_default();
+        seen.bound = seen.bound + usize::from(flags.0) - usize::from(was_bound);
+        seen.running = seen.running + usize::from(flags.1) - usize::from(was_running);
+    }
+
+    /// Runs a watch in the background, noting every object it reports; abort the handle to stop it.
+    fn watch<K>(&self, api: Api<K>, config: watcher::Config) -> tokio::task::JoinHandle<()>
+    where
+        K: Tracked + kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        let tracker = self.clone();
+        tokio::spawn(async move {
+            let mut events = watcher(api, config).default_backoff().boxed();
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(Event::Apply(object) | Event::InitApply(object)) => tracker.note(&object),
+                    Ok(_) => {}
+                    Err(err) => eprintln!("e2e burst: watch error (retrying): {err}"),
+                }
+            }
+        })
+    }
+}
+
+/// Seconds from `from` to `to`, negative when `to` came first.
+fn signed_seconds(from: Instant, to: Instant) -> f64 {
+    if to >= from {
+        (to - from).as_secs_f64()
+    } else {
+        -(from - to).as_secs_f64()
+    }
+}
+
+fn node_class() -> Value {
+    json!({"apiVersion": "karpenter.azure.com/v1beta1", "kind": "AKSNodeClass",
+           "metadata": {"name": NAME}, "spec": {"imageFamily": "Ubuntu"}})
+}
+
+/// amd64, on-demand, no limits; consolidation off so the claims stay put while the test counts them.
+fn node_pool() -> Value {
+    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": NAME},
+    "spec": {
+        "template": {"spec": {
+            "requirements": [
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+            ],
+            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": NAME}
+        }},
+        "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "Never"}
+    }})
+}
+
+/// Small pods (50m CPU / 64Mi) that only this test's NodePool can take.
+fn deployment(replicas: usize) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": APP, "namespace": NAME},
+    "spec": {
+        "replicas": replicas,
+        "selector": {"matchLabels": {"app": APP}},
+        "template": {
+            "metadata": {"labels": {"app": APP}},
+            "spec": {
+                "nodeSelector": {LABEL_NODEPOOL: NAME},
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}}}]
+            }
+        }
+    }})
+}
+
+/// CRDs, the namespace, the controller, the AKSNodeClass and NodePool; waits until the NodePool is Ready.
+async fn set_up(cluster: &cluster::Cluster, client: &Client) -> Controller {
+    crds::ensure_installed(client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
+    objects::namespace(client, NAME).await;
+    let controller = Controller::start(cluster, client, NAME).await;
+    objects::apply(client, &node_class()).await.expect("applying the AKSNodeClass");
+    objects::apply(client, &node_pool()).await.expect("applying the NodePool");
+    controller
+        .wait_until(&format!("the controller to mark NodePool {NAME} Ready"), POOL_READY, || async {
+            let api = objects::api_for(client, &node_pool()).await.map_err(|err| err.to_string())?;
+            let pool = api.get(NAME).await.map_err(|err| err.to_string())?;
+            let pool = serde_json::to_value(pool).map_err(|err| err.to_string())?;
+            let conditions = pool["status"]["conditions"].as_array().cloned().unwrap_or_default();
+            if conditions.iter().any(|c| c["type"] == "Ready" && c["status"] == "True") {
+                Ok(())
+            } else {
+                Err(format!("conditions {conditions:?}"))
+            }
+        })
+        .await;
+    controller
+}
+
+/// Deletes the Deployment and waits for its pods to be gone, then the NodeClaims (the controller, still
+/// running, removes their finalizers) and waits for them, then the NodePool, AKSNodeClass and namespace.
+/// Best effort: what is left is reported, not fatal.
+async fn tear_down(client: &Client, controller: &Controller) {
+    let background = DeleteParams::background();
+    let started = Instant::now();
+    if let Ok(api) = objects::api_for(client, &deployment(0)).await {
+        let _ = api.delete(APP, &background).await;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAME);
+    let listed = ListParams::default().labels(&format!("app={APP}"));
+    let pods_left = until_empty(controller, || async {
+        pods.list_metadata(&listed).await.map(|list| list.items.len()).unwrap_or(usize::MAX)
+    })
+    .await;
+    let claims_api = nodeclaims(client);
+    let claims_listed = ListParams::default().labels(&format!("{LABEL_NODEPOOL}={NAME}"));
+    let claims = claims_api.list_metadata(&claims_listed).await.map(|list| list.items).unwrap_or_default();
+    for claim in &claims {
+        if let Some(name) = &claim.metadata.name {
+            let _ = claims_api.delete(name, &background).await;
+        }
+    }
+    let claims_left = until_empty(controller, || async {
+        claims_api.list_metadata(&claims_listed).await.map(|list| list.items.len()).unwrap_or(usize::MAX)
+    })
+    .await;
+    if pods_left > 0 || claims_left > 0 {
+        eprintln!("e2e burst: cleanup left {pods_left} pods and {claims_left} NodeClaims");
+    }
+    for object in [node_pool(), node_class()] {
+        if let Ok(api) = objects::api_for(client, &object).await {
+            let _ = api.delete(NAME, &background).await;
+        }
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(NAME, &background).await;
+    eprintln!("e2e burst: cleanup of {} NodeClaims took {:.1?}", claims.len(), started.elapsed());
+}
+
+/// Polls `count` until it is zero, `CLEANUP` passes or the controller exits; the last count.
+async fn until_empty<F, Fut>(controller: &Controller, mut count: F) -> usize
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = usize>,
+{
+    let deadline = Instant::now() + CLEANUP;
+    loop {
+        let left = count().await;
+        if left == 0 || Instant::now() >= deadline || controller.exit_status().is_some() {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn nodeclaims(client: &Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
+    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"))
+}
+
+/// Time until `deadline`, at least a moment so a last probe still runs.
+fn left(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1))
+}

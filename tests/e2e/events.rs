@@ -1,0 +1,156 @@
+//! Kubernetes Events (issue 6, "events for launches"; issue 5, "events for nominated pods"): one pending
+//! pod gets a `Nominated` event naming its new NodeClaim, and that NodeClaim gets a `Launched` event.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams};
+use kube::core::GroupVersionKind;
+use kube::{Api, Client};
+use serde_json::{json, Value};
+
+use super::controller::Controller;
+use super::{cluster, crds, objects};
+
+const NAME: &str = "e2e-events";
+const POD: &str = "pending";
+const STAGE: Duration = Duration::from_secs(60);
+const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
+
+fn node_class() -> Value {
+    json!({"apiVersion": "karpenter.azure.com/v1beta1", "kind": "AKSNodeClass",
+           "metadata": {"name": NAME}, "spec": {"imageFamily": "Ubuntu"}})
+}
+
+fn node_pool() -> Value {
+    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": NAME},
+    "spec": {
+        "template": {"spec": {
+            "requirements": [
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+            ],
+            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": NAME}
+        }},
+        "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "Never"}
+    }})
+}
+
+fn pod() -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": POD, "namespace": NAME},
+    "spec": {
+        "nodeSelector": {LABEL_NODEPOOL: NAME},
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
+            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]
+    }})
+}
+
+fn nodeclaims(client: &Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
+    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"))
+}
+
+async fn claim_names(client: &Client) -> Result<Vec<String>, String> {
+    let list = nodeclaims(client)
+        .list(&ListParams::default().labels(&format!("{LABEL_NODEPOOL}={NAME}")))
+        .await
+        .map_err(|e| format!("listing NodeClaims: {e}"))?;
+    Ok(list.items.into_iter().filter_map(|c| c.metadata.name).collect())
+}
+
+/// Events in `namespace` about `kind`/`name` with `reason`, as "reason: note".
+async fn events_about(
+    client: &Client,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+    reason: &str,
+) -> Result<Vec<String>, String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let list = events.list(&ListParams::default()).await.map_err(|e| format!("listing events: {e}"))?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|e| {
+            let r = e.regarding.as_ref();
+            r.and_then(|r| r.kind.as_deref()) == Some(kind)
+                && r.and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reason.as_deref() == Some(reason)
+        })
+        .map(|e| format!("{reason}: {}", e.note.unwrap_or_default()))
+        .collect())
+}
+
+fn condition_is_true(object: &Value, type_: &str) -> bool {
+    object["status"]["conditions"]
+        .as_array()
+        .is_some_and(|list| list.iter().any(|c| c["type"] == type_ && c["status"] == "True"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_pod_is_nominated_and_its_nodeclaim_reports_launched() {
+    let cluster = cluster::shared();
+    let client = cluster.client().await;
+    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
+    objects::namespace(&client, NAME).await;
+    let controller = Controller::start(cluster, &client, NAME).await;
+    objects::apply(&client, &node_class()).await.expect("applying the AKSNodeClass");
+    objects::apply(&client, &node_pool()).await.expect("applying the NodePool");
+    controller
+        .wait_until("the NodePool to be Ready", Duration::from_secs(30), || async {
+            let api = objects::api_for(&client, &node_pool()).await.map_err(|e| e.to_string())?;
+            let pool = api.get(NAME).await.map_err(|e| e.to_string())?;
+            let pool = serde_json::to_value(pool).map_err(|e| e.to_string())?;
+            if condition_is_true(&pool, "Ready") {
+                Ok(())
+            } else {
+                Err(format!("status {}", pool["status"]))
+            }
+        })
+        .await;
+
+    objects::apply(&client, &pod()).await.expect("creating the pod");
+    let claim = controller
+        .wait_until("a NodeClaim for the pod", STAGE, || async {
+            claim_names(&client).await?.into_iter().next().ok_or_else(|| "no NodeClaim yet".to_string())
+        })
+        .await;
+    let nominated = controller
+        .wait_until("a Nominated event on the pod", STAGE, || async {
+            let found = events_about(&client, NAME, "Pod", POD, "Nominated").await?;
+            found.into_iter().next().ok_or_else(|| "no Nominated event yet".to_string())
+        })
+        .await;
+    assert_eq!(nominated, format!("Nominated: Pod should schedule on: nodeclaim/{claim}"));
+    let launched = controller
+        .wait_until("a Launched event on the NodeClaim", STAGE, || async {
+            let found = events_about(&client, "default", "NodeClaim", &claim, "Launched").await?;
+            found.into_iter().next().ok_or_else(|| "no Launched event yet".to_string())
+        })
+        .await;
+    assert!(launched.starts_with("Launched: Launched Standard_"), "{launched}");
+
+    // Clean up: the pod, the claims (their finalizer needs the controller), the pool, class and namespace.
+    let background = DeleteParams::background();
+    if let Ok(api) = objects::api_for(&client, &pod()).await {
+        let _ = api.delete(POD, &background).await;
+    }
+    for name in claim_names(&client).await.unwrap_or_default() {
+        let _ = nodeclaims(&client).delete(&name, &background).await;
+    }
+    let deadline = Instant::now() + STAGE;
+    while Instant::now() < deadline && controller.exit_status().is_none() {
+        match claim_names(&client).await {
+            Ok(left) if left.is_empty() => break,
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    for object in [node_pool(), node_class()] {
+        if let Ok(api) = objects::api_for(&client, &object).await {
+            let _ = api.delete(NAME, &background).await;
+        }
+    }
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(NAME, &background).await;
+}
