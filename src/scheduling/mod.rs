@@ -9,6 +9,7 @@ pub mod feasibility;
 pub mod from_k8s;
 mod improve;
 pub mod input;
+mod knapsack;
 pub mod lp;
 pub mod model;
 pub mod node;
