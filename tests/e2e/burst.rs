@@ -20,10 +20,10 @@ use kube::core::GroupVersionKind;
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::controller::Controller;
-use super::{cluster, crds, objects};
+use super::{cluster, crds, manifests, objects};
 
 /// Namespace, AKSNodeClass and NodePool.
 const NAME: &str = "e2e-burst";
@@ -279,42 +279,15 @@ fn signed_seconds(from: Instant, to: Instant) -> f64 {
 }
 
 fn node_class() -> Value {
-    json!({"apiVersion": "karpenter.azure.com/v1beta1", "kind": "AKSNodeClass",
-           "metadata": {"name": NAME}, "spec": {"imageFamily": "Ubuntu"}})
+    manifests::node_class(NAME)
 }
 
-/// amd64, on-demand, no limits; consolidation off so the claims stay put while the test counts them.
 fn node_pool() -> Value {
-    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": NAME},
-    "spec": {
-        "template": {"spec": {
-            "requirements": [
-                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
-            ],
-            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": NAME}
-        }},
-        "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "Never"}
-    }})
+    manifests::node_pool(NAME, None)
 }
 
-/// Small pods (50m CPU / 64Mi) that only this test's NodePool can take.
 fn deployment(replicas: usize) -> Value {
-    json!({"apiVersion": "apps/v1", "kind": "Deployment",
-    "metadata": {"name": APP, "namespace": NAME},
-    "spec": {
-        "replicas": replicas,
-        "selector": {"matchLabels": {"app": APP}},
-        "template": {
-            "metadata": {"labels": {"app": APP}},
-            "spec": {
-                "nodeSelector": {LABEL_NODEPOOL: NAME},
-                "terminationGracePeriodSeconds": 0,
-                "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}}}]
-            }
-        }
-    }})
+    manifests::deployment(NAME, APP, NAME, replicas, "50m", "64Mi")
 }
 
 /// CRDs, the namespace, the controller, the AKSNodeClass and NodePool; waits until the NodePool is Ready.

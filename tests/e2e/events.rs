@@ -10,7 +10,7 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::controller::Controller;
-use super::{cluster, crds, objects};
+use super::{cluster, crds, manifests, objects};
 
 const NAME: &str = "e2e-events";
 const POD: &str = "pending";
@@ -18,22 +18,11 @@ const STAGE: Duration = Duration::from_secs(60);
 const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
 
 fn node_class() -> Value {
-    json!({"apiVersion": "karpenter.azure.com/v1beta1", "kind": "AKSNodeClass",
-           "metadata": {"name": NAME}, "spec": {"imageFamily": "Ubuntu"}})
+    manifests::node_class(NAME)
 }
 
 fn node_pool() -> Value {
-    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": NAME},
-    "spec": {
-        "template": {"spec": {
-            "requirements": [
-                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
-            ],
-            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": NAME}
-        }},
-        "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "Never"}
-    }})
+    manifests::node_pool(NAME, None)
 }
 
 fn pod() -> Value {

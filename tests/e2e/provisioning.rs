@@ -14,10 +14,10 @@ use karpenter_azure::catalog::{embedded_sku, instancetype};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::controller::{Controller, CLUSTER_NAME};
-use super::{cluster, crds, objects};
+use super::{cluster, crds, manifests, objects};
 
 /// How long each stage may take: the "within about 60 s".
 const STAGE: Duration = Duration::from_secs(60);
@@ -41,44 +41,17 @@ struct Scenario {
 
 impl Scenario {
     fn node_class(&self) -> Value {
-        json!({"apiVersion": "karpenter.azure.com/v1beta1", "kind": "AKSNodeClass",
-               "metadata": {"name": self.name}, "spec": {"imageFamily": "Ubuntu"}})
+        manifests::node_class(self.name)
     }
 
     /// amd64, on-demand, D family. Consolidation is off so the claims the test inspects stay put.
     fn node_pool(&self) -> Value {
-        json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": self.name},
-        "spec": {
-            "template": {"spec": {
-                "requirements": [
-                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                    {"key": LABEL_SKU_FAMILY, "operator": "In", "values": ["D"]}
-                ],
-                "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": self.name}
-            }},
-            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "Never"}
-        }})
+        manifests::node_pool(self.name, Some("D"))
     }
 
-    /// Pods of 500m CPU / 1Gi that only this scenario's NodePool can take. No toleration for
-    /// `karpenter.sh/unregistered`: the controller removes that taint when the node registers.
+    /// Pods of 500m CPU / 1Gi that only this scenario's NodePool can take.
     fn deployment(&self, replicas: u32) -> Value {
-        json!({"apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": APP, "namespace": self.name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": APP}},
-            "template": {
-                "metadata": {"labels": {"app": APP}},
-                "spec": {
-                    "nodeSelector": {LABEL_NODEPOOL: self.name},
-                    "terminationGracePeriodSeconds": 0,
-                    "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]
-                }
-            }
-        }})
+        manifests::deployment(self.name, APP, self.name, replicas as usize, "500m", "1Gi")
     }
 }
 

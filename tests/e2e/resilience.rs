@@ -21,10 +21,10 @@ use karpenter_azure::cloud::{
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::controller::{Controller, CLUSTER_NAME};
-use super::{cluster, crds, objects};
+use super::{cluster, crds, manifests, objects};
 use crate::fake_arm::{CreateError, Delivery, FakeArm, Fault, Target};
 
 /// How long the Deployment's pods may take to run, faults included. Generous: azure_core's exponential
@@ -32,7 +32,6 @@ use crate::fake_arm::{CreateError, Delivery, FakeArm, Fault, Target};
 const CONVERGE: Duration = Duration::from_secs(180);
 const POOL_READY: Duration = Duration::from_secs(30);
 const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
-const LABEL_SKU_FAMILY: &str = "karpenter.azure.com/sku-family";
 const TAG_NODEPOOL: &str = "karpenter.sh_nodepool";
 const APP: &str = "web";
 const IMAGE_ID: &str = "/CommunityGalleries/AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2/images/2204gen2containerd/versions/202501.01.0";
@@ -43,41 +42,17 @@ struct Scenario {
 
 impl Scenario {
     fn node_class(&self) -> Value {
-        json!({"apiVersion": "karpenter.azure.com/v1beta1", "kind": "AKSNodeClass",
-               "metadata": {"name": self.name}, "spec": {"imageFamily": "Ubuntu"}})
+        manifests::node_class(self.name)
     }
 
+    /// amd64, on-demand, D family. Consolidation is off so the claims the test inspects stay put.
     fn node_pool(&self) -> Value {
-        json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": self.name},
-        "spec": {
-            "template": {"spec": {
-                "requirements": [
-                    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                    {"key": LABEL_SKU_FAMILY, "operator": "In", "values": ["D"]}
-                ],
-                "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": self.name}
-            }},
-            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "Never"}
-        }})
+        manifests::node_pool(self.name, Some("D"))
     }
 
+    /// Pods of 500m CPU / 1Gi that only this scenario's NodePool can take.
     fn deployment(&self, replicas: u32) -> Value {
-        json!({"apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": APP, "namespace": self.name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": APP}},
-            "template": {
-                "metadata": {"labels": {"app": APP}},
-                "spec": {
-                    "nodeSelector": {LABEL_NODEPOOL: self.name},
-                    "terminationGracePeriodSeconds": 0,
-                    "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]
-                }
-            }
-        }})
+        manifests::deployment(self.name, APP, self.name, replicas as usize, "500m", "1Gi")
     }
 }
 

@@ -16,7 +16,7 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::controller::Controller;
-use super::{cluster, crds, objects};
+use super::{cluster, crds, manifests, objects};
 
 const NAME: &str = "e2e-term-pdb";
 const APP: &str = "web";
@@ -29,40 +29,15 @@ const STAGE: Duration = Duration::from_secs(60);
 const HOLD: Duration = Duration::from_secs(10);
 
 fn node_class() -> Value {
-    json!({"apiVersion": "karpenter.azure.com/v1beta1", "kind": "AKSNodeClass",
-           "metadata": {"name": NAME}, "spec": {"imageFamily": "Ubuntu"}})
+    manifests::node_class(NAME)
 }
 
 fn node_pool() -> Value {
-    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": NAME},
-    "spec": {
-        "template": {"spec": {
-            "requirements": [
-                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D"]}
-            ],
-            "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": NAME}
-        }},
-        "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "Never"}
-    }})
+    manifests::node_pool(NAME, Some("D"))
 }
 
 fn deployment(replicas: usize) -> Value {
-    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": APP, "namespace": NAME},
-    "spec": {
-        "replicas": replicas,
-        "selector": {"matchLabels": {"app": APP}},
-        "template": {
-            "metadata": {"labels": {"app": APP}},
-            "spec": {
-                "nodeSelector": {LABEL_NODEPOOL: NAME},
-                "terminationGracePeriodSeconds": 0,
-                "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]
-            }
-        }
-    }})
+    manifests::deployment(NAME, APP, NAME, replicas, "500m", "1Gi")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
