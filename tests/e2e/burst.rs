@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, ObjectMeta};
-use kube::core::GroupVersionKind;
+use kube::api::{DeleteParams, DynamicObject, ListParams, ObjectMeta};
 use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 use serde_json::Value;
 
 use super::controller::Controller;
+use super::lookups::nodeclaims;
 use super::{cluster, crds, manifests, objects};
 
 /// Namespace, AKSNodeClass and NodePool.
@@ -367,11 +367,6 @@ where
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-}
-
-fn nodeclaims(client: &Client) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
-    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"))
 }
 
 /// Time until `deadline`, at least a moment so a last probe still runs.

@@ -4,12 +4,12 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams};
-use kube::core::GroupVersionKind;
+use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::controller::Controller;
+use super::lookups::nodeclaims;
 use super::{cluster, crds, manifests, objects};
 
 const NAME: &str = "e2e-events";
@@ -33,11 +33,6 @@ fn pod() -> Value {
         "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
             "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]
     }})
-}
-
-fn nodeclaims(client: &Client) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
-    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"))
 }
 
 async fn claim_names(client: &Client) -> Result<Vec<String>, String> {

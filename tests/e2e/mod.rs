@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod controller;
 pub mod crds;
 pub mod kwok;
+pub mod lookups;
 pub mod manifests;
 pub mod objects;
 pub mod wait;

@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_azure::catalog::{embedded_sku, instancetype};
-use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams};
-use kube::core::GroupVersionKind;
+use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 use serde_json::Value;
 
 use super::controller::{Controller, CLUSTER_NAME};
+use super::lookups::{claims_of, get_json, is_running, list_pods, nodeclaims};
 use super::{cluster, crds, manifests, objects};
 
 /// How long each stage may take: the "within about 60 s".
@@ -72,7 +72,7 @@ async fn thirty_pending_pods_become_nodeclaims_vms_and_nodes_and_all_run() {
     let provisioned = provision(&client, &controller, &scenario, replicas).await;
     let claims = wait_for_claim_conditions(&client, &controller, &scenario).await;
     let nodes = list_nodes(&client).await;
-    let pods = list_pods(&client, scenario.name).await.expect("listing pods");
+    let pods = list_pods(&client, scenario.name, APP).await.expect("listing pods");
     let mut problems = Vec::new();
     let mut our_nodes = BTreeSet::new();
     for claim in &claims {
@@ -138,7 +138,7 @@ async fn scaling_to_zero_and_deleting_the_nodeclaims_removes_vms_nics_nodes_and_
     let pods_gone = Instant::now();
     controller
         .wait_until("the Deployment's pods to be gone after scaling to zero", STAGE, || async {
-            let pods = list_pods(&client, scenario.name).await?;
+            let pods = list_pods(&client, scenario.name, APP).await?;
             if pods.is_empty() {
                 Ok(())
             } else {
@@ -278,7 +278,7 @@ async fn provision(
     let what = format!("all {replicas} pods of the Deployment to be bound and Running");
     controller
         .wait_until(&what, STAGE.saturating_sub(first_claim_after), || async {
-            let pods = list_pods(client, scenario.name).await?;
+            let pods = list_pods(client, scenario.name, APP).await?;
             let running = pods.iter().filter(|pod| is_running(pod)).count();
             if running == replicas && pods.len() == replicas {
                 return Ok(());
@@ -447,46 +447,14 @@ async fn tear_down(client: &Client, controller: &Controller, scenario: &Scenario
     let _ = namespaces.delete(scenario.name, &background).await;
 }
 
-fn nodeclaims(client: &Client) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
-    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"))
-}
-
-/// The NodeClaims labelled with the NodePool, as JSON.
-async fn claims_of(client: &Client, pool: &str) -> Result<Vec<Value>, String> {
-    let selector = ListParams::default().labels(&format!("{LABEL_NODEPOOL}={pool}"));
-    let list =
-        nodeclaims(client).list(&selector).await.map_err(|err| format!("listing NodeClaims: {err}"))?;
-    Ok(list.items.iter().map(|claim| serde_json::to_value(claim).expect("a NodeClaim serializes")).collect())
-}
-
-async fn get_json(client: &Client, object: &Value) -> Result<Value, String> {
-    let api = objects::api_for(client, object).await.map_err(|err| err.to_string())?;
-    let name = object["metadata"]["name"].as_str().unwrap_or_default();
-    let stored = api.get(name).await.map_err(|err| format!("reading {name}: {err}"))?;
-    serde_json::to_value(stored).map_err(|err| err.to_string())
-}
-
-async fn list_pods(client: &Client, namespace: &str) -> Result<Vec<Pod>, String> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let list = pods.list(&ListParams::default().labels(&format!("app={APP}"))).await;
-    Ok(list.map_err(|err| format!("listing pods: {err}"))?.items)
-}
-
 async fn list_nodes(client: &Client) -> Vec<Node> {
     let nodes: Api<Node> = Api::all(client.clone());
     nodes.list(&ListParams::default()).await.expect("listing nodes").items
 }
 
-fn is_running(pod: &Pod) -> bool {
-    let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    bound && phase == Some("Running") && pod.metadata.deletion_timestamp.is_none()
-}
-
 /// How many pods are not Running, and the scheduler's message for one of them.
 async fn pending_pods_summary(client: &Client, namespace: &str) -> String {
-    let pods = match list_pods(client, namespace).await {
+    let pods = match list_pods(client, namespace, APP).await {
         Ok(pods) => pods,
         Err(err) => return err,
     };

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_azure::catalog::{embedded_sku, CapacityType, UnavailableOfferings};
 use karpenter_azure::cloud::azure::{
     ArmClients, ArmSettings, AzureCloudProvider, BootstrapSettings, CredentialSource, LaunchSettings,
@@ -18,12 +18,12 @@ use karpenter_azure::cloud::azure::{
 use karpenter_azure::cloud::{
     wall_clock, CloudProvider, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice,
 };
-use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams};
-use kube::core::GroupVersionKind;
+use kube::api::DeleteParams;
 use kube::{Api, Client};
 use serde_json::Value;
 
 use super::controller::{Controller, CLUSTER_NAME};
+use super::lookups::{claims_of, get_json, is_running, list_pods, nodeclaims};
 use super::{cluster, crds, manifests, objects};
 use crate::fake_arm::{CreateError, Delivery, FakeArm, Fault, Target};
 
@@ -31,7 +31,6 @@ use crate::fake_arm::{CreateError, Delivery, FakeArm, Fault, Target};
 /// retry policy backs off past Retry-After, so a call hit by a whole burst waits tens of seconds.
 const CONVERGE: Duration = Duration::from_secs(180);
 const POOL_READY: Duration = Duration::from_secs(30);
-const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
 const TAG_NODEPOOL: &str = "karpenter.sh_nodepool";
 const APP: &str = "web";
 const IMAGE_ID: &str = "/CommunityGalleries/AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2/images/2204gen2containerd/versions/202501.01.0";
@@ -246,7 +245,7 @@ async fn wait_running(client: &Client, controller: &Controller, scenario: &Scena
     let what = format!("all {replicas} pods of {} to be Running", scenario.name);
     controller
         .wait_until(&what, CONVERGE, || async {
-            let pods = list_pods(client, scenario.name).await?;
+            let pods = list_pods(client, scenario.name, APP).await?;
             let running = pods.iter().filter(|pod| is_running(pod)).count();
             if running == replicas && pods.len() == replicas {
                 return Ok(());
@@ -378,37 +377,6 @@ async fn tear_down(client: &Client, controller: &Controller, scenario: &Scenario
     }
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let _ = namespaces.delete(scenario.name, &background).await;
-}
-
-fn nodeclaims(client: &Client) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
-    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"))
-}
-
-async fn claims_of(client: &Client, pool: &str) -> Result<Vec<Value>, String> {
-    let selector = ListParams::default().labels(&format!("{LABEL_NODEPOOL}={pool}"));
-    let list =
-        nodeclaims(client).list(&selector).await.map_err(|err| format!("listing NodeClaims: {err}"))?;
-    Ok(list.items.iter().map(|claim| serde_json::to_value(claim).expect("a NodeClaim serializes")).collect())
-}
-
-async fn get_json(client: &Client, object: &Value) -> Result<Value, String> {
-    let api = objects::api_for(client, object).await.map_err(|err| err.to_string())?;
-    let name = object["metadata"]["name"].as_str().unwrap_or_default();
-    let stored = api.get(name).await.map_err(|err| format!("reading {name}: {err}"))?;
-    serde_json::to_value(stored).map_err(|err| err.to_string())
-}
-
-async fn list_pods(client: &Client, namespace: &str) -> Result<Vec<Pod>, String> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let list = pods.list(&ListParams::default().labels(&format!("app={APP}"))).await;
-    Ok(list.map_err(|err| format!("listing pods: {err}"))?.items)
-}
-
-fn is_running(pod: &Pod) -> bool {
-    let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    bound && phase == Some("Running") && pod.metadata.deletion_timestamp.is_none()
 }
 
 fn object_name(object: &Value) -> &str {

@@ -10,18 +10,17 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::controller::Controller;
+use super::lookups::{self, is_running, nodeclaims};
 use super::{cluster, crds, manifests, objects};
 
 const NAME: &str = "e2e-term-pdb";
 const APP: &str = "web";
 const REPLICAS: usize = 2;
-const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
 const TAINT_DISRUPTED: &str = "karpenter.sh/disrupted";
 /// How long each stage may take.
 const STAGE: Duration = Duration::from_secs(60);
@@ -71,7 +70,7 @@ async fn a_pdb_blocks_the_drain_until_it_allows_the_evictions_then_termination_f
     objects::apply(&client, &deployment(REPLICAS)).await.expect("applying the Deployment");
     let pods = controller
         .wait_until("the Deployment's pods to run on launched nodes", STAGE, || async {
-            let pods = list_pods(&client).await?;
+            let pods = lookups::list_pods(&client, NAME, APP).await?;
             let running: Vec<Pod> = pods.into_iter().filter(is_running).collect();
             if running.len() == REPLICAS {
                 Ok(running)
@@ -83,7 +82,7 @@ async fn a_pdb_blocks_the_drain_until_it_allows_the_evictions_then_termination_f
     let provisioned_after = started.elapsed();
     budget_allows(&controller, &budgets, 0).await;
 
-    let claims = claims_of(&client).await.expect("listing NodeClaims");
+    let claims = lookups::claims_of(&client, NAME).await.expect("listing NodeClaims");
     let claim_names: Vec<String> = claims.iter().map(|c| name_of(c).to_string()).collect();
     let vm_names: BTreeSet<String> =
         claims.iter().filter_map(vm_name_of).map(str::to_ascii_lowercase).collect();
@@ -123,7 +122,7 @@ async fn a_pdb_blocks_the_drain_until_it_allows_the_evictions_then_termination_f
         if let Some(status) = controller.exit_status() {
             panic!("the controller exited ({status}) while the PDB blocked the drain");
         }
-        let live: BTreeSet<String> = list_pods(&client)
+        let live: BTreeSet<String> = lookups::list_pods(&client, NAME, APP)
             .await
             .expect("listing pods")
             .iter()
@@ -154,7 +153,7 @@ async fn a_pdb_blocks_the_drain_until_it_allows_the_evictions_then_termination_f
     let fake = controller.fake();
     controller
         .wait_until("the original pods to be evicted", STAGE, || async {
-            let left: Vec<String> = list_pods(&client)
+            let left: Vec<String> = lookups::list_pods(&client, NAME, APP)
                 .await?
                 .iter()
                 .filter(|p| p.metadata.uid.as_ref().is_some_and(|u| pod_uids.contains(u)))
@@ -242,12 +241,12 @@ async fn tear_down(client: &Client, controller: &Controller) {
     let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NAME);
     let _ = budgets.delete(APP, &background).await;
     let claims_api = nodeclaims(client);
-    for claim in claims_of(client).await.unwrap_or_default() {
+    for claim in lookups::claims_of(client, NAME).await.unwrap_or_default() {
         let _ = claims_api.delete(name_of(&claim), &background).await;
     }
     let deadline = Instant::now() + STAGE;
     while Instant::now() < deadline && controller.exit_status().is_none() {
-        match claims_of(client).await {
+        match lookups::claims_of(client, NAME).await {
             Ok(left) if left.is_empty() => break,
             _ => tokio::time::sleep(Duration::from_millis(500)).await,
         }
@@ -259,30 +258,6 @@ async fn tear_down(client: &Client, controller: &Controller) {
     }
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let _ = namespaces.delete(NAME, &background).await;
-}
-
-fn nodeclaims(client: &Client) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
-    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"))
-}
-
-async fn claims_of(client: &Client) -> Result<Vec<Value>, String> {
-    let selector = ListParams::default().labels(&format!("{LABEL_NODEPOOL}={NAME}"));
-    let list =
-        nodeclaims(client).list(&selector).await.map_err(|err| format!("listing NodeClaims: {err}"))?;
-    Ok(list.items.iter().map(|claim| serde_json::to_value(claim).expect("a NodeClaim serializes")).collect())
-}
-
-async fn list_pods(client: &Client) -> Result<Vec<Pod>, String> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAME);
-    let list = pods.list(&ListParams::default().labels(&format!("app={APP}"))).await;
-    Ok(list.map_err(|err| format!("listing pods: {err}"))?.items)
-}
-
-fn is_running(pod: &Pod) -> bool {
-    let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    bound && phase == Some("Running") && pod.metadata.deletion_timestamp.is_none()
 }
 
 fn name_of(object: &Value) -> &str {
