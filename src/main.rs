@@ -131,7 +131,14 @@ async fn start_controller(validated: karpenter_azure::operator::Validated) -> an
         node_resource_group = %validated.azure.node_resource_group,
         "starting controller"
     );
-    controllers::run(client, evictions, cloud, catalog, start::settings(&validated)).await?;
+    let election = validated.leader_election.clone().map(|lease| {
+        karpenter_azure::operator::leader::Elector::new(
+            client.clone(),
+            lease,
+            karpenter_azure::operator::leader::identity(),
+        )
+    });
+    controllers::run(client, evictions, cloud, catalog, start::settings(&validated), election).await?;
     Ok(())
 }
 

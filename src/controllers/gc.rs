@@ -110,6 +110,7 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
     let mut suspects = BTreeSet::new();
     loop {
         ticker.tick().await;
+        let _in_flight = shared.begin_work().await;
         match sweep(&shared, &suspects).await {
             Ok(next) => suspects = next,
             Err(error) => {

@@ -85,6 +85,7 @@ async fn reconcile<C: CloudProvider + 'static>(
     claim: Arc<NodeClaim>,
     shared: Arc<Shared<C>>,
 ) -> Result<Action, ControllerError> {
+    let _in_flight = shared.begin_work().await;
     let action = step(&claim, &shared).await?;
     shared.failures.lock().unwrap_or_else(|p| p.into_inner()).remove(&claim.name_any());
     Ok(action)

@@ -14,12 +14,15 @@
 //! - `start`: the Azure provider, catalog and settings built from the validated operator settings.
 //! - `catalog`: instance types per AKSNodeClass, as the solver and the launcher both see them.
 //!
-//! Not here yet: leader election (every replica acts), the metrics server and disruption.
+//! - `leading`: leadership terms: the writers run only while this replica holds the lease.
+//!
+//! Not here yet: the metrics server and disruption.
 
 pub mod batch;
 pub mod catalog;
 pub mod events;
 pub mod gc;
+pub mod leading;
 pub mod lifecycle;
 pub mod nodeclaim;
 pub mod provisioning;
@@ -29,12 +32,14 @@ pub mod termination;
 pub mod watch;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
 
 use crate::cloud::{CloudError, CloudProvider};
+use crate::operator::leader::Elector;
 use crate::state::Cluster;
 
 pub use catalog::Catalog;
@@ -93,6 +98,11 @@ pub struct Shared<C> {
     pub termination: termination::Termination,
     /// Kubernetes Events; publishing never fails a reconcile.
     pub events: events::Events,
+    /// True while this replica leads; the watches queue provisioning triggers only then.
+    pub leading: AtomicBool,
+    /// Held (shared) by every unit of leader work, so shutdown can wait for in-flight work to finish
+    /// (exclusive) before it releases the lease; see [`leading`].
+    pub in_flight: tokio::sync::RwLock<()>,
 }
 
 impl<C> Shared<C> {
@@ -101,15 +111,25 @@ impl<C> Shared<C> {
     pub fn cluster(&self) -> MutexGuard<'_, Cluster> {
         self.cluster.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+
+    /// Marks a unit of leader work (a reconcile, a provisioning round, a sweep) as in flight until the
+    /// guard drops. Once shutdown has begun waiting, new units wait too (tokio's lock is fair), and
+    /// the task is aborted before it starts.
+    pub async fn begin_work(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.in_flight.read().await
+    }
 }
 
-/// Runs every controller until SIGTERM or ctrl-c.
+/// Runs every controller until SIGTERM or ctrl-c. The watches run on every replica, so a standby is
+/// ready to act the moment it wins `election`; everything that writes runs only while leading. Without
+/// an elector (leader election disabled) this replica always leads.
 pub async fn run<C: CloudProvider + 'static>(
     client: kube::Client,
     evictions: kube::Client,
     cloud: Arc<C>,
     catalog: Catalog,
     settings: Settings,
+    election: Option<Elector>,
 ) -> Result<(), ControllerError> {
     let shared = Arc::new(Shared {
         events: events::Events::new(client.clone()),
@@ -121,20 +141,15 @@ pub async fn run<C: CloudProvider + 'static>(
         status_changed: Notify::new(),
         failures: Mutex::new(BTreeMap::new()),
         termination: termination::Termination::new(evictions),
+        leading: AtomicBool::new(false),
+        in_flight: tokio::sync::RwLock::new(()),
     });
     let (triggers, trigger_rx) = mpsc::unbounded_channel();
-    let mut tasks = tokio::task::JoinSet::new();
-    watch::spawn_all(&mut tasks, shared.clone(), triggers);
-    tasks.spawn(provisioning::run(shared.clone(), trigger_rx));
-    tasks.spawn(lifecycle::run(shared.clone()));
-    tasks.spawn(status::run(shared.clone()));
-    tasks.spawn(gc::run(shared.clone()));
+    let mut watches = tokio::task::JoinSet::new();
+    watch::spawn_all(&mut watches, shared.clone(), triggers);
     tracing::info!(region = %shared.settings.region, "controllers started");
-    shutdown_signal().await;
-    tracing::info!("shutting down");
-    // In-flight cloud calls are dropped; every create and delete is idempotent, so the next start
-    // finishes them.
-    tasks.shutdown().await;
+    leading::run(shared, Arc::new(tokio::sync::Mutex::new(trigger_rx)), election, shutdown_signal()).await;
+    watches.shutdown().await;
     Ok(())
 }
 

@@ -10,6 +10,7 @@ use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use prometheus::{register_int_counter_vec, IntCounterVec};
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::Mutex;
 
 use super::batch::Window;
 use super::events::{self, Nomination};
@@ -35,9 +36,21 @@ static NODECLAIMS_CREATED: LazyLock<Option<IntCounterVec>> = LazyLock::new(|| {
     .ok()
 });
 
-pub async fn run<C: Send + Sync + 'static>(shared: Arc<Shared<C>>, mut triggers: UnboundedReceiver<String>) {
+/// Runs while this replica leads. `triggers` outlives a leadership term: the next term locks it again.
+pub async fn run<C: Send + Sync + 'static>(
+    shared: Arc<Shared<C>>,
+    triggers: Arc<Mutex<UnboundedReceiver<String>>>,
+) {
+    let mut triggers = triggers.lock().await;
+    // Keys queued before this term are stale; pods still pending are found by the first round below.
+    while triggers.try_recv().is_ok() {}
+    wait_for_sync(&shared).await;
+    let mut pending_at_start = shared.cluster().provisionable_pods().next().is_some();
     loop {
-        let first = tokio::select! {
+        let first = if std::mem::take(&mut pending_at_start) {
+            String::new()
+        } else {
+            tokio::select! {
             key = triggers.recv() => match key {
                 Some(key) => key,
                 None => return,
@@ -47,6 +60,7 @@ pub async fn run<C: Send + Sync + 'static>(shared: Arc<Shared<C>>, mut triggers:
                     continue;
                 }
                 String::new()
+            }
             }
         };
         let mut window =
@@ -61,17 +75,22 @@ pub async fn run<C: Send + Sync + 'static>(shared: Arc<Shared<C>>, mut triggers:
                 Err(_) => break,
             }
         }
-        loop {
-            let status = shared.cluster().sync_status();
-            match status {
-                Ok(()) => break,
-                Err(reason) => tracing::debug!(%reason, "provisioning waits for the cluster state"),
-            }
-            tokio::time::sleep(SYNC_POLL).await;
-        }
+        wait_for_sync(&shared).await;
+        let _in_flight = shared.begin_work().await;
         if let Err(error) = provision(&shared).await {
             tracing::warn!(category = error.category(), %error, "provisioning failed");
         }
+    }
+}
+
+async fn wait_for_sync<C>(shared: &Shared<C>) {
+    loop {
+        let status = shared.cluster().sync_status();
+        match status {
+            Ok(()) => return,
+            Err(reason) => tracing::debug!(%reason, "provisioning waits for the cluster state"),
+        }
+        tokio::time::sleep(SYNC_POLL).await;
     }
 }
 

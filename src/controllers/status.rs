@@ -35,9 +35,11 @@ const AZURE_LINUX_GALLERY: &str = "AKSAzureLinux-f7c7cda5-1c9a-4bdc-a222-9614c96
 
 pub async fn run<C: Send + Sync + 'static>(shared: Arc<Shared<C>>) {
     loop {
+        let in_flight = shared.begin_work().await;
         if let Err(error) = sync_all(&shared).await {
             tracing::warn!(category = error.category(), %error, "status update failed");
         }
+        drop(in_flight);
         tokio::select! {
             _ = shared.status_changed.notified() => {}
             _ = tokio::time::sleep(RESYNC) => {}

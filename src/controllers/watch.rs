@@ -7,6 +7,7 @@
 //! AKSNodeClass change wakes the status writer.
 
 use std::fmt::Debug;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -31,9 +32,12 @@ pub fn spawn_all<C: Send + Sync + 'static>(
     triggers: UnboundedSender<String>,
 ) {
     let client = shared.client.clone();
+    let leading = shared.clone();
+    let leading = move || leading.leading.load(Ordering::Relaxed);
     let pod_hook = move |cluster: &Cluster, pod: &Pod| {
         let key = state::key(pod.metadata.namespace.as_deref(), &pod.name_any());
-        if cluster.pod(&key).is_some_and(|p| p.is_provisionable()) {
+        // A standby keeps its index warm but queues nothing: its provisioning loop is not running.
+        if leading() && cluster.pod(&key).is_some_and(|p| p.is_provisionable()) {
             // The receiver lives as long as the controllers; a send error only happens at shutdown.
             let _ = triggers.send(key);
         }

@@ -1,7 +1,9 @@
-//! The operator: what runs around the controllers. For now its settings: [`Options`] as flags and
-//! environment variables with upstream's names, and [`Validated`], the typed values after checking.
+//! The operator: what runs around the controllers: [`Options`] as flags and environment variables with
+//! upstream's names, [`Validated`], the typed values after checking, and the leader election
+//! ([`leader`]).
 
 mod checks;
+pub mod leader;
 pub mod options;
 pub mod settings;
 

@@ -109,6 +109,30 @@ impl Controller {
         eprintln!("e2e: controller killed and restarted (pid {})", child.id());
     }
 
+    /// SIGKILLs the controller without restarting it.
+    pub fn kill(&self) {
+        let mut child = self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _ = child.kill();
+        let _ = child.wait();
+        eprintln!("e2e: controller killed (pid {})", child.id());
+    }
+
+    /// Another replica with this controller's settings and fake ARM, plus `extra_env`, its own metrics
+    /// and health ports, and its own log `controller-<name>.log`.
+    pub fn spawn_replica(&self, name: &str, extra_env: &[(&'static str, String)]) -> Replica {
+        let log_path = self.log_path.with_file_name(format!("controller-{name}.log"));
+        File::create(&log_path).unwrap_or_else(|err| panic!("{}: {err}", log_path.display()));
+        let [metrics_port, health_port] = free_ports();
+        let mut env = self.env.clone();
+        // Later entries win: `Command::envs` sets them in order.
+        env.push(("METRICS_PORT", metrics_port.to_string()));
+        env.push(("HEALTH_PROBE_PORT", health_port.to_string()));
+        env.extend(extra_env.iter().cloned());
+        let child = spawn(&log_path, &env);
+        eprintln!("e2e: replica {name} started (pid {}), log {}", child.id(), log_path.display());
+        Replica { child, log_path }
+    }
+
     /// The process id of the running child (it changes with [`Controller::kill_and_restart`]).
     pub fn pid(&self) -> u32 {
         self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).id()
@@ -188,6 +212,60 @@ impl Drop for Controller {
                 "---- controller ({state}); last {LOG_TAIL_LINES} lines of {} ----\n{}\n---- end ----",
                 self.log_path.display(),
                 self.log_tail(LOG_TAIL_LINES)
+            );
+        }
+    }
+}
+
+/// A further replica started by [`Controller::spawn_replica`]; killed when dropped.
+pub struct Replica {
+    child: Child,
+    log_path: PathBuf,
+}
+
+impl Replica {
+    /// SIGKILL, no shutdown of any kind.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, as the kubelet sends it, then waits up to `timeout` for the exit.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let sent = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        assert!(sent.is_ok_and(|s| s.success()), "sending SIGTERM to {}", self.child.id());
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_else(|err| format!("(no log: {err})"))
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let exited = self.child.try_wait().ok().flatten();
+        if exited.is_none() {
+            self.kill();
+        }
+        if std::thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+            eprintln!(
+                "---- replica {} (exit {exited:?}) ----\n{tail}\n---- end ----",
+                self.log_path.display()
             );
         }
     }

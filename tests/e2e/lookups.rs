@@ -44,3 +44,9 @@ pub fn is_running(pod: &Pod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     bound && phase == Some("Running") && pod.metadata.deletion_timestamp.is_none()
 }
+
+/// Whether `status.conditions` has `type_` with status True.
+pub fn condition_is_true(object: &Value, type_: &str) -> bool {
+    let conditions = object["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    conditions.iter().any(|c| c["type"] == type_ && c["status"] == "True")
+}

@@ -18,6 +18,7 @@ mod burst;
 mod events;
 mod eviction;
 mod helm;
+mod leader;
 mod provisioning;
 mod resilience;
 mod scheduling;

@@ -1,0 +1,94 @@
+//! Leadership terms. While this replica holds the lease it runs the controllers that write (to the
+//! API server or to Azure): provisioning, the NodeClaim lifecycle with termination, the status writer and
+//! garbage collection. When the lease is lost they are aborted at once, mid-call if need be (every
+//! create and delete is idempotent, so the next leader finishes the work); then the replica campaigns
+//! again.
+//!
+//! On SIGTERM the leader stops starting work, waits (bounded by [`DRAIN_TIMEOUT`], renewing the lease
+//! meanwhile) for the units in flight, aborts the rest and releases the lease so a standby takes over
+//! without waiting for it to expire.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::Mutex;
+use tokio::task::JoinSet;
+
+use super::{gc, lifecycle, provisioning, status, Shared};
+use crate::cloud::CloudProvider;
+use crate::operator::leader::Elector;
+
+/// How long shutdown waits for in-flight work; below the chart's terminationGracePeriodSeconds so the
+/// lease is still released before the kubelet kills the process.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
+
+/// Campaigns, leads, and campaigns again after a lost lease, until `shutdown` completes.
+pub async fn run<C: CloudProvider + 'static>(
+    shared: Arc<Shared<C>>,
+    triggers: Arc<Mutex<UnboundedReceiver<String>>>,
+    mut election: Option<Elector>,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        if let Some(elector) = election.as_mut() {
+            tracing::info!(identity = %elector.identity(), "waiting for the leader lease");
+            tokio::select! {
+                _ = elector.acquire() => {}
+                _ = &mut shutdown => return,
+            }
+        }
+        shared.leading.store(true, Ordering::Relaxed);
+        let mut tasks = spawn_writers(&shared, &triggers);
+        let shutting_down = tokio::select! {
+            _ = hold(election.as_mut()) => false,
+            _ = &mut shutdown => true,
+        };
+        shared.leading.store(false, Ordering::Relaxed);
+        if !shutting_down {
+            tracing::warn!("no longer the leader; stopping provisioning, lifecycle, status and gc");
+            tasks.shutdown().await;
+            continue;
+        }
+        tracing::info!(timeout_s = DRAIN_TIMEOUT.as_secs(), "shutting down: waiting for in-flight work");
+        // The exclusive guard is held until the tasks are gone, so none starts another unit meanwhile.
+        let drained = tokio::select! {
+            drained = tokio::time::timeout(DRAIN_TIMEOUT, shared.in_flight.write()) => drained.ok(),
+            // Still renewing: if the lease is lost meanwhile, stop at once.
+            _ = hold(election.as_mut()) => None,
+        };
+        if drained.is_none() {
+            tracing::warn!("in-flight work did not finish before shutdown; the next leader resumes it");
+        }
+        tasks.shutdown().await;
+        drop(drained);
+        if let Some(elector) = election.as_mut() {
+            elector.release().await;
+        }
+        return;
+    }
+}
+
+/// The controllers that run only while leading.
+fn spawn_writers<C: CloudProvider + 'static>(
+    shared: &Arc<Shared<C>>,
+    triggers: &Arc<Mutex<UnboundedReceiver<String>>>,
+) -> JoinSet<()> {
+    let mut tasks = JoinSet::new();
+    tasks.spawn(provisioning::run(shared.clone(), triggers.clone()));
+    tasks.spawn(lifecycle::run(shared.clone()));
+    tasks.spawn(status::run(shared.clone()));
+    tasks.spawn(gc::run(shared.clone()));
+    tasks
+}
+
+/// Completes when the lease is lost; never without an elector.
+async fn hold(election: Option<&mut Elector>) {
+    match election {
+        Some(elector) => elector.hold().await,
+        None => std::future::pending().await,
+    }
+}

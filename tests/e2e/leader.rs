@@ -1,0 +1,196 @@
+//! Leader election with two replicas (issue: operations): only the lease holder provisions; when it is
+//! SIGKILLed mid-launch the standby takes over within 15 s and finishes the work without creating any
+//! NodeClaim or VM twice; a SIGTERMed leader releases the lease so a standby takes over at once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::DeleteParams;
+use kube::{Api, Client};
+use serde_json::Value;
+
+use super::controller::Controller;
+use super::lookups::{claims_of, condition_is_true, get_json, is_running, list_pods, nodeclaims};
+use super::{cluster, crds, manifests, objects, wait};
+use crate::fake_arm::{Fault, Target};
+
+const NAME: &str = "e2e-leader";
+const APP: &str = "web";
+/// The chart's release namespace: the chart's Role grants the Lease there.
+const LEASE_NAMESPACE: &str = "karpenter";
+const LEASE_NAME: &str = "karpenter-leader-election";
+/// The issue's bound for a standby to take over from a dead leader.
+const TAKEOVER: Duration = Duration::from_secs(15);
+const CONVERGE: Duration = Duration::from_secs(120);
+
+fn election_env(replica: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("DISABLE_LEADER_ELECTION", "false".to_string()),
+        ("LEADER_ELECTION_NAMESPACE", LEASE_NAMESPACE.to_string()),
+        ("LEADER_ELECTION_NAME", LEASE_NAME.to_string()),
+        // The identity's host part: tells the test which replica holds the lease.
+        ("POD_NAME", replica.to_string()),
+    ]
+}
+
+/// The replica name (`POD_NAME`) of the current holder, if any.
+async fn holder(leases: &Api<Lease>) -> Option<String> {
+    let lease = leases.get_opt(LEASE_NAME).await.ok().flatten()?;
+    let identity = lease.spec?.holder_identity?;
+    identity.split('_').next().map(str::to_string)
+}
+
+async fn wait_holder(leases: &Api<Lease>, want: &[&str], timeout: Duration) -> (String, Duration) {
+    let started = Instant::now();
+    let holder = wait::until("a replica to hold the lease", timeout, || async {
+        match holder(leases).await {
+            Some(h) if want.contains(&h.as_str()) => Ok(h),
+            other => Err(format!("holder {other:?}")),
+        }
+    })
+    .await;
+    (holder, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_within_15s_and_nothing_is_created_twice() {
+    let cluster = cluster::shared();
+    let client = cluster.client().await;
+    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
+    objects::namespace(&client, NAME).await;
+    objects::namespace(&client, LEASE_NAMESPACE).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let _ = leases.delete(LEASE_NAME, &DeleteParams::default()).await;
+
+    let a = Controller::start_with_env(cluster, &client, "leader-a", &election_env("replica-a")).await;
+    let (first, _) = wait_holder(&leases, &["replica-a"], Duration::from_secs(30)).await;
+    let mut b = a.spawn_replica("leader-b", &election_env("replica-b"));
+    objects::apply(&client, &manifests::node_class(NAME)).await.expect("applying the AKSNodeClass");
+    objects::apply(&client, &manifests::node_pool(NAME, Some("D"))).await.expect("applying the NodePool");
+    let pool = manifests::node_pool(NAME, Some("D"));
+    wait::until("the NodePool to be Ready", Duration::from_secs(30), || async {
+        let pool = get_json(&client, &pool).await?;
+        if condition_is_true(&pool, "Ready") {
+            Ok(())
+        } else {
+            Err(format!("NodePool status {}", pool["status"]))
+        }
+    })
+    .await;
+
+    // VMs stay Creating for 6 s, so the leader dies with launches in flight.
+    let fake = a.fake();
+    fake.inject(Fault::SlowProvisioning { delay_ms: 6_000, target: Target::default() });
+    let first_batch = 6;
+    let deployment = |replicas| manifests::deployment(NAME, APP, NAME, replicas, "500m", "1Gi");
+    objects::apply(&client, &deployment(first_batch)).await.expect("applying the Deployment");
+    let before_kill = wait::until("a NodeClaim of the first batch", Duration::from_secs(60), || async {
+        let claims = claims_of(&client, NAME).await?;
+        if claims.is_empty() {
+            Err("no NodeClaim yet".to_string())
+        } else {
+            Ok(claim_names(&claims))
+        }
+    })
+    .await;
+    assert!(b.exit_status().is_none(), "the standby exited");
+    a.kill();
+    let killed = Instant::now();
+    let (second, takeover) = wait_holder(&leases, &["replica-b"], TAKEOVER + Duration::from_secs(5)).await;
+    println!(
+        "e2e leader election: {first} SIGKILLed with {} NodeClaims launching; {second} took over {takeover:.1?} later",
+        before_kill.len()
+    );
+    assert!(takeover <= TAKEOVER, "takeover took {takeover:?}, more than {TAKEOVER:?}");
+    fake.clear_faults();
+
+    // The new leader finishes the dead leader's launches and provisions for new pods.
+    let replicas = first_batch + 6;
+    objects::apply(&client, &deployment(replicas)).await.expect("scaling the Deployment");
+    let claims = wait::until("all pods Running and every NodeClaim Registered", CONVERGE, || async {
+        let pods = list_pods(&client, NAME, APP).await?;
+        let running = pods.iter().filter(|p| is_running(p)).count();
+        let claims = claims_of(&client, NAME).await?;
+        let registered = claims.iter().all(|c| condition_is_true(c, "Registered"));
+        if running == replicas && registered {
+            Ok(claims)
+        } else {
+            Err(format!("{running}/{replicas} pods Running; claims {:?}", claim_names(&claims)))
+        }
+    })
+    .await;
+    assert!(before_kill.is_subset(&claim_names(&claims)), "a claim of the dead leader vanished");
+    let pods = list_pods(&client, NAME, APP).await.expect("listing pods");
+    assert_every_node_is_used(&claims, &pods);
+    let puts: BTreeMap<String, u32> = claims
+        .iter()
+        .map(|c| format!("aks-{}", c["metadata"]["name"].as_str().unwrap_or_default()))
+        .map(|vm| (vm.clone(), fake.vm_put_count(&vm)))
+        .collect();
+    assert!(puts.values().all(|n| *n == 1), "each claim's VM should have been PUT exactly once: {puts:?}");
+    let pool_vms =
+        fake.vms().iter().filter(|vm| vm.document["tags"]["karpenter.sh_nodepool"] == NAME).count();
+    assert_eq!(pool_vms, claims.len(), "one VM per NodeClaim");
+    println!(
+        "e2e leader election: {replicas} pods Running on {} NodeClaims {:.1?} after the kill; one PUT per VM",
+        claims.len(),
+        killed.elapsed()
+    );
+
+    // A third replica stands by; SIGTERM on the leader releases the lease, so the handover is immediate.
+    let mut c = a.spawn_replica("leader-c", &election_env("replica-c"));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let terminated = Instant::now();
+    let status = b.terminate(Duration::from_secs(40)).expect("the leader exits after SIGTERM");
+    let exited_after = terminated.elapsed();
+    assert!(status.success(), "SIGTERM should be a clean exit: {status}");
+    assert!(b.log().contains("released the leader lease"), "the leader did not release its lease");
+    let (_, handover) = wait_holder(&leases, &["replica-c"], TAKEOVER).await;
+    let handover = handover + exited_after;
+    println!("e2e leader election: SIGTERM → exit {exited_after:.1?}, replica-c leads {handover:.1?} after the signal");
+    assert!(handover < Duration::from_secs(8), "a released lease should be taken at once, took {handover:?}");
+
+    tear_down(&client, &mut c).await;
+}
+
+fn claim_names(claims: &[Value]) -> BTreeSet<String> {
+    claims.iter().filter_map(|c| c["metadata"]["name"].as_str().map(str::to_string)).collect()
+}
+
+/// Two leaders provisioning for the same pods would leave NodeClaims whose Nodes run none of them.
+fn assert_every_node_is_used(claims: &[Value], pods: &[Pod]) {
+    let used: BTreeSet<&str> = pods.iter().filter_map(|p| p.spec.as_ref()?.node_name.as_deref()).collect();
+    let idle: Vec<&str> = claims
+        .iter()
+        .filter_map(|c| c["status"]["nodeName"].as_str())
+        .filter(|node| !used.contains(node))
+        .collect();
+    assert!(idle.is_empty(), "NodeClaims whose Nodes run none of the pods (created twice?): {idle:?}");
+}
+
+async fn tear_down(client: &Client, leader: &mut super::controller::Replica) {
+    let background = DeleteParams::background();
+    if let Ok(api) = objects::api_for(client, &manifests::deployment(NAME, APP, NAME, 0, "1", "1Gi")).await {
+        let _ = api.delete(APP, &background).await;
+    }
+    for claim in claims_of(client, NAME).await.unwrap_or_default() {
+        let name = claim["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let _ = nodeclaims(client).delete(&name, &background).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline && leader.exit_status().is_none() {
+        match claims_of(client, NAME).await {
+            Ok(left) if left.is_empty() => break,
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    for object in [manifests::node_pool(NAME, None), manifests::node_class(NAME)] {
+        if let Ok(api) = objects::api_for(client, &object).await {
+            let _ = api.delete(NAME, &background).await;
+        }
+    }
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(NAME, &background).await;
+}
