@@ -167,6 +167,41 @@ async fn create_makes_nic_and_vm_with_size_zone_tags_and_custom_data() {
     assert_eq!(taints, ["dedicated:NoSchedule", "karpenter.sh/unregistered:NoExecute"]);
 }
 
+/// The NIC joins the cluster load balancer's IPv4 pools and carries the AKS NSG (the subnet is the
+/// user's own); a pool deleted after it was listed makes ARM refuse the NIC once, then the launcher
+/// lists the load balancer again and succeeds.
+#[tokio::test]
+async fn the_nic_joins_the_cluster_load_balancer_pools_and_nsg_and_survives_a_stale_pool() {
+    let h = harness(FakeArmConfig::default()).await;
+    let req = request("default-n1", vec![option("Standard_D2s_v5", &[on_demand("eastus-1")])]);
+    h.provider.create(&req).await.unwrap();
+    let nic = h.fake.nics()[0].clone();
+    let pools: Vec<String> = nic["properties"]["ipConfigurations"][0]["properties"]
+        ["loadBalancerBackendAddressPools"]
+        .as_array()
+        .expect("the primary IP configuration joins backend pools")
+        .iter()
+        .map(|p| p["id"].as_str().unwrap().rsplit('/').next().unwrap().to_string())
+        .collect();
+    assert_eq!(pools, ["aksOutboundBackendPool", "kubernetes"], "IPv4 pools of the kubernetes LB");
+    let nsg = nic["properties"]["networkSecurityGroup"]["id"].as_str().expect("the NIC carries the NSG");
+    assert!(nsg.ends_with(h.fake.aks_nsg_name()), "{nsg}");
+    assert_eq!(nic["properties"]["ipConfigurations"].as_array().unwrap().len(), 1, "no secondary IPs");
+
+    // The cached pool list still names aksOutboundBackendPool.
+    h.fake.remove_backend_pool("aksOutboundBackendPool");
+    let req = request("default-n2", vec![option("Standard_D2s_v5", &[on_demand("eastus-1")])]);
+    h.provider.create(&req).await.expect("the launcher recovers from a stale pool list");
+    let refused = h.fake.requests().iter().filter(|r| r.status == 400).count();
+    assert_eq!(refused, 1, "one refused NIC PUT, then a fresh list and a good one");
+    let nic = h.fake.nics().into_iter().find(|n| n["name"] == "aks-default-n2").expect("second NIC");
+    let joined = nic["properties"]["ipConfigurations"][0]["properties"]["loadBalancerBackendAddressPools"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(joined, 1);
+}
+
 #[tokio::test]
 async fn create_twice_reuses_the_vm() {
     let h = harness(FakeArmConfig::default()).await;

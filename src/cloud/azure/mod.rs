@@ -3,6 +3,7 @@
 //! - `client`: ARM clients and credential from settings.
 //! - `naming`: `aks-<claim>` names and provider IDs.
 //! - `customdata`: the bootstrap script (kubelet flags, join).
+//! - `network`: the load-balancer backend pools and NSG a NIC joins (listed, cached 2 h).
 //! - `nic`, `vm`: resource bodies, GET-before-PUT, polling of long-running operations.
 //! - `errors`: ARM errors → unavailable-offerings marks and [`crate::cloud::CloudError`].
 //! - `provider`: the [`crate::cloud::CloudProvider`] implementation.
@@ -11,6 +12,7 @@ pub mod client;
 pub mod customdata;
 pub mod errors;
 pub mod naming;
+pub mod network;
 pub mod nic;
 pub mod provider;
 pub mod skus;

@@ -1,8 +1,8 @@
 //! The network interface of a node VM: its ARM body, create-if-missing and delete-and-wait.
 //!
-//! Owns the NIC shape of reference §3.1 step 6 (primary dynamic IP configuration in the cluster subnet,
-//! accelerated networking when the size supports it, no IP forwarding, our tags). Load-balancer backend
-//! pools, NSGs and Azure CNI secondary IP configurations are not set yet.
+//! Owns the NIC shape of reference §3.1 step 6: primary dynamic IP configuration in the cluster subnet with
+//! the load balancers' backend pools, the NSG where needed (see `network`), Azure CNI secondary IP
+//! configurations, accelerated networking when the size supports it, no IP forwarding, our tags.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,30 +12,50 @@ use serde_json::{json, Value};
 
 use super::client::ArmClients;
 use super::errors::ArmFailure;
+use super::network::NetworkAttachments;
 use super::LaunchSettings;
 
-/// The NIC PUT body.
+/// The NIC PUT body: the primary IP configuration in the cluster subnet and the load balancers' backend
+/// pools, the NSG when the subnet needs it on the NIC, and under Azure CNI without overlay (pod IPs come
+/// from the subnet) one secondary IP configuration per pod beyond the first, as AKS does.
 pub fn nic_body(
     settings: &LaunchSettings,
     accelerated_networking: bool,
     tags: &BTreeMap<String, String>,
+    attachments: &NetworkAttachments,
+    max_pods: u32,
 ) -> Value {
-    json!({
-        "location": settings.location,
-        "tags": tags,
+    let pools: Vec<Value> = attachments.backend_pools.iter().map(|id| json!({ "id": id })).collect();
+    let mut ip_configurations = vec![json!({
+        "name": "ipconfig1",
         "properties": {
-            "enableAcceleratedNetworking": accelerated_networking,
-            "enableIPForwarding": false,
-            "ipConfigurations": [{
-                "name": "ipconfig1",
-                "properties": {
-                    "primary": true,
-                    "privateIPAllocationMethod": "Dynamic",
-                    "subnet": { "id": settings.subnet_id }
-                }
-            }]
+            "primary": true,
+            "privateIPAllocationMethod": "Dynamic",
+            "subnet": { "id": settings.subnet_id },
+            "loadBalancerBackendAddressPools": pools,
         }
-    })
+    })];
+    if settings.bootstrap.network_plugin == "azure" {
+        ip_configurations.extend((2..=max_pods.max(1)).map(|i| {
+            json!({
+                "name": format!("ipconfig{i}"),
+                "properties": {
+                    "primary": false,
+                    "privateIPAllocationMethod": "Dynamic",
+                    "subnet": { "id": settings.subnet_id },
+                }
+            })
+        }));
+    }
+    let mut properties = json!({
+        "enableAcceleratedNetworking": accelerated_networking,
+        "enableIPForwarding": false,
+        "ipConfigurations": ip_configurations,
+    });
+    if let Some(nsg) = &attachments.nsg_id {
+        properties["networkSecurityGroup"] = json!({ "id": nsg });
+    }
+    json!({ "location": settings.location, "tags": tags, "properties": properties })
 }
 
 /// The NIC's ARM ID, creating it when it does not exist (GET before PUT: a restarted create reuses it).
@@ -130,5 +150,50 @@ fn timed_out(name: &str) -> ArmFailure {
         status: 0,
         code: "OperationTimedOut".into(),
         message: format!("deleting NIC {name} did not finish"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloud::azure::{BootstrapSettings, Secret};
+
+    fn settings(network_plugin: &str) -> LaunchSettings {
+        LaunchSettings {
+            cluster_name: "c".into(),
+            location: "eastus".into(),
+            node_resource_group: "mc".into(),
+            subnet_id: "/subnets/nodes".into(),
+            ssh_public_key: "ssh-ed25519 AAAA".into(),
+            admin_username: "azureuser".into(),
+            node_identities: vec![],
+            additional_tags: BTreeMap::new(),
+            bootstrap: BootstrapSettings {
+                cluster_endpoint: "https://c:443".into(),
+                bootstrap_token: Secret::new("abcdef.0123456789abcdef"),
+                network_plugin: network_plugin.into(),
+            },
+            poll_interval: Duration::from_secs(1),
+            max_polls: 1,
+            max_concurrent_calls: 1,
+        }
+    }
+
+    #[test]
+    fn azure_cni_without_overlay_gets_one_ip_configuration_per_pod() {
+        let attachments =
+            NetworkAttachments { backend_pools: vec!["/pools/kubernetes".into()], nsg_id: None };
+        let body = nic_body(&settings("azure"), true, &BTreeMap::new(), &attachments, 30);
+        let configs = body["properties"]["ipConfigurations"].as_array().unwrap();
+        assert_eq!(configs.len(), 30);
+        assert_eq!(configs[0]["properties"]["primary"], true);
+        assert_eq!(configs[0]["properties"]["loadBalancerBackendAddressPools"][0]["id"], "/pools/kubernetes");
+        assert_eq!(configs[29]["name"], "ipconfig30");
+        assert!(configs[1]["properties"]["loadBalancerBackendAddressPools"].is_null());
+        assert!(body["properties"]["networkSecurityGroup"].is_null());
+
+        let overlay =
+            nic_body(&settings("none"), false, &BTreeMap::new(), &NetworkAttachments::default(), 250);
+        assert_eq!(overlay["properties"]["ipConfigurations"].as_array().unwrap().len(), 1);
     }
 }

@@ -16,7 +16,7 @@ use tokio::sync::Semaphore;
 use super::client::ArmClients;
 use super::customdata::{self, NodeBootstrap};
 use super::errors::{self, ArmFailure, CapacityClass};
-use super::{naming, nic, vm, LaunchSettings};
+use super::{naming, network, nic, vm, LaunchSettings};
 use crate::apis::labels;
 use crate::catalog::unavailable::OfferingRef;
 use crate::catalog::UnavailableOfferings;
@@ -35,6 +35,8 @@ pub struct AzureCloudProvider {
     unavailable: Arc<Mutex<UnavailableOfferings>>,
     clock: Clock,
     limiter: Arc<Semaphore>,
+    /// The load-balancer pools and NSG every NIC joins, cached.
+    network: network::Attachments,
 }
 
 impl AzureCloudProvider {
@@ -46,7 +48,8 @@ impl AzureCloudProvider {
         clock: Clock,
     ) -> Self {
         let limiter = Arc::new(Semaphore::new(settings.max_concurrent_calls.max(1)));
-        AzureCloudProvider { clients, settings, unavailable, clock, limiter }
+        let network = network::Attachments::default();
+        AzureCloudProvider { clients, settings, unavailable, clock, limiter, network }
     }
 
     pub fn settings(&self) -> &LaunchSettings {
@@ -140,6 +143,32 @@ impl AzureCloudProvider {
         }
     }
 
+    /// The NIC's ID, creating it when missing. A backend pool deleted since the attachments were listed
+    /// makes ARM refuse the NIC: the attachments are listed again and the create retried once.
+    async fn ensure_nic(
+        &self,
+        name: &str,
+        option: &InstanceTypeOption,
+        tags: &BTreeMap<String, String>,
+        max_pods: u32,
+    ) -> Result<String, ArmFailure> {
+        let s = &self.settings;
+        let mut retried = false;
+        loop {
+            let attachments = self.limited(self.network.get(&self.clients, self.rg(), &s.subnet_id)).await?;
+            let body = nic::nic_body(s, option.accelerated_networking, tags, &attachments, max_pods);
+            match self.limited(nic::ensure_nic(&self.clients, self.rg(), name, body)).await {
+                Ok((id, _)) => return Ok(id),
+                Err(failure) if !retried && failure.message.contains("backendAddressPools") => {
+                    tracing::info!(nic = name, code = %failure.code, "a backend pool is gone; listing the load balancers again");
+                    self.network.invalidate();
+                    retried = true;
+                }
+                Err(failure) => return Err(failure),
+            }
+        }
+    }
+
     /// NIC then VM for one offering, waiting for the VM.
     async fn launch(
         &self,
@@ -150,8 +179,7 @@ impl AzureCloudProvider {
         let s = &self.settings;
         let name = naming::resource_name(&request.claim_name);
         let tags = vm::tags(s, &request.tags, &request.nodepool);
-        let nic_body = nic::nic_body(s, option.accelerated_networking, &tags);
-        let (nic_id, _) = self.limited(nic::ensure_nic(&self.clients, self.rg(), &name, nic_body)).await?;
+        let nic_id = self.ensure_nic(&name, option, &tags, request.kubelet.max_pods).await?;
         let node_labels = self.node_labels(request, option, offering);
         let custom_data = customdata::render_custom_data(
             &s.bootstrap,

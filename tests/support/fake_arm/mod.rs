@@ -20,6 +20,7 @@ pub mod arm;
 pub mod boot;
 mod compute;
 pub mod faults;
+mod lb;
 mod network;
 pub mod node;
 mod operations;
@@ -178,6 +179,16 @@ impl FakeArm {
     /// NIC documents as GET returns them.
     pub fn nics(&self) -> Vec<Value> {
         self.shared.lock().nics.values().map(|nic| nic.document.clone()).collect()
+    }
+
+    /// Deletes a backend pool of the `kubernetes` load balancer: NICs joining it are refused from now on.
+    pub fn remove_backend_pool(&self, name: &str) {
+        self.shared.lock().removed_pools.insert(name.to_string());
+    }
+
+    /// The name of the NSG AKS created in the node resource group.
+    pub fn aks_nsg_name(&self) -> &'static str {
+        lb::AKS_NSG
     }
 
     /// How many PUTs named this VM, refused ones included.

@@ -50,6 +50,9 @@ pub fn put_nic(shared: &Shared, request: &ArmRequest, rg: &str, name: &str) -> A
             &format!("The provided location '{location}' is not available for resource type '{NIC_TYPE}'."),
         );
     }
+    if let Some(refused) = super::lb::refuse_unknown_pools(shared, rg, name, &body) {
+        return refused;
+    }
     let mut state = shared.lock();
     let key = (arm::key(rg), arm::key(name));
     let op_id = arm::uuid_from(state.next_id(), 0x2e7);

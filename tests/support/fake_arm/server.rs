@@ -24,7 +24,7 @@ use super::arm::{
 };
 use super::faults::{self, ArmRequestFault};
 use super::state::{RequestRecord, Shared};
-use super::{admin, compute, network, operations, skus, token};
+use super::{admin, compute, lb, network, operations, skus, token};
 
 /// Serves until `shutdown` flips to true; open connections are dropped then.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
@@ -114,6 +114,8 @@ enum ArmTarget<'a> {
     Operation { namespace: &'a str, id: &'a str },
     Vms { rg: &'a str, name: Option<&'a str> },
     Nics { rg: &'a str, name: Option<&'a str> },
+    LoadBalancers { rg: &'a str },
+    SecurityGroups { rg: &'a str },
 }
 
 fn parse_route<'a>(segments: &[&'a str]) -> Route<'a> {
@@ -141,6 +143,13 @@ fn parse_route<'a>(segments: &[&'a str]) -> Route<'a> {
                         ArmTarget::Vms { rg, name }
                     } else if is(ns, "Microsoft.Network") && is(kind, "networkInterfaces") {
                         ArmTarget::Nics { rg, name }
+                    } else if is(ns, "Microsoft.Network") && is(kind, "loadBalancers") && name.is_none() {
+                        ArmTarget::LoadBalancers { rg }
+                    } else if is(ns, "Microsoft.Network")
+                        && is(kind, "networkSecurityGroups")
+                        && name.is_none()
+                    {
+                        ArmTarget::SecurityGroups { rg }
                     } else {
                         return Route::Unknown;
                     }
@@ -191,6 +200,8 @@ fn arm_request(
         ArmTarget::Operation { .. } => (COMPUTE_VM_API_VERSIONS, "Microsoft.Compute/locations/operations"),
         ArmTarget::Vms { .. } => (COMPUTE_VM_API_VERSIONS, compute::VM_TYPE),
         ArmTarget::Nics { .. } => (NETWORK_API_VERSIONS, network::NIC_TYPE),
+        ArmTarget::LoadBalancers { .. } => (NETWORK_API_VERSIONS, lb::LB_TYPE),
+        ArmTarget::SecurityGroups { .. } => (NETWORK_API_VERSIONS, lb::NSG_TYPE),
     };
     arm::check_api_version(request, versions, resource_type)?;
     let fault = faults::take_request_fault(&mut shared.lock().faults, &request.path);
@@ -213,7 +224,11 @@ fn arm_request(
         }
         None => {}
     }
-    if let ArmTarget::Vms { rg, .. } | ArmTarget::Nics { rg, .. } = &target {
+    if let ArmTarget::Vms { rg, .. }
+    | ArmTarget::Nics { rg, .. }
+    | ArmTarget::LoadBalancers { rg }
+    | ArmTarget::SecurityGroups { rg } = &target
+    {
         if shared.has_resource_group(rg).is_none() {
             return Err(ArmResponse::error(
                 404,
@@ -235,6 +250,12 @@ fn arm_request(
         },
         ArmTarget::Nics { rg, name: None } if method == Method::GET => {
             network::list_nics(shared, request, rg)
+        }
+        ArmTarget::LoadBalancers { rg } if method == Method::GET => {
+            lb::list_load_balancers(shared, request, rg)
+        }
+        ArmTarget::SecurityGroups { rg } if method == Method::GET => {
+            lb::list_security_groups(shared, request, rg)
         }
         ArmTarget::Nics { rg, name: Some(name) } => match *method {
             Method::PUT => network::put_nic(shared, request, rg, name),

@@ -155,6 +155,8 @@ pub struct State {
     pub counter: u64,
     /// VMs removed by the platform (spot eviction) or deletion, for the boot simulator's deregistration.
     pub removed_vms: Vec<String>,
+    /// Backend pools of the `kubernetes` load balancer deleted by a test (see `lb`).
+    pub removed_pools: BTreeSet<String>,
 }
 
 impl State {
