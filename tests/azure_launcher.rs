@@ -102,7 +102,8 @@ fn request(claim: &str, options: Vec<InstanceTypeOption>) -> LaunchRequest {
         image_id: "/CommunityGalleries/AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2/images/2204gen2containerd/versions/202501.01.0".into(),
         os_disk_size_gb: 128,
         tags: BTreeMap::from([("team/owner".to_string(), "blue".to_string())]),
-        kubelet: KubeletSettings { max_pods: 110, kube_reserved: BTreeMap::new() },
+        kubelet: KubeletSettings { max_pods: 110, kube_reserved: BTreeMap::new(), config_flags: vec![] },
+        subnet_id: None,
     }
 }
 

@@ -144,6 +144,7 @@ mod tests {
             os_disk_size_gb: 128,
             tags: BTreeMap::new(),
             kubelet: KubeletSettings::default(),
+            subnet_id: None,
         }
     }
 

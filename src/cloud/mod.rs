@@ -70,6 +70,8 @@ pub struct LaunchRequest {
     /// AKSNodeClass `spec.tags` (keys may contain '/').
     pub tags: BTreeMap<String, String>,
     pub kubelet: KubeletSettings,
+    /// AKSNodeClass `spec.vnetSubnetID`; None uses the cluster's `VNET_SUBNET_ID`.
+    pub subnet_id: Option<String>,
 }
 
 /// Per-node kubelet values the bootstrap script passes as flags.
@@ -78,6 +80,8 @@ pub struct KubeletSettings {
     pub max_pods: u32,
     /// e.g. `cpu=100m`, `memory=1843Mi`.
     pub kube_reserved: BTreeMap<String, String>,
+    /// Flags from the AKSNodeClass `spec.kubelet` ([`crate::cloud::azure::customdata::kubelet_config_flags`]).
+    pub config_flags: Vec<String>,
 }
 
 /// One VM size the claim may run on, with the offerings to try in ranked order.

@@ -13,6 +13,7 @@ use crate::apis::nodeclaim::ResourceRequirements;
 use crate::apis::{AKSNodeClass, NodeClaim, NodeClaimSpec, NodePool};
 use crate::catalog::selection::{allowed_offerings, offering_labels, type_allowed};
 use crate::catalog::{embedded_sku, InstanceType};
+use crate::cloud::azure::customdata::kubelet_config_flags;
 use crate::cloud::{InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice};
 use crate::scheduling::requirements::Requirements;
 use crate::scheduling::resources::Resources;
@@ -168,7 +169,9 @@ pub fn launch_request(
             // The catalog is shaped by the class's maxPods and the operator's network plugin.
             max_pods: u32::try_from(first.capacity.get("pods")).unwrap_or(DEFAULT_MAX_PODS),
             kube_reserved: first.overhead.kube_reserved.to_quantities(),
+            config_flags: kubelet_config_flags(class.spec.kubelet.as_ref()),
         },
+        subnet_id: class.spec.vnet_subnet_id.clone(),
     })
 }
 

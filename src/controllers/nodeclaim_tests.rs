@@ -166,6 +166,19 @@ fn builds_the_launch_request_from_a_nodeclaim() {
     assert_eq!(request.kubelet.max_pods, 250, "Azure CNI overlay");
     assert!(request.kubelet.kube_reserved.contains_key("cpu"));
     assert_eq!(request.labels.get("team").map(String::as_str), Some("blue"));
+    assert!(request.kubelet.config_flags.is_empty());
+    assert_eq!(request.subnet_id, None, "the cluster's subnet");
+
+    // The class's kubelet settings and subnet reach the launch.
+    let mut custom = class();
+    let subnet =
+        "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v/subnets/gpu";
+    custom.spec.vnet_subnet_id = Some(subnet.into());
+    custom.spec.kubelet =
+        Some(serde_json::from_value(serde_json::json!({"cpuManagerPolicy": "static"})).unwrap());
+    let request = launch_request(&claim, Some(&custom), &types).unwrap();
+    assert_eq!(request.kubelet.config_flags, ["--cpu-manager-policy=static"]);
+    assert_eq!(request.subnet_id.as_deref(), Some(subnet));
 }
 
 #[test]

@@ -350,7 +350,8 @@ fn orphan_request(claim: &str) -> LaunchRequest {
         image_id: IMAGE_ID.into(),
         os_disk_size_gb: 128,
         tags: BTreeMap::new(),
-        kubelet: KubeletSettings { max_pods: 110, kube_reserved: BTreeMap::new() },
+        kubelet: KubeletSettings { max_pods: 110, kube_reserved: BTreeMap::new(), config_flags: vec![] },
+        subnet_id: None,
     }
 }
 

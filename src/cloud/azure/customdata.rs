@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::apis::aksnodeclass::KubeletConfiguration;
 use crate::apis::common::{Taint, TaintEffect};
 use crate::apis::labels;
 
@@ -40,6 +41,8 @@ pub struct NodeBootstrap<'a> {
     pub startup_taints: &'a [Taint],
     pub max_pods: u32,
     pub kube_reserved: &'a BTreeMap<String, String>,
+    /// From the AKSNodeClass `spec.kubelet` ([`kubelet_config_flags`]).
+    pub config_flags: &'a [String],
 }
 
 /// Whether the kubelet may set this label on its own Node. The NodeRestriction admission plugin refuses
@@ -108,7 +111,33 @@ pub fn kubelet_flags(node: &NodeBootstrap<'_>) -> String {
         let reserved: Vec<String> = node.kube_reserved.iter().map(|(k, v)| format!("{k}={v}")).collect();
         flags.push(format!("--kube-reserved={}", reserved.join(",")));
     }
+    flags.extend(node.config_flags.iter().cloned());
     flags.join(" ")
+}
+
+/// The kubelet flags for the AKSNodeClass `spec.kubelet` settings that are set; unset ones keep the
+/// node image's defaults (which are the defaults the CRD documents).
+pub fn kubelet_config_flags(config: Option<&KubeletConfiguration>) -> Vec<String> {
+    let Some(c) = config else { return Vec::new() };
+    let mut flags = Vec::new();
+    let mut push = |flag: &str, value: Option<String>| {
+        if let Some(value) = value {
+            flags.push(format!("--{flag}={value}"));
+        }
+    };
+    push("cpu-manager-policy", c.cpu_manager_policy.clone());
+    push("cpu-cfs-quota", c.cpu_cfs_quota.map(|b| b.to_string()));
+    push("cpu-cfs-quota-period", c.cpu_cfs_quota_period.clone());
+    push("image-gc-high-threshold", c.image_gc_high_threshold_percent.map(|p| p.to_string()));
+    push("image-gc-low-threshold", c.image_gc_low_threshold_percent.map(|p| p.to_string()));
+    push("topology-manager-policy", c.topology_manager_policy.clone());
+    let sysctls = (!c.allowed_unsafe_sysctls.is_empty()).then(|| c.allowed_unsafe_sysctls.join(","));
+    push("allowed-unsafe-sysctls", sysctls);
+    push("container-log-max-size", c.container_log_max_size.clone());
+    push("container-log-max-files", c.container_log_max_files.map(|n| n.to_string()));
+    push("pod-max-pids", c.pod_pids_limit.map(|n| n.to_string()));
+    push("fail-swap-on", c.fail_swap_on.map(|b| b.to_string()));
+    flags
 }
 
 /// The bootstrap script, in clear text (tests and golden files use this form).
@@ -191,6 +220,36 @@ mod tests {
     }
 
     #[test]
+    fn node_class_kubelet_settings_become_flags_and_unset_ones_stay_out() {
+        assert!(kubelet_config_flags(None).is_empty());
+        assert!(kubelet_config_flags(Some(&KubeletConfiguration::default())).is_empty());
+        let config = KubeletConfiguration {
+            cpu_manager_policy: Some("static".into()),
+            cpu_cfs_quota: Some(false),
+            image_gc_high_threshold_percent: Some(85),
+            image_gc_low_threshold_percent: Some(70),
+            allowed_unsafe_sysctls: vec!["net.core.somaxconn".into(), "kernel.msg*".into()],
+            container_log_max_files: Some(3),
+            pod_pids_limit: Some(4096),
+            fail_swap_on: Some(false),
+            ..KubeletConfiguration::default()
+        };
+        assert_eq!(
+            kubelet_config_flags(Some(&config)),
+            [
+                "--cpu-manager-policy=static",
+                "--cpu-cfs-quota=false",
+                "--image-gc-high-threshold=85",
+                "--image-gc-low-threshold=70",
+                "--allowed-unsafe-sysctls=net.core.somaxconn,kernel.msg*",
+                "--container-log-max-files=3",
+                "--pod-max-pids=4096",
+                "--fail-swap-on=false",
+            ]
+        );
+    }
+
+    #[test]
     fn secrets_do_not_leak_through_debug() {
         let rendered = format!("{:?}", settings());
         assert!(!rendered.contains("0123456789abcdef"), "{rendered}");
@@ -214,6 +273,7 @@ mod tests {
             startup_taints: &[],
             max_pods: 250,
             kube_reserved: &reserved,
+            config_flags: &["--cpu-manager-policy=static".to_string()],
         };
         let script = render_script(&settings(), &node);
         let golden = concat!(env!("CARGO_MANIFEST_DIR"), "/src/cloud/azure/testdata/bootstrap.sh");

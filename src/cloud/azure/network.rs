@@ -24,6 +24,7 @@ const CLUSTER_LOAD_BALANCERS: [&str; 2] = ["kubernetes", "kubernetes-internal"];
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NetworkAttachments {
     pub backend_pools: Vec<String>,
+    /// The cluster's NSG; the NIC carries it only where [`attach_nsg`] says so.
     pub nsg_id: Option<String>,
 }
 
@@ -88,23 +89,14 @@ pub struct Attachments {
 }
 
 impl Attachments {
-    pub async fn get(
-        &self,
-        clients: &ArmClients,
-        rg: &str,
-        subnet_id: &str,
-    ) -> Result<NetworkAttachments, ArmFailure> {
+    pub async fn get(&self, clients: &ArmClients, rg: &str) -> Result<NetworkAttachments, ArmFailure> {
         if let Some((at, attachments)) = self.lock().as_ref() {
             if at.elapsed() < CACHE_TTL {
                 return Ok(attachments.clone());
             }
         }
         let load_balancers = list_json(clients, rg, Kind::LoadBalancers).await?;
-        let nsg_id = if attach_nsg(subnet_id) {
-            cluster_nsg(&list_json(clients, rg, Kind::SecurityGroups).await?)
-        } else {
-            None
-        };
+        let nsg_id = cluster_nsg(&list_json(clients, rg, Kind::SecurityGroups).await?);
         let attachments = NetworkAttachments { backend_pools: backend_pools(&load_balancers), nsg_id };
         *self.lock() = Some((Instant::now(), attachments.clone()));
         Ok(attachments)

@@ -12,26 +12,35 @@ use serde_json::{json, Value};
 
 use super::client::ArmClients;
 use super::errors::ArmFailure;
-use super::network::NetworkAttachments;
+use super::network::{attach_nsg, NetworkAttachments};
 use super::LaunchSettings;
+
+/// Per-node inputs of the NIC body.
+#[derive(Debug, Clone, Copy)]
+pub struct NicSpec<'a> {
+    /// The AKSNodeClass subnet, else the cluster's.
+    pub subnet_id: &'a str,
+    pub accelerated_networking: bool,
+    pub max_pods: u32,
+}
 
 /// The NIC PUT body: the primary IP configuration in the cluster subnet and the load balancers' backend
 /// pools, the NSG when the subnet needs it on the NIC, and under Azure CNI without overlay (pod IPs come
 /// from the subnet) one secondary IP configuration per pod beyond the first, as AKS does.
 pub fn nic_body(
     settings: &LaunchSettings,
-    accelerated_networking: bool,
+    nic: &NicSpec<'_>,
     tags: &BTreeMap<String, String>,
     attachments: &NetworkAttachments,
-    max_pods: u32,
 ) -> Value {
+    let NicSpec { subnet_id, accelerated_networking, max_pods } = *nic;
     let pools: Vec<Value> = attachments.backend_pools.iter().map(|id| json!({ "id": id })).collect();
     let mut ip_configurations = vec![json!({
         "name": "ipconfig1",
         "properties": {
             "primary": true,
             "privateIPAllocationMethod": "Dynamic",
-            "subnet": { "id": settings.subnet_id },
+            "subnet": { "id": subnet_id },
             "loadBalancerBackendAddressPools": pools,
         }
     })];
@@ -42,7 +51,7 @@ pub fn nic_body(
                 "properties": {
                     "primary": false,
                     "privateIPAllocationMethod": "Dynamic",
-                    "subnet": { "id": settings.subnet_id },
+                    "subnet": { "id": subnet_id },
                 }
             })
         }));
@@ -52,7 +61,7 @@ pub fn nic_body(
         "enableIPForwarding": false,
         "ipConfigurations": ip_configurations,
     });
-    if let Some(nsg) = &attachments.nsg_id {
+    if let Some(nsg) = attachments.nsg_id.as_ref().filter(|_| attach_nsg(subnet_id)) {
         properties["networkSecurityGroup"] = json!({ "id": nsg });
     }
     json!({ "location": settings.location, "tags": tags, "properties": properties })
@@ -181,19 +190,30 @@ mod tests {
 
     #[test]
     fn azure_cni_without_overlay_gets_one_ip_configuration_per_pod() {
-        let attachments =
-            NetworkAttachments { backend_pools: vec!["/pools/kubernetes".into()], nsg_id: None };
-        let body = nic_body(&settings("azure"), true, &BTreeMap::new(), &attachments, 30);
+        let attachments = NetworkAttachments {
+            backend_pools: vec!["/pools/kubernetes".into()],
+            nsg_id: Some("/nsg/aks-agentpool-12345678-nsg".into()),
+        };
+        let spec = NicSpec { subnet_id: "/subnets/nodes", accelerated_networking: true, max_pods: 30 };
+        let body = nic_body(&settings("azure"), &spec, &BTreeMap::new(), &attachments);
         let configs = body["properties"]["ipConfigurations"].as_array().unwrap();
         assert_eq!(configs.len(), 30);
         assert_eq!(configs[0]["properties"]["primary"], true);
         assert_eq!(configs[0]["properties"]["loadBalancerBackendAddressPools"][0]["id"], "/pools/kubernetes");
         assert_eq!(configs[29]["name"], "ipconfig30");
         assert!(configs[1]["properties"]["loadBalancerBackendAddressPools"].is_null());
-        assert!(body["properties"]["networkSecurityGroup"].is_null());
+        assert_eq!(body["properties"]["networkSecurityGroup"]["id"], "/nsg/aks-agentpool-12345678-nsg");
 
-        let overlay =
-            nic_body(&settings("none"), false, &BTreeMap::new(), &NetworkAttachments::default(), 250);
+        let spec = NicSpec { subnet_id: "/subnets/other", accelerated_networking: false, max_pods: 250 };
+        let overlay = nic_body(&settings("none"), &spec, &BTreeMap::new(), &attachments);
+        assert_eq!(
+            overlay["properties"]["ipConfigurations"][0]["properties"]["subnet"]["id"],
+            "/subnets/other"
+        );
+        let managed = "/subscriptions/s/resourceGroups/mc/providers/Microsoft.Network/virtualNetworks/aks-vnet-12345678/subnets/aks-subnet";
+        let spec = NicSpec { subnet_id: managed, accelerated_networking: false, max_pods: 250 };
+        let on_managed_vnet = nic_body(&settings("none"), &spec, &BTreeMap::new(), &attachments);
+        assert!(on_managed_vnet["properties"]["networkSecurityGroup"].is_null(), "the subnet has the NSG");
         assert_eq!(overlay["properties"]["ipConfigurations"].as_array().unwrap().len(), 1);
     }
 }

@@ -148,6 +148,7 @@ impl AzureCloudProvider {
     async fn ensure_nic(
         &self,
         name: &str,
+        subnet_id: &str,
         option: &InstanceTypeOption,
         tags: &BTreeMap<String, String>,
         max_pods: u32,
@@ -155,8 +156,10 @@ impl AzureCloudProvider {
         let s = &self.settings;
         let mut retried = false;
         loop {
-            let attachments = self.limited(self.network.get(&self.clients, self.rg(), &s.subnet_id)).await?;
-            let body = nic::nic_body(s, option.accelerated_networking, tags, &attachments, max_pods);
+            let attachments = self.limited(self.network.get(&self.clients, self.rg())).await?;
+            let nic =
+                nic::NicSpec { subnet_id, accelerated_networking: option.accelerated_networking, max_pods };
+            let body = nic::nic_body(s, &nic, tags, &attachments);
             match self.limited(nic::ensure_nic(&self.clients, self.rg(), name, body)).await {
                 Ok((id, _)) => return Ok(id),
                 Err(failure) if !retried && failure.message.contains("backendAddressPools") => {
@@ -179,7 +182,8 @@ impl AzureCloudProvider {
         let s = &self.settings;
         let name = naming::resource_name(&request.claim_name);
         let tags = vm::tags(s, &request.tags, &request.nodepool);
-        let nic_id = self.ensure_nic(&name, option, &tags, request.kubelet.max_pods).await?;
+        let subnet_id = request.subnet_id.as_deref().unwrap_or(&s.subnet_id);
+        let nic_id = self.ensure_nic(&name, subnet_id, option, &tags, request.kubelet.max_pods).await?;
         let node_labels = self.node_labels(request, option, offering);
         let custom_data = customdata::render_custom_data(
             &s.bootstrap,
@@ -189,6 +193,7 @@ impl AzureCloudProvider {
                 startup_taints: &request.startup_taints,
                 max_pods: request.kubelet.max_pods,
                 kube_reserved: &request.kubelet.kube_reserved,
+                config_flags: &request.kubelet.config_flags,
             },
         );
         let spec = vm::VmSpec {
