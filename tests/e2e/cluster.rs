@@ -191,8 +191,9 @@ fn script() -> Command {
     Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/e2e-cluster.sh"))
 }
 
-/// The cache directory of the pinned binaries, or the instruction to build them.
-fn built_bin_dir() -> Result<PathBuf, String> {
+/// The cache directory of the pinned binaries, or the instruction to build them. Public for tools that
+/// need no cluster (`helm template`).
+pub fn built_bin_dir() -> Result<PathBuf, String> {
     let output: Output = script()
         .arg("versions")
         .output()

@@ -4,7 +4,8 @@
 //! [`Controller::start`] starts the fake ARM (boot simulation through `KubeNodeRegistrar`, short delays),
 //! then spawns the binary cargo built for this test crate as a child process, configured only through the
 //! environment (the upstream variable names of `operator::options`), with the credentials the fake
-//! accepts. Its output goes to `<cluster dir>/logs/controller-<name>.log`.
+//! accepts. It talks to the cluster as the Helm chart's ServiceAccount (see `identity`), so it has only
+//! the permissions a real install grants. Its output goes to `<cluster dir>/logs/controller-<name>.log`.
 //!
 //! The child is killed when the [`Controller`] is dropped, which also happens while a failed test unwinds;
 //! a failed test then also prints the tail of the log. One controller runs at a time: [`Controller::start`]
@@ -13,7 +14,7 @@
 
 use std::fs::File;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::MutexGuard;
 
 use super::cluster::Cluster;
+use super::identity;
 use crate::fake_arm::{FakeArm, FakeArmConfig, KubeNodeRegistrar};
 
 /// The `CLUSTER_NAME` of every controller started here; the value of the VMs' cluster tag.
@@ -87,12 +89,13 @@ impl Controller {
             ..FakeArmConfig::default()
         };
         let fake = FakeArm::start(config).await.expect("the fake ARM starts");
+        let kubeconfig = identity::controller_kubeconfig(cluster, client).await;
 
         let log_dir = cluster.dir.join("logs");
         std::fs::create_dir_all(&log_dir).unwrap_or_else(|err| panic!("{}: {err}", log_dir.display()));
         let log_path = log_dir.join(format!("controller-{name}.log"));
         File::create(&log_path).unwrap_or_else(|err| panic!("{}: {err}", log_path.display()));
-        let mut env = settings_env(cluster, &fake);
+        let mut env = settings_env(&kubeconfig, &fake);
         env.extend(extra_env.iter().cloned());
         let child = spawn(&log_path, &env);
         eprintln!("e2e: controller {name} started (pid {}), log {}", child.id(), log_path.display());
@@ -170,6 +173,14 @@ impl Controller {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// Log lines where the API server refused the controller for want of permission: RBAC's 403
+    /// message, `<resource> is forbidden: User "system:serviceaccount:..." cannot <verb> ...`.
+    fn forbidden_lines(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        let refused = |line: &&str| line.contains("is forbidden: User") && line.contains("cannot");
+        text.lines().filter(refused).take(5).map(str::to_string).collect()
+    }
+
     /// Like `wait::until`, but fails at once when the controller has exited, since nothing will then
     /// happen. Panics after `timeout` with `what` and the probe's last `Err`; the log tail follows when
     /// the controller is dropped during the unwind.
@@ -212,6 +223,16 @@ impl Drop for Controller {
                 "---- controller ({state}); last {LOG_TAIL_LINES} lines of {} ----\n{}\n---- end ----",
                 self.log_path.display(),
                 self.log_tail(LOG_TAIL_LINES)
+            );
+        } else {
+            // Some refusals only log a warning (an event not published, a status not written), so the
+            // test itself would pass; the chart's RBAC must still cover every call.
+            let refused = self.forbidden_lines();
+            assert!(
+                refused.is_empty(),
+                "the API server refused the controller (the chart's RBAC lacks a rule) in {}:\n{}",
+                self.log_path.display(),
+                refused.join("\n")
             );
         }
     }
@@ -291,8 +312,9 @@ fn spawn(log_path: &std::path::Path, env: &[(&'static str, String)]) -> Child {
     command.spawn().unwrap_or_else(|err| panic!("spawning karpenter-azure controller: {err}"))
 }
 
-/// The controller's whole configuration, pointing at the fake ARM and the e2e cluster.
-fn settings_env(cluster: &Cluster, fake: &FakeArm) -> Vec<(&'static str, String)> {
+/// The controller's whole configuration, pointing at the fake ARM and, through `kubeconfig`, at the e2e
+/// cluster.
+fn settings_env(kubeconfig: &Path, fake: &FakeArm) -> Vec<(&'static str, String)> {
     let subnet = format!(
         "/subscriptions/{}/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/vnet/subnets/nodes",
         fake.subscription_id()
@@ -300,7 +322,7 @@ fn settings_env(cluster: &Cluster, fake: &FakeArm) -> Vec<(&'static str, String)
     let base = fake.base_url();
     let [metrics_port, health_port] = free_ports();
     vec![
-        ("KUBECONFIG", cluster.kubeconfig.display().to_string()),
+        ("KUBECONFIG", kubeconfig.display().to_string()),
         ("CLUSTER_NAME", CLUSTER_NAME.to_string()),
         ("CLUSTER_ENDPOINT", CLUSTER_ENDPOINT.to_string()),
         ("AZURE_SUBSCRIPTION_ID", fake.subscription_id().to_string()),
@@ -321,6 +343,8 @@ fn settings_env(cluster: &Cluster, fake: &FakeArm) -> Vec<(&'static str, String)
         ("BATCH_IDLE_DURATION", "1s".to_string()),
         ("BATCH_MAX_DURATION", "10s".to_string()),
         ("DISABLE_LEADER_ELECTION", "true".to_string()),
+        // Where the chart's Role lets it keep its Lease.
+        ("LEADER_ELECTION_NAMESPACE", identity::NAMESPACE.to_string()),
         ("LOG_LEVEL", "debug".to_string()),
         ("METRICS_PORT", metrics_port.to_string()),
         ("HEALTH_PROBE_PORT", health_port.to_string()),

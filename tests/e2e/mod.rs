@@ -3,11 +3,14 @@
 //!
 //! Harness: `cluster` (start/stop, one cluster per test binary), `objects` (apply/create manifests),
 //! `wait` (polling with deadlines), `crds` (install `crds/` once), `kwok` (nodes and pods),
-//! `controller` (the `karpenter-azure controller` binary against the cluster and a fake ARM).
+//! `controller` (the `karpenter-azure controller` binary against the cluster and a fake ARM), `helm` (the
+//! helm runner), `identity` (the chart's ServiceAccount token the controller runs with).
 
 pub mod cluster;
 pub mod controller;
 pub mod crds;
+pub mod helm;
+pub mod identity;
 pub mod kwok;
 pub mod lookups;
 pub mod manifests;
@@ -15,11 +18,13 @@ pub mod objects;
 pub mod wait;
 
 mod burst;
+mod chart;
+mod chart_settings;
 mod events;
 mod eviction;
-mod helm;
 mod leader;
 mod provisioning;
+mod rbac;
 mod resilience;
 mod scheduling;
 mod termination;
