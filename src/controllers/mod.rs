@@ -13,14 +13,17 @@
 //! - `gc`: garbage collection of unowned VMs and NICs, and of NodeClaims whose VM is gone.
 //! - `start`: the Azure provider, catalog and settings built from the validated operator settings.
 //! - `catalog`: instance types per AKSNodeClass, as the solver and the launcher both see them.
+//! - `metrics`: the cluster-state gauges computed from the index at scrape time, the labels the
+//!   counters take from NodeClaims and Nodes, and readiness for the health server.
 //!
-//! Not here yet: leader election (every replica acts), the metrics server and disruption.
+//! Not here yet: leader election (every replica acts) and disruption.
 
 pub mod batch;
 pub mod catalog;
 pub mod events;
 pub mod gc;
 pub mod lifecycle;
+pub mod metrics;
 pub mod nodeclaim;
 pub mod provisioning;
 pub mod start;
@@ -35,6 +38,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
 
 use crate::cloud::{CloudError, CloudProvider};
+use crate::operator::server::{self, Ports, ServerError};
 use crate::state::Cluster;
 
 pub use catalog::Catalog;
@@ -52,6 +56,8 @@ pub struct Settings {
     pub gc_interval: Duration,
     /// How old an unowned VM must be before it is collected ([`gc::DEFAULT_GRACE`]).
     pub gc_grace: Duration,
+    /// `METRICS_PORT` and `HEALTH_PROBE_PORT`.
+    pub ports: Ports,
 }
 
 /// Why a controller step failed. `category` is the bounded label for logs, metrics and events.
@@ -65,6 +71,8 @@ pub enum ControllerError {
     NodeClassNotReady(String),
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    Server(#[from] ServerError),
 }
 
 impl ControllerError {
@@ -74,6 +82,7 @@ impl ControllerError {
             ControllerError::Cloud(e) => e.category(),
             ControllerError::NodeClassNotReady(_) => "NodeClassNotReady",
             ControllerError::Invalid(_) => "Invalid",
+            ControllerError::Server(e) => e.category(),
         }
     }
 }
@@ -124,6 +133,7 @@ pub async fn run<C: CloudProvider + 'static>(
     });
     let (triggers, trigger_rx) = mpsc::unbounded_channel();
     let mut tasks = tokio::task::JoinSet::new();
+    server::start(shared.settings.ports, shared.clone(), &mut tasks).await?;
     watch::spawn_all(&mut tasks, shared.clone(), triggers);
     tasks.spawn(provisioning::run(shared.clone(), trigger_rx));
     tasks.spawn(lifecycle::run(shared.clone()));

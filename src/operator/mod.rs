@@ -1,8 +1,11 @@
-//! The operator: what runs around the controllers. For now its settings: [`Options`] as flags and
-//! environment variables with upstream's names, and [`Validated`], the typed values after checking.
+//! The operator: what runs around the controllers. Its settings: [`Options`] as flags and environment
+//! variables with upstream's names, and [`Validated`], the typed values after checking; the Prometheus
+//! metrics (`metrics`) and the metrics and health servers (`server`).
 
 mod checks;
+pub mod metrics;
 pub mod options;
+pub mod server;
 pub mod settings;
 
 pub use checks::setting;

@@ -3,7 +3,8 @@
 //!
 //! Harness: `cluster` (start/stop, one cluster per test binary), `objects` (apply/create manifests),
 //! `wait` (polling with deadlines), `crds` (install `crds/` once), `kwok` (nodes and pods),
-//! `controller` (the `karpenter-azure controller` binary against the cluster and a fake ARM).
+//! `controller` (the `karpenter-azure controller` binary against the cluster and a fake ARM),
+//! `prometheus` (its metrics read over HTTP, by promtool and by a real Prometheus server).
 
 pub mod cluster;
 pub mod controller;
@@ -12,12 +13,14 @@ pub mod kwok;
 pub mod lookups;
 pub mod manifests;
 pub mod objects;
+pub mod prometheus;
 pub mod wait;
 
 mod burst;
 mod events;
 mod eviction;
 mod helm;
+mod metrics;
 mod provisioning;
 mod resilience;
 mod scheduling;
