@@ -359,3 +359,41 @@ async fn the_region_sizes_come_from_the_resource_skus_api() {
     assert_eq!(d4.zones, ["1", "2", "3"]);
     assert_eq!(d4.record.low_priority_capable, Some(true));
 }
+
+#[tokio::test]
+async fn vm_creates_are_counted_with_the_phase_their_failure_came_in() {
+    use karpenter_azure::operator::metrics;
+    let image = request("x", vec![]).image_id;
+    // Each case has its own nodepool label, so the other tests of this binary cannot touch its series.
+    for (delivery, pool, phase) in
+        [(Delivery::Sync, "metrics-sync", "sync"), (Delivery::Async, "metrics-async", "async")]
+    {
+        let h = harness(FakeArmConfig::default()).await;
+        h.fake.inject(Fault::Capacity {
+            error: CreateError::ZonalAllocationFailed,
+            target: Target::default(),
+            delivery,
+            times: Some(1),
+        });
+        let options = vec![option("Standard_D2s_v5", &[on_demand("eastus-1"), on_demand("eastus-2")])];
+        let req = LaunchRequest { nodepool: pool.into(), ..request(&format!("{pool}-1"), options) };
+        h.provider.create(&req).await.unwrap_err();
+        h.provider.create(&req).await.expect("the next zone launches");
+        let m = metrics::get();
+        let started = |zone: &str| {
+            m.vm_create_start
+                .with_label_values(&[image.as_str(), "Standard_D2s_v5", zone, "on-demand", pool])
+                .get()
+        };
+        assert_eq!((started("eastus-1"), started("eastus-2")), (1, 1), "{pool}");
+        let failed = |zone: &str, phase: &str| {
+            let labels =
+                [image.as_str(), "Standard_D2s_v5", zone, "on-demand", pool, phase, "ZonalAllocationFailed"];
+            m.vm_create_failure.with_label_values(&labels).get()
+        };
+        assert_eq!(failed("eastus-1", phase), 1, "{pool}");
+        assert_eq!(failed("eastus-2", phase), 0, "the second create succeeded");
+        let other = if phase == "sync" { "async" } else { "sync" };
+        assert_eq!(failed("eastus-1", other), 0, "{pool}: counted in one phase only");
+    }
+}

@@ -3,10 +3,11 @@
 //! Owns the [`CloudProvider`] trait, the request and result types ([`LaunchRequest`], [`Instance`]) and
 //! the one error enum [`CloudError`] whose static [`CloudError::category`] is used as a metric label and
 //! an event reason. Implementations: `azure` (production, ARM) and `fake` (in memory, for unit tests and
-//! the simulator).
+//! the simulator); `metered` wraps either with the cloud-provider metrics.
 
 pub mod azure;
 pub mod fake;
+pub mod metered;
 
 use std::collections::BTreeMap;
 use std::future::Future;

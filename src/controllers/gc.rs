@@ -24,10 +24,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::DeleteParams;
 use kube::Api;
 
-use super::{events, ControllerError, Shared};
+use super::{events, metrics, ControllerError, Shared};
 use crate::apis::NodeClaim;
 use crate::cloud::azure::naming;
 use crate::cloud::{CloudError, CloudProvider, Instance};
+use crate::operator::metrics::{controller, in_controller};
 
 /// Upstream's instance GC period.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2 * 60);
@@ -100,6 +101,10 @@ pub fn decide(
 
 /// Runs a sweep every `gc_interval` until the task is stopped.
 pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
+    in_controller(controller::NODECLAIM_GC, sweep_forever(shared)).await;
+}
+
+async fn sweep_forever<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
     // The first sweep runs as soon as the index is synced, then every interval.
     while !shared.cluster().synced() {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -176,9 +181,13 @@ async fn sweep<C: CloudProvider + 'static>(
         tracing::info!(nodeclaim = %claim, %provider_id, "garbage collecting NodeClaim whose VM is gone");
         match api.delete(&claim, &DeleteParams::default()).await {
             Ok(deleted) => {
-                // With our finalizer the API returns the object (now deleting), whose UID the event wants.
+                // With our finalizer the API returns the object (now deleting), whose UID the event wants
+                // and whose labels the metric takes. Without it (not ours to finalize) there is neither.
+                let deleted = deleted.left();
+                if let Some(object) = &deleted {
+                    metrics::nodeclaim_disrupted(metrics::get(), object, "garbage_collected");
+                }
                 let reference = deleted
-                    .left()
                     .map_or_else(|| events::nodeclaim_ref(&claim), |o| kube::Resource::object_ref(&o, &()));
                 shared.events.publish(events::garbage_collected(&provider_id), reference).await;
             }

@@ -24,6 +24,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::events;
+use super::metrics;
 use super::nodeclaim::{self, resource_list};
 use super::{termination, ControllerError, Shared};
 use crate::apis::conditions::{self, ConditionStatus};
@@ -33,6 +34,7 @@ use crate::apis::labels::{
 use crate::apis::{NodeClaim, Taint};
 use crate::cloud::azure::naming;
 use crate::cloud::{CloudError, CloudProvider};
+use crate::operator::metrics::{controller, in_controller};
 use crate::state::records::is_ephemeral_taint;
 
 /// Upstream liveness: a claim not launched within 5 minutes is deleted.
@@ -43,6 +45,8 @@ const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 const WAIT_POLL: Duration = Duration::from_secs(2);
 /// A settled claim is still looked at now and then, so a missed event is not fatal.
 const RESYNC: Duration = Duration::from_secs(5 * 60);
+/// Why we delete a claim whose Node someone else deleted; not a disruption, so not counted as one.
+const NODE_DELETED: &str = "node_deleted";
 /// Upstream retries launch errors with a 1 s – 1 min backoff.
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
@@ -86,7 +90,8 @@ async fn reconcile<C: CloudProvider + 'static>(
     shared: Arc<Shared<C>>,
 ) -> Result<Action, ControllerError> {
     let _in_flight = shared.begin_work().await;
-    let action = step(&claim, &shared).await?;
+    // kube spawns each reconcile as a task of its own, so the controller name is set here, per reconcile.
+    let action = in_controller(controller::NODECLAIM_LIFECYCLE, step(&claim, &shared)).await?;
     shared.failures.lock().unwrap_or_else(|p| p.into_inner()).remove(&claim.name_any());
     Ok(action)
 }
@@ -127,7 +132,7 @@ async fn step<C: CloudProvider + 'static>(
     let node_deleting =
         status.node_name.as_deref().and_then(|n| shared.cluster().node(n).map(|n| n.deleting));
     if node_deleting == Some(true) {
-        return delete_claim(&api, claim, "node_deleted").await;
+        return delete_claim(&api, claim, NODE_DELETED).await;
     }
     if !conditions::is_true(&status.conditions, conditions::INITIALIZED) {
         return initialize(claim, shared, &api).await;
@@ -181,14 +186,21 @@ async fn set_condition(
     Ok(())
 }
 
+/// Deletes the claim; `reason` is upstream's, and except for [`NODE_DELETED`] counts the claim as
+/// disrupted.
 async fn delete_claim(
     api: &Api<NodeClaim>,
     claim: &NodeClaim,
-    reason: &str,
+    reason: &'static str,
 ) -> Result<Action, ControllerError> {
     tracing::info!(nodeclaim = %claim.name_any(), reason, "deleting nodeclaim");
     match api.delete(&claim.name_any(), &DeleteParams::default()).await {
-        Ok(_) => Ok(Action::await_change()),
+        Ok(_) => {
+            if reason != NODE_DELETED {
+                metrics::nodeclaim_disrupted(metrics::get(), claim, reason);
+            }
+            Ok(Action::await_change())
+        }
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(Action::await_change()),
         Err(e) => Err(e.into()),
     }
@@ -229,7 +241,11 @@ async fn launch<C: CloudProvider + 'static>(
                 _ => events::launch_failed(error.category(), &error.to_string()),
             };
             shared.events.on_claim(claim, ev).await;
-            return delete_claim(api, claim, "insufficient_capacity").await;
+            let reason = match &error {
+                CloudError::InsufficientCapacity { .. } => "insufficient_capacity",
+                _ => "nodeclass_not_ready",
+            };
+            return delete_claim(api, claim, reason).await;
         }
         Err(error) => {
             shared.events.on_claim(claim, events::launch_failed(error.category(), &error.to_string())).await;
@@ -363,6 +379,7 @@ async fn register<C>(
         &now(),
     );
     patch_status(api, &claim.name_any(), json!({ "nodeName": node_name, "conditions": list })).await?;
+    metrics::node_created(metrics::get(), claim);
     tracing::info!(
         nodeclaim = %claim.name_any(),
         node = %node_name,
@@ -488,6 +505,7 @@ async fn finalize<C: CloudProvider + 'static>(
             let patch =
                 json!({ "metadata": { "resourceVersion": node.resource_version(), "finalizers": kept } });
             nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(patch)).await?;
+            metrics::node_terminated(metrics::get(), &node);
         }
         match nodes.delete(&node_name, &DeleteParams::default()).await {
             Ok(_) => {}
@@ -497,6 +515,7 @@ async fn finalize<C: CloudProvider + 'static>(
     }
     let kept: Vec<&String> = claim.finalizers().iter().filter(|f| *f != FINALIZER_TERMINATION).collect();
     patch_meta(api, claim, json!({ "finalizers": kept })).await?;
+    metrics::nodeclaim_terminated(metrics::get(), claim);
     tracing::info!(nodeclaim = %name, "terminated nodeclaim");
     Ok(Action::await_change())
 }

@@ -13,10 +13,12 @@
 //! - `gc`: garbage collection of unowned VMs and NICs, and of NodeClaims whose VM is gone.
 //! - `start`: the Azure provider, catalog and settings built from the validated operator settings.
 //! - `catalog`: instance types per AKSNodeClass, as the solver and the launcher both see them.
+//! - `metrics`: the cluster-state gauges computed from the index at scrape time, the labels the
+//!   counters take from NodeClaims and Nodes, and readiness for the health server.
 //!
 //! - `leading`: leadership terms: the writers run only while this replica holds the lease.
 //!
-//! Not here yet: the metrics server and disruption.
+//! Not here yet: disruption.
 
 pub mod batch;
 pub mod catalog;
@@ -24,6 +26,7 @@ pub mod events;
 pub mod gc;
 pub mod leading;
 pub mod lifecycle;
+pub mod metrics;
 pub mod nodeclaim;
 pub mod provisioning;
 pub mod start;
@@ -40,6 +43,7 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::cloud::{CloudError, CloudProvider};
 use crate::operator::leader::Elector;
+use crate::operator::server::{self, Ports, ServerError};
 use crate::state::Cluster;
 
 pub use catalog::Catalog;
@@ -57,6 +61,8 @@ pub struct Settings {
     pub gc_interval: Duration,
     /// How old an unowned VM must be before it is collected ([`gc::DEFAULT_GRACE`]).
     pub gc_grace: Duration,
+    /// `METRICS_PORT` and `HEALTH_PROBE_PORT`.
+    pub ports: Ports,
 }
 
 /// Why a controller step failed. `category` is the bounded label for logs, metrics and events.
@@ -70,6 +76,8 @@ pub enum ControllerError {
     NodeClassNotReady(String),
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    Server(#[from] ServerError),
 }
 
 impl ControllerError {
@@ -79,6 +87,7 @@ impl ControllerError {
             ControllerError::Cloud(e) => e.category(),
             ControllerError::NodeClassNotReady(_) => "NodeClassNotReady",
             ControllerError::Invalid(_) => "Invalid",
+            ControllerError::Server(e) => e.category(),
         }
     }
 }
@@ -146,6 +155,8 @@ pub async fn run<C: CloudProvider + 'static>(
     });
     let (triggers, trigger_rx) = mpsc::unbounded_channel();
     let mut watches = tokio::task::JoinSet::new();
+    // Every replica serves metrics and probes and keeps its index warm; only the leader writes.
+    server::start(shared.settings.ports, shared.clone(), &mut watches).await?;
     watch::spawn_all(&mut watches, shared.clone(), triggers);
     tracing::info!(region = %shared.settings.region, "controllers started");
     leading::run(shared, Arc::new(tokio::sync::Mutex::new(trigger_rx)), election, shutdown_signal()).await;

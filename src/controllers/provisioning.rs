@@ -3,19 +3,19 @@
 //! claim. Created claims go into the index at once, so the next batch counts them (and waits for their
 //! launch through the synced gate) even before the watch delivers them.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
-use prometheus::{register_int_counter_vec, IntCounterVec};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
 
 use super::batch::Window;
 use super::events::{self, Nomination};
-use super::{nodeclaim, ControllerError, Shared};
+use super::{metrics, nodeclaim, ControllerError, Shared};
 use crate::apis::NodeClaim;
+use crate::operator::metrics::controller::PROVISIONER;
 use crate::scheduling::{self, Plan, PodId, SolveOptions};
 
 /// Upstream requeues a provisionable pod every 10 s while it stays provisionable; a periodic batch
@@ -25,16 +25,6 @@ const RETRIGGER_INTERVAL: Duration = Duration::from_secs(10);
 const SYNC_POLL: Duration = Duration::from_millis(200);
 /// Upstream's provider truncates a NodeClaim's instance-type options to 60.
 const MAX_INSTANCE_TYPE_OPTIONS: usize = 60;
-
-/// `karpenter_nodeclaims_created_total{nodepool, reason}`, upstream's name and labels.
-static NODECLAIMS_CREATED: LazyLock<Option<IntCounterVec>> = LazyLock::new(|| {
-    register_int_counter_vec!(
-        "karpenter_nodeclaims_created_total",
-        "Number of nodeclaims created in total by Karpenter.",
-        &["reason", "nodepool", "min_values_relaxed"]
-    )
-    .ok()
-});
 
 /// Runs while this replica leads. `triggers` outlives a leadership term: the next term locks it again.
 pub async fn run<C: Send + Sync + 'static>(
@@ -100,6 +90,8 @@ async fn provision<C: Send + Sync + 'static>(shared: &Arc<Shared<C>>) -> Result<
         max_instance_type_options: MAX_INSTANCE_TYPE_OPTIONS,
         region: shared.settings.region.clone(),
     };
+    // Upstream times the whole Schedule: snapshot and solve.
+    let started = Instant::now();
     let input = {
         let cluster = shared.cluster();
         cluster.snapshot(&|_pool, class| shared.catalog.types_for(class), options)
@@ -108,10 +100,13 @@ async fn provision<C: Send + Sync + 'static>(shared: &Arc<Shared<C>>) -> Result<
         return Ok(());
     }
     let pods = input.pods.len();
-    let started = Instant::now();
-    let plan: Plan = tokio::task::spawn_blocking(move || scheduling::solve(&input))
-        .await
-        .map_err(|e| ControllerError::Invalid(format!("the solver panicked: {e}")))?;
+    let m = metrics::get();
+    m.set_queue_depth(PROVISIONER, pods);
+    let solved = tokio::task::spawn_blocking(move || scheduling::solve(&input)).await;
+    m.set_queue_depth(PROVISIONER, 0);
+    let plan: Plan = solved.map_err(|e| ControllerError::Invalid(format!("the solver panicked: {e}")))?;
+    m.scheduling_finished(PROVISIONER, started.elapsed(), plan.unschedulable.len());
+    metrics::record_plan(m, &plan);
     tracing::info!(
         pods,
         nodeclaims = plan.nodeclaims.len(),
@@ -144,9 +139,7 @@ async fn provision<C: Send + Sync + 'static>(shared: &Arc<Shared<C>>) -> Result<
                 shared.cluster().apply(&created);
                 let claim = created.name_any();
                 nominations.extend(planned.pods.iter().map(|p| (p.clone(), Target::Claim(claim.clone()))));
-                if let Some(counter) = NODECLAIMS_CREATED.as_ref() {
-                    counter.with_label_values(&["provisioning", &planned.nodepool, "false"]).inc();
-                }
+                m.nodeclaim_created(&planned.nodepool);
                 tracing::info!(
                     nodeclaim = %created.name_any(),
                     nodepool = %planned.nodepool,

@@ -11,7 +11,9 @@ use crate::cloud::azure::{
     ArmClients, ArmSettings, AzureCloudProvider, BootstrapSettings, CredentialSource, LaunchSettings,
     RetrySettings, DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_POLLS, DEFAULT_POLL_INTERVAL,
 };
+use crate::cloud::metered::{self, Metered};
 use crate::cloud::wall_clock;
+use crate::operator::server::Ports;
 use crate::operator::{Credential, NetworkPlugin, Validated};
 
 #[derive(Debug, thiserror::Error)]
@@ -83,8 +85,9 @@ pub fn launch_settings(v: &Validated) -> LaunchSettings {
     }
 }
 
-/// The Azure provider and the catalog, sharing one unavailable-offerings cache.
-pub fn azure(v: &Validated) -> Result<(Arc<AzureCloudProvider>, Catalog), StartError> {
+/// The Azure provider, timed by the cloud-provider metrics, and the catalog, sharing one
+/// unavailable-offerings cache.
+pub fn azure(v: &Validated) -> Result<(Arc<Metered<AzureCloudProvider>>, Catalog), StartError> {
     let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
     let clock = wall_clock();
     let catalog = Catalog::new(
@@ -97,7 +100,7 @@ pub fn azure(v: &Validated) -> Result<(Arc<AzureCloudProvider>, Catalog), StartE
     let clients = ArmClients::new(&arm_settings(v)?)?;
     catalog.spawn_sku_refresh(ArmClients::new(&arm_settings(v)?)?);
     let provider = AzureCloudProvider::new(clients, launch_settings(v), unavailable, clock);
-    Ok((Arc::new(provider), catalog))
+    Ok((Arc::new(Metered::new(provider, metered::AZURE)), catalog))
 }
 
 pub fn settings(v: &Validated) -> Settings {
@@ -107,6 +110,7 @@ pub fn settings(v: &Validated) -> Settings {
         batch_max: v.batch_max_duration,
         gc_interval: env_duration(GC_INTERVAL_ENV, super::gc::DEFAULT_INTERVAL),
         gc_grace: env_duration(GC_GRACE_ENV, super::gc::DEFAULT_GRACE),
+        ports: Ports { metrics: v.metrics_port, health: v.health_probe_port },
     }
 }
 

@@ -35,6 +35,7 @@ use crate::apis::duration;
 use crate::apis::labels::{ANNOTATION_DO_NOT_DISRUPT, TAINT_DISRUPTED};
 use crate::apis::NodeClaim;
 use crate::cloud::{CloudError, CloudProvider};
+use crate::operator::metrics::{controller, in_controller};
 use crate::state::records::ANNOTATION_MIRROR_POD;
 
 /// Upstream excludes a draining node from external load balancers.
@@ -322,7 +323,11 @@ async fn instance_gone<C: CloudProvider + 'static>(
         .and_then(|s| s.provider_id.clone())
         .or_else(|| claim.status.as_ref().and_then(|s| s.provider_id.clone()));
     match provider_id {
-        Some(id) if !id.is_empty() => matches!(shared.cloud.get(&id).await, Err(CloudError::NotFound(_))),
+        Some(id) if !id.is_empty() => {
+            // Upstream's node termination controller asks this; its calls carry that controller's name.
+            let found = in_controller(controller::NODE_TERMINATION, shared.cloud.get(&id)).await;
+            matches!(found, Err(CloudError::NotFound(_)))
+        }
         _ => false,
     }
 }

@@ -1,10 +1,12 @@
 //! The operator: what runs around the controllers: [`Options`] as flags and environment variables with
-//! upstream's names, [`Validated`], the typed values after checking, and the leader election
-//! ([`leader`]).
+//! upstream's names, [`Validated`], the typed values after checking, the leader election ([`leader`]),
+//! the Prometheus metrics (`metrics`) and the metrics and health servers (`server`).
 
 mod checks;
 pub mod leader;
+pub mod metrics;
 pub mod options;
+pub mod server;
 pub mod settings;
 
 pub use checks::setting;

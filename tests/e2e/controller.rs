@@ -160,6 +160,26 @@ impl Controller {
         &self.fake
     }
 
+    /// The child's METRICS_PORT. It listens on every address; tests reach it on 127.0.0.1.
+    pub fn metrics_port(&self) -> u16 {
+        self.port("METRICS_PORT")
+    }
+
+    /// The child's HEALTH_PROBE_PORT (`/healthz`, `/readyz`).
+    pub fn health_probe_port(&self) -> u16 {
+        self.port("HEALTH_PROBE_PORT")
+    }
+
+    /// The port the child was given in `key`; the last setting wins, as with the child's environment.
+    fn port(&self, key: &str) -> u16 {
+        self.env
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or_else(|| panic!("{key} is set to a port in the controller's environment"))
+    }
+
     /// The exit status, once the child has exited (it should not while a test runs).
     pub fn exit_status(&self) -> Option<ExitStatus> {
         let mut child = self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -352,7 +372,7 @@ fn settings_env(kubeconfig: &Path, fake: &FakeArm) -> Vec<(&'static str, String)
 }
 
 /// Two distinct ports nothing listens on right now (the OS picks them; the listeners are closed again).
-fn free_ports() -> [u16; 2] {
+pub fn free_ports() -> [u16; 2] {
     let bind = || std::net::TcpListener::bind("127.0.0.1:0").expect("binding a free port");
     let listeners = [bind(), bind()];
     listeners.map(|listener| listener.local_addr().expect("local address").port())

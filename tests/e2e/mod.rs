@@ -4,7 +4,8 @@
 //! Harness: `cluster` (start/stop, one cluster per test binary), `objects` (apply/create manifests),
 //! `wait` (polling with deadlines), `crds` (install `crds/` once), `kwok` (nodes and pods),
 //! `controller` (the `karpenter-azure controller` binary against the cluster and a fake ARM), `helm` (the
-//! helm runner), `identity` (the chart's ServiceAccount token the controller runs with).
+//! helm runner), `identity` (the chart's ServiceAccount token the controller runs with), `prometheus` (its
+//! metrics read over HTTP, by promtool and by a real Prometheus server).
 
 pub mod cluster;
 pub mod controller;
@@ -15,6 +16,7 @@ pub mod kwok;
 pub mod lookups;
 pub mod manifests;
 pub mod objects;
+pub mod prometheus;
 pub mod wait;
 
 mod burst;
@@ -23,6 +25,7 @@ mod chart_settings;
 mod events;
 mod eviction;
 mod leader;
+mod metrics;
 mod provisioning;
 mod rbac;
 mod resilience;

@@ -90,6 +90,17 @@ pub fn capacity_class(failure: &ArmFailure) -> Option<CapacityClass> {
     }
 }
 
+/// The `error_code` of a failed VM create in `karpenter_instance_vm_create_failure_total`: the capacity
+/// reason it marks, else the category of its [`CloudError`]. Upstream uses the raw ARM code, which a
+/// server may make up; these are a fixed set.
+pub fn failure_label(failure: &ArmFailure) -> &'static str {
+    match capacity_class(failure) {
+        Some(CapacityClass::Unavailable(reason)) => reason.category(),
+        Some(CapacityClass::RegionalQuota) => "RegionalQuota",
+        None => cloud_error(failure, "").category(),
+    }
+}
+
 /// The [`CloudError`] of a non-capacity ARM failure.
 pub fn cloud_error(failure: &ArmFailure, what: &str) -> CloudError {
     let detail = if failure.code.is_empty() {
@@ -164,5 +175,14 @@ mod tests {
         assert_eq!(cloud_error(&failure(400, "InvalidParameter", "x"), "put").category(), "Invalid");
         assert_eq!(cloud_error(&failure(404, "ResourceNotFound", "x"), "get").category(), "NotFound");
         assert_eq!(cloud_error(&failure(0, "", "connection refused"), "get").category(), "Transient");
+    }
+
+    #[test]
+    fn failure_labels_are_capacity_reasons_or_error_categories() {
+        assert_eq!(failure_label(&failure(409, "ZonalAllocationFailed", "x")), "ZonalAllocationFailed");
+        let regional = failure(409, "OperationNotAllowed", "exceeding approved Total Regional Cores quota.");
+        assert_eq!(failure_label(&regional), "RegionalQuota");
+        assert_eq!(failure_label(&failure(400, "MadeUpByTheServer-1234", "x")), "Invalid");
+        assert_eq!(failure_label(&failure(503, "", "x")), "Transient");
     }
 }

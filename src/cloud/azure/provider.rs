@@ -24,6 +24,7 @@ use crate::cloud::{
     logical_zone, Clock, CloudError, CloudProvider, Instance, InstanceTypeOption, LaunchRequest,
     OfferingChoice, RefusedOffering,
 };
+use crate::operator::metrics::{self, VmCreate};
 
 /// Reason reported for offerings skipped because the cache already blocks them.
 const CACHED_REASON: &str = "MarkedUnavailable";
@@ -208,8 +209,20 @@ impl AzureCloudProvider {
             tags: &tags,
             custom_data: &custom_data,
         };
-        let operation =
-            self.limited(vm::submit_create(&self.clients, self.rg(), &name, vm::vm_body(s, &spec))).await?;
+        let m = metrics::get();
+        let labels = VmCreate {
+            image: &request.image_id,
+            size: &option.name,
+            zone: &offering.zone,
+            capacity_type: offering.capacity_type.as_str(),
+            nodepool: &request.nodepool,
+        };
+        m.vm_create_started(&labels);
+        // Upstream's phases: `sync` when the PUT is refused, `async` when the operation fails.
+        let operation = self
+            .limited(vm::submit_create(&self.clients, self.rg(), &name, vm::vm_body(s, &spec)))
+            .await
+            .inspect_err(|f| m.vm_create_failed(&labels, "sync", errors::failure_label(f)))?;
         let doc = vm::wait_for_create(
             &self.clients,
             self.rg(),
@@ -218,7 +231,8 @@ impl AzureCloudProvider {
             s.poll_interval,
             s.max_polls,
         )
-        .await?;
+        .await
+        .inspect_err(|f| m.vm_create_failed(&labels, "async", errors::failure_label(f)))?;
         Ok(self.instance(&doc))
     }
 
