@@ -107,6 +107,8 @@ pub fn settings(v: &Validated) -> Settings {
         batch_max: v.batch_max_duration,
         gc_interval: env_duration(GC_INTERVAL_ENV, super::gc::DEFAULT_INTERVAL),
         gc_grace: env_duration(GC_GRACE_ENV, super::gc::DEFAULT_GRACE),
+        cluster_subnet_id: v.network.vnet_subnet_id.clone(),
+        node_resource_group: v.azure.node_resource_group.clone(),
     }
 }
 

@@ -18,6 +18,7 @@ mod burst;
 mod events;
 mod eviction;
 mod helm;
+mod nodeclass;
 mod provisioning;
 mod resilience;
 mod scheduling;

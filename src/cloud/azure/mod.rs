@@ -5,15 +5,20 @@
 //! - `customdata`: the bootstrap script (kubelet flags, join).
 //! - `nic`, `vm`: resource bodies, GET-before-PUT, polling of long-running operations.
 //! - `errors`: ARM errors → unavailable-offerings marks and [`crate::cloud::CloudError`].
+//! - `imagefamily`: which gallery images a node class needs and which version of each (pure);
+//!   `subnet`: subnet IDs and the class-subnet rules (pure); `lookups`: the ARM reads behind them.
 //! - `provider`: the [`crate::cloud::CloudProvider`] implementation.
 
 pub mod client;
 pub mod customdata;
 pub mod errors;
+pub mod imagefamily;
+pub mod lookups;
 pub mod naming;
 pub mod nic;
 pub mod provider;
 pub mod skus;
+pub mod subnet;
 pub mod vm;
 
 use std::collections::BTreeMap;

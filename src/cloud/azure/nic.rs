@@ -14,9 +14,10 @@ use super::client::ArmClients;
 use super::errors::ArmFailure;
 use super::LaunchSettings;
 
-/// The NIC PUT body.
+/// The NIC PUT body, in `subnet_id` (the class's subnet) or else the cluster subnet.
 pub fn nic_body(
     settings: &LaunchSettings,
+    subnet_id: Option<&str>,
     accelerated_networking: bool,
     tags: &BTreeMap<String, String>,
 ) -> Value {
@@ -31,7 +32,7 @@ pub fn nic_body(
                 "properties": {
                     "primary": true,
                     "privateIPAllocationMethod": "Dynamic",
-                    "subnet": { "id": settings.subnet_id }
+                    "subnet": { "id": subnet_id.unwrap_or(&settings.subnet_id) }
                 }
             }]
         }
