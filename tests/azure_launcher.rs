@@ -22,6 +22,8 @@ use karpenter_azure::cloud::{
 };
 
 const NOW: Timestamp = Duration::from_secs(1_000_000);
+/// A version the fake's default gallery publishes, bootable by the gen2 amd64 sizes these tests use.
+const IMAGE_ID: &str = "/CommunityGalleries/AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2/images/2204gen2containerd/versions/202501.01.0";
 
 struct Harness {
     fake: FakeArm,
@@ -80,7 +82,7 @@ fn option(size: &str, offerings: &[(&str, CapacityType)]) -> InstanceTypeOption 
         .iter()
         .map(|(zone, ct)| OfferingChoice { zone: zone.to_string(), capacity_type: *ct })
         .collect();
-    InstanceTypeOption::from_sku(sku, offerings)
+    InstanceTypeOption::from_sku(sku, IMAGE_ID, offerings)
 }
 
 fn request(claim: &str, options: Vec<InstanceTypeOption>) -> LaunchRequest {
@@ -99,11 +101,10 @@ fn request(claim: &str, options: Vec<InstanceTypeOption>) -> LaunchRequest {
             time_added: None,
         }],
         startup_taints: vec![],
-        image_id: "/CommunityGalleries/AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2/images/2204gen2containerd/versions/202501.01.0".into(),
+        subnet_id: None,
         os_disk_size_gb: 128,
         tags: BTreeMap::from([("team/owner".to_string(), "blue".to_string())]),
         kubelet: KubeletSettings { max_pods: 110, kube_reserved: BTreeMap::new(), config_flags: vec![] },
-        subnet_id: None,
     }
 }
 
@@ -363,7 +364,7 @@ async fn the_region_sizes_come_from_the_resource_skus_api() {
 #[tokio::test]
 async fn vm_creates_are_counted_with_the_phase_their_failure_came_in() {
     use karpenter_azure::operator::metrics;
-    let image = request("x", vec![]).image_id;
+    let image = IMAGE_ID.to_string();
     // Each case has its own nodepool label, so the other tests of this binary cannot touch its series.
     for (delivery, pool, phase) in
         [(Delivery::Sync, "metrics-sync", "sync"), (Delivery::Async, "metrics-async", "async")]

@@ -111,7 +111,7 @@ impl Harness {
 
 fn nic_body(fake: &FakeArm) -> Value {
     let subnet = format!(
-        "/subscriptions/{}/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/aks-vnet-12345678/subnets/aks-subnet",
+        "/subscriptions/{}/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/vnet/subnets/nodes",
         fake.subscription_id()
     );
     json!({

@@ -1,14 +1,16 @@
 //! An in-memory [`CloudProvider`] for unit tests and the simulator.
 //!
-//! Owns a map of launched instances and a list of offerings to refuse. It mirrors the production
-//! provider's contract: offerings are tried in the request's order, refused ones give
-//! `InsufficientCapacity`, create is idempotent per claim, delete of a missing instance succeeds, and an
-//! evicted instance reads as `NotFound`.
+//! Owns a map of launched instances, a list of offerings to refuse, the published image versions and
+//! the subnets that exist. It mirrors the production provider's contract: offerings are tried in the
+//! request's order, refused ones give `InsufficientCapacity`, create is idempotent per claim, delete of a
+//! missing instance succeeds, an evicted instance reads as `NotFound`, and an image definition without a
+//! published version or a subnet not added reads as `NotFound`.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 use super::azure::naming;
+use super::azure::subnet::SubnetId;
 use super::{CloudError, CloudProvider, Instance, LaunchRequest, RefusedOffering};
 use crate::catalog::CapacityType;
 
@@ -28,6 +30,13 @@ struct Inner {
     /// (size, zone, capacity type) that creates refuse, with the reason reported.
     refusals: Vec<(String, String, CapacityType, String)>,
     create_calls: u32,
+    /// (gallery, definition) → the version `latest_image_version` answers.
+    image_versions: BTreeMap<(String, String), String>,
+    /// Lower-cased IDs of the subnets that exist.
+    subnets: Vec<String>,
+    /// When set, image and subnet lookups fail with it.
+    lookup_error: Option<CloudError>,
+    lookup_calls: u32,
 }
 
 impl FakeCloud {
@@ -55,6 +64,26 @@ impl FakeCloud {
 
     pub fn create_calls(&self) -> u32 {
         self.lock().create_calls
+    }
+
+    /// Makes `version` the newest usable version of an image definition.
+    pub fn publish_image(&self, gallery: &str, definition: &str, version: &str) {
+        self.lock().image_versions.insert((gallery.into(), definition.into()), version.into());
+    }
+
+    /// Makes a subnet exist.
+    pub fn add_subnet(&self, subnet_id: &str) {
+        self.lock().subnets.push(subnet_id.to_ascii_lowercase());
+    }
+
+    /// Makes image and subnet lookups fail with `error` (None: answer again).
+    pub fn fail_lookups(&self, error: Option<CloudError>) {
+        self.lock().lookup_error = error;
+    }
+
+    /// Image and subnet lookups so far.
+    pub fn lookup_calls(&self) -> u32 {
+        self.lock().lookup_calls
     }
 }
 
@@ -88,7 +117,7 @@ impl CloudProvider for FakeCloud {
                     zone: super::logical_zone(&offering.zone).map(|_| offering.zone.clone()),
                     capacity_type: offering.capacity_type,
                     nodepool: (!request.nodepool.is_empty()).then(|| request.nodepool.clone()),
-                    image_id: Some(request.image_id.clone()),
+                    image_id: Some(option.image_id.clone()),
                     state: "Succeeded".to_string(),
                     created: None,
                     tags: request.tags.clone(),
@@ -116,6 +145,34 @@ impl CloudProvider for FakeCloud {
         self.lock().instances.remove(&name);
         Ok(())
     }
+
+    async fn latest_image_version(&self, gallery: &str, definition: &str) -> Result<String, CloudError> {
+        let mut inner = self.lock();
+        inner.lookup_calls += 1;
+        if let Some(error) = inner.lookup_error.clone() {
+            return Err(error);
+        }
+        let key = (gallery.to_string(), definition.to_string());
+        inner
+            .image_versions
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| CloudError::NotFound(format!("image {gallery}/{definition} has no version")))
+    }
+
+    async fn check_subnet(&self, subnet: &SubnetId) -> Result<(), CloudError> {
+        let id = format!("{}/subnets/{}", subnet.vnet_id(), subnet.subnet).to_ascii_lowercase();
+        let mut inner = self.lock();
+        inner.lookup_calls += 1;
+        if let Some(error) = inner.lookup_error.clone() {
+            return Err(error);
+        }
+        if inner.subnets.contains(&id) {
+            Ok(())
+        } else {
+            Err(CloudError::NotFound(format!("subnet {id}")))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -135,16 +192,16 @@ mod tests {
                 vcpus: 2,
                 accelerated_networking: true,
                 ephemeral_os_disk: None,
+                image_id: "/CommunityGalleries/g/images/d/versions/1".into(),
                 offerings: vec![offering("eastus-1"), offering("eastus-2")],
             }],
             labels: BTreeMap::new(),
             taints: vec![],
             startup_taints: vec![],
-            image_id: "img".into(),
+            subnet_id: None,
             os_disk_size_gb: 128,
             tags: BTreeMap::new(),
             kubelet: KubeletSettings::default(),
-            subnet_id: None,
         }
     }
 
@@ -159,6 +216,19 @@ mod tests {
         assert!(cloud.evict("aks-default-abc"));
         assert!(matches!(cloud.get(&created.provider_id).await, Err(CloudError::NotFound(_))));
         cloud.delete(&created.provider_id).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn images_and_subnets_exist_once_added() {
+        let cloud = FakeCloud::new();
+        assert!(matches!(cloud.latest_image_version("g", "d").await, Err(CloudError::NotFound(_))));
+        cloud.publish_image("g", "d", "202506.02.0");
+        assert_eq!(cloud.latest_image_version("g", "d").await.unwrap(), "202506.02.0");
+        let id = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v/subnets/n";
+        let subnet = SubnetId::parse(id).unwrap();
+        assert!(matches!(cloud.check_subnet(&subnet).await, Err(CloudError::NotFound(_))));
+        cloud.add_subnet(id);
+        cloud.check_subnet(&subnet).await.unwrap();
     }
 
     #[tokio::test]

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::time::Instant;
 
 use super::{CloudError, CloudProvider, Instance, LaunchRequest};
+use crate::cloud::azure::subnet::SubnetId;
 use crate::operator::metrics::{self, Metrics};
 
 /// The `provider` label of the Azure provider (upstream `CloudProvider.Name()`).
@@ -87,6 +88,14 @@ impl<C: CloudProvider> CloudProvider for Metered<C> {
     async fn delete_nic(&self, name: &str) -> Result<(), CloudError> {
         self.observe("DeleteNIC", self.inner.delete_nic(name)).await
     }
+
+    async fn latest_image_version(&self, gallery: &str, definition: &str) -> Result<String, CloudError> {
+        self.observe("LatestImageVersion", self.inner.latest_image_version(gallery, definition)).await
+    }
+
+    async fn check_subnet(&self, subnet: &SubnetId) -> Result<(), CloudError> {
+        self.observe("CheckSubnet", self.inner.check_subnet(subnet)).await
+    }
 }
 
 #[cfg(test)]
@@ -109,6 +118,7 @@ mod tests {
                 vcpus: 2,
                 accelerated_networking: false,
                 ephemeral_os_disk: None,
+                image_id: "img".into(),
                 offerings: vec![OfferingChoice {
                     zone: "eastus-1".into(),
                     capacity_type: CapacityType::OnDemand,
@@ -117,7 +127,6 @@ mod tests {
             labels: BTreeMap::new(),
             taints: vec![],
             startup_taints: vec![],
-            image_id: "img".into(),
             os_disk_size_gb: 128,
             tags: BTreeMap::new(),
             kubelet: KubeletSettings::default(),

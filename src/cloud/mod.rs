@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::apis::common::Taint;
 use crate::catalog::{CapacityType, SkuRecord, Timestamp};
+use crate::cloud::azure::subnet::SubnetId;
 
 /// Reads "now" for the unavailable-offerings cache; injected so tests and the simulator control time.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -48,6 +49,15 @@ pub trait CloudProvider: Send + Sync {
         let _ = name;
         async { Ok(()) }
     }
+    /// The version of a node image definition to launch with: the newest usable one `gallery` publishes
+    /// in the cloud's region. [`CloudError::NotFound`] when the definition or every version is missing.
+    fn latest_image_version(
+        &self,
+        gallery: &str,
+        definition: &str,
+    ) -> impl Future<Output = Result<String, CloudError>> + Send;
+    /// Checks that a subnet exists; [`CloudError::NotFound`] when it does not.
+    fn check_subnet(&self, subnet: &SubnetId) -> impl Future<Output = Result<(), CloudError>> + Send;
 }
 
 /// Everything a launch needs, resolved by the controller from the NodeClaim, its NodePool and its
@@ -65,14 +75,12 @@ pub struct LaunchRequest {
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
     pub startup_taints: Vec<Taint>,
-    /// The image (SIG or community gallery image version ID) from the AKSNodeClass status.
-    pub image_id: String,
+    /// The AKSNodeClass's own subnet (`vnetSubnetID`); None puts the node in the cluster subnet.
+    pub subnet_id: Option<String>,
     pub os_disk_size_gb: u32,
     /// AKSNodeClass `spec.tags` (keys may contain '/').
     pub tags: BTreeMap<String, String>,
     pub kubelet: KubeletSettings,
-    /// AKSNodeClass `spec.vnetSubnetID`; None uses the cluster's `VNET_SUBNET_ID`.
-    pub subnet_id: Option<String>,
 }
 
 /// Per-node kubelet values the bootstrap script passes as flags.
@@ -95,13 +103,17 @@ pub struct InstanceTypeOption {
     pub accelerated_networking: bool,
     /// Where an ephemeral OS disk can live on this size, if anywhere.
     pub ephemeral_os_disk: Option<EphemeralOsDisk>,
+    /// The image this size boots (a community gallery or SIG image version ID): the first AKSNodeClass
+    /// status image whose arch and Hyper-V generation the size meets.
+    pub image_id: String,
     pub offerings: Vec<OfferingChoice>,
 }
 
 impl InstanceTypeOption {
-    /// The facts of a catalog size, with the given offerings.
-    pub fn from_sku(sku: &SkuRecord, offerings: Vec<OfferingChoice>) -> Self {
+    /// The facts of a catalog size, booting `image_id`, with the given offerings.
+    pub fn from_sku(sku: &SkuRecord, image_id: &str, offerings: Vec<OfferingChoice>) -> Self {
         InstanceTypeOption {
+            image_id: image_id.to_string(),
             name: sku.name.clone(),
             family: sku.family.clone(),
             vcpus: sku.vcpus,

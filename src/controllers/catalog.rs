@@ -1,17 +1,22 @@
 //! Instance types per AKSNodeClass: the region's sizes — from the Azure Resource SKUs API once it has
 //! answered (refreshed every 12 hours), the embedded catalog until then or when it cannot be reached —
 //! priced by the static table, shaped by the class (maxPods, OS disk) and the operator's network
-//! settings, with offerings the unavailable cache blocks marked unavailable. Memoised per class
-//! shape, cache generation and SKU list.
+//! settings, with offerings the unavailable cache blocks marked unavailable, and without the sizes none
+//! of the class's status images boots (the launcher could not start them). Memoised per class shape,
+//! cache generation and SKU list.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use crate::apis::aksnodeclass::NodeImage;
 use crate::apis::AKSNodeClass;
-use crate::catalog::{self, CapacityOptions, CatalogError, InstanceType, PriceTable, UnavailableOfferings};
+use crate::catalog::{
+    self, embedded_sku, CapacityOptions, CatalogError, InstanceType, PriceTable, UnavailableOfferings,
+};
 use crate::cloud::azure::client::ArmClients;
+use crate::cloud::azure::imagefamily::image_for;
 use crate::cloud::azure::skus::{list_region_skus, RegionSku};
 use crate::cloud::Clock;
 
@@ -20,8 +25,9 @@ pub const SKU_REFRESH_INTERVAL: Duration = Duration::from_secs(12 * 3600);
 /// After a failed listing, how soon to try again.
 const SKU_RETRY_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
-/// (maxPods, osDiskSizeGB) of a class: what changes allocatable.
-type ClassShape = (Option<u32>, Option<u32>);
+/// (maxPods, osDiskSizeGB, image requirements) of a class: what changes allocatable and which sizes
+/// have an image.
+type ClassShape = (Option<u32>, Option<u32>, String);
 /// The types of a shape, with the cache generation and SKU-list version they were computed at.
 type Memo = BTreeMap<ClassShape, ((u64, u64), Arc<Vec<InstanceType>>)>;
 /// The live SKU list, shared with the refresh task.
@@ -67,8 +73,13 @@ impl Catalog {
 
     /// The instance types a NodePool on `class` can launch (the defaults when the class is unknown).
     pub fn types_for(&self, class: Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>> {
-        let shape: ClassShape = class.map_or((None, None), |c| {
-            (c.spec.max_pods.map(|m| m.max(0) as u32), c.spec.os_disk_size_gb.map(|g| g.max(0) as u32))
+        let images = class.and_then(|c| c.status.as_ref()).map(|s| s.images.as_slice()).unwrap_or_default();
+        let shape: ClassShape = class.map_or((None, None, String::new()), |c| {
+            (
+                c.spec.max_pods.map(|m| m.max(0) as u32),
+                c.spec.os_disk_size_gb.map(|g| g.max(0) as u32),
+                image_requirements_key(images),
+            )
         });
         let now = (self.clock)();
         let mut unavailable = self.unavailable.lock().unwrap_or_else(|p| p.into_inner());
@@ -82,12 +93,17 @@ impl Catalog {
         }
         let options = CapacityOptions { max_pods: shape.0, os_disk_size_gb: shape.1, ..self.options.clone() };
         let live = self.live.read().unwrap_or_else(|p| p.into_inner()).clone();
-        let types = Arc::new(match live {
+        let mut types = match live {
             Some(skus) => self.live_types(&skus, &options, &unavailable, now),
             // The region was checked in `new`, so this cannot fail; an empty list is the safe fallback.
             None => catalog::instance_types(&self.region, &options, &self.pricing, &unavailable, now)
                 .unwrap_or_default(),
-        });
+        };
+        // A class without images is not Ready and launches nothing; its sizes are left as they are.
+        if !images.is_empty() {
+            types.retain(|t| embedded_sku(&t.name).is_none_or(|sku| image_for(images, sku).is_some()));
+        }
+        let types = Arc::new(types);
         memo.insert(shape, (version, types.clone()));
         types
     }
@@ -150,10 +166,15 @@ impl Catalog {
     }
 }
 
+/// The images' requirements (not their versions, which change without changing which sizes fit).
+fn image_requirements_key(images: &[NodeImage]) -> String {
+    let requirements: Vec<_> = images.iter().map(|i| &i.requirements).collect();
+    serde_json::to_string(&requirements).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::embedded_sku;
 
     fn catalog() -> Catalog {
         let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
@@ -192,5 +213,31 @@ mod tests {
         };
         assert_eq!(zones(0), ["eastus-1", "eastus-3"]);
         assert_eq!(zones(1), ["eastus-2"]);
+    }
+
+    #[test]
+    fn sizes_without_an_image_of_the_class_are_left_out() {
+        use crate::apis::aksnodeclass::AKSNodeClassStatus;
+        use crate::cloud::azure::imagefamily::{distro_definitions, node_image, Distro};
+        let catalog = catalog();
+        let mut class: AKSNodeClass = serde_yaml::from_str(
+            "apiVersion: karpenter.azure.com/v1beta1\nkind: AKSNodeClass\nmetadata: {name: c}\nspec: {}\n",
+        )
+        .unwrap();
+        let has = |types: &[InstanceType], name: &str| types.iter().any(|t| t.name == name);
+        let all = catalog.types_for(Some(&class));
+        assert!(has(&all, "Standard_D2ps_v5") && has(&all, "Standard_D2_v2"), "no images: no filter");
+        let [gen2, gen1, arm64] = distro_definitions(Distro::Ubuntu2404);
+        class.status = Some(AKSNodeClassStatus {
+            images: vec![node_image(&gen2, "1"), node_image(&gen1, "1"), node_image(&arm64, "1")],
+            ..Default::default()
+        });
+        assert_eq!(catalog.types_for(Some(&class)).len(), all.len(), "every size boots one of the three");
+        class.status =
+            Some(AKSNodeClassStatus { images: vec![node_image(&gen2, "2")], ..Default::default() });
+        let gen2_amd64 = catalog.types_for(Some(&class));
+        assert!(has(&gen2_amd64, "Standard_D2s_v5"));
+        assert!(!has(&gen2_amd64, "Standard_D2ps_v5"), "arm64 has no image");
+        assert!(!has(&gen2_amd64, "Standard_D2_v2"), "gen1-only has no image");
     }
 }

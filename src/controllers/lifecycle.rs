@@ -216,6 +216,13 @@ async fn launch<C: CloudProvider + 'static>(
     let types = shared.catalog.types_for(class.as_ref());
     let request = match nodeclaim::launch_request(claim, class.as_ref(), &types) {
         Ok(request) => request,
+        Err(error) if error.category() == "NodeClassNotReady" => {
+            // As upstream: the claim cannot launch until its class changes, and provisioning creates no
+            // claims for a class that is not Ready, so it goes instead of waiting.
+            tracing::info!(nodeclaim = %name, %error, "launch failed");
+            shared.events.on_claim(claim, events::launch_failed(error.category(), &error.to_string())).await;
+            return delete_claim(api, claim, "nodeclass_not_ready").await;
+        }
         Err(error) => {
             let ev = events::launch_failed("LaunchRequestInvalid", &error.to_string());
             shared.events.on_claim(claim, ev).await;
@@ -283,7 +290,9 @@ async fn launch<C: CloudProvider + 'static>(
     );
     let mut status = json!({
         "providerID": instance.provider_id,
-        "imageID": instance.image_id.clone().unwrap_or_else(|| request.image_id.clone()),
+        "imageID": instance.image_id.clone().or_else(|| {
+            request.options.iter().find(|o| o.name == instance.instance_type).map(|o| o.image_id.clone())
+        }),
         "conditions": list,
     });
     if let Some(t) = instance_type {

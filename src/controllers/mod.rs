@@ -8,7 +8,9 @@
 //! - `nodeclaim`: NodeClaim objects built from a plan, and launch requests built from NodeClaims (pure).
 //! - `lifecycle`: the NodeClaim reconciler.
 //! - `termination`: draining a deleted claim's Node (taint, evictions, terminationGracePeriod).
-//! - `status`: AKSNodeClass and NodePool status.
+//! - `status`: AKSNodeClass and NodePool status; `nodeclass`: the image and subnet lookups behind the
+//!   AKSNodeClass status, `recheck`: when to repeat them (pure), `nodeclass_status`: the status they
+//!   make (pure).
 //! - `events`: the Kubernetes Events the controllers emit (pure builders, a publisher that never fails).
 //! - `gc`: garbage collection of unowned VMs and NICs, and of NodeClaims whose VM is gone.
 //! - `start`: the Azure provider, catalog and settings built from the validated operator settings.
@@ -28,7 +30,10 @@ pub mod leading;
 pub mod lifecycle;
 pub mod metrics;
 pub mod nodeclaim;
+pub mod nodeclass;
+pub mod nodeclass_status;
 pub mod provisioning;
+pub mod recheck;
 pub mod start;
 pub mod status;
 pub mod termination;
@@ -63,6 +68,10 @@ pub struct Settings {
     pub gc_grace: Duration,
     /// `METRICS_PORT` and `HEALTH_PROBE_PORT`.
     pub ports: Ports,
+    /// `VNET_SUBNET_ID`: the subnet of classes without their own, and the VNet theirs must be in.
+    pub cluster_subnet_id: String,
+    /// `AZURE_NODE_RESOURCE_GROUP`: tells an AKS-managed VNet (no custom subnets) from the user's.
+    pub node_resource_group: String,
 }
 
 /// Why a controller step failed. `category` is the bounded label for logs, metrics and events.

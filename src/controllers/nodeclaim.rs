@@ -8,12 +8,14 @@ use kube::Resource;
 
 use crate::apis::aksnodeclass::DEFAULT_OS_DISK_SIZE_GB;
 use crate::apis::common::{Operator, Quantity, ResourceList};
+use crate::apis::conditions::{self, Condition, ConditionStatus};
 use crate::apis::labels::{self, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
 use crate::apis::nodeclaim::ResourceRequirements;
 use crate::apis::{AKSNodeClass, NodeClaim, NodeClaimSpec, NodePool};
 use crate::catalog::selection::{allowed_offerings, offering_labels, type_allowed};
 use crate::catalog::{embedded_sku, InstanceType};
 use crate::cloud::azure::customdata::kubelet_config_flags;
+use crate::cloud::azure::imagefamily::image_for;
 use crate::cloud::{InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice};
 use crate::scheduling::requirements::Requirements;
 use crate::scheduling::resources::Resources;
@@ -87,17 +89,37 @@ fn ranked(values: &[String], preference: &[String]) -> Vec<String> {
 pub enum LaunchRequestError {
     #[error("AKSNodeClass {0} not found")]
     NodeClassMissing(String),
+    #[error("AKSNodeClass {class} is not Ready: {why}")]
+    NodeClassNotReady { class: String, why: String },
     #[error("AKSNodeClass {0} has no resolved image yet")]
     NoImage(String),
+    #[error("no image of AKSNodeClass {class} boots any of the NodeClaim's sizes ({sizes})")]
+    NoCompatibleImage { class: String, sizes: String },
     #[error("invalid requirements: {0}")]
     Requirements(String),
     #[error("no instance type in the catalog meets the NodeClaim's requirements")]
     NoInstanceType,
 }
 
-/// The launch request for a claim: every instance type its requirements allow, in the order of the
-/// instance-type requirement's `In` values (the solver's ranking, see [`build`]), else cheapest allowed
-/// offering first; each with the offerings its zone and capacity-type requirements allow.
+impl LaunchRequestError {
+    /// Static category for events and metrics. Every node-class problem is `NodeClassNotReady`: the
+    /// claim cannot launch until the class changes, so the lifecycle deletes it, as upstream does.
+    pub fn category(&self) -> &'static str {
+        match self {
+            LaunchRequestError::NodeClassMissing(_) => "NodeClassNotFound",
+            LaunchRequestError::NodeClassNotReady { .. }
+            | LaunchRequestError::NoImage(_)
+            | LaunchRequestError::NoCompatibleImage { .. } => "NodeClassNotReady",
+            LaunchRequestError::Requirements(_) => "InvalidRequirements",
+            LaunchRequestError::NoInstanceType => "NoInstanceType",
+        }
+    }
+}
+
+/// The launch request for a claim: every instance type its requirements allow and an image of the
+/// (Ready) class boots, in the order of the instance-type requirement's `In` values (the solver's
+/// ranking, see [`build`]), else cheapest allowed offering first; each with its image and the offerings
+/// its zone and capacity-type requirements allow.
 pub fn launch_request(
     claim: &NodeClaim,
     class: Option<&AKSNodeClass>,
@@ -105,12 +127,13 @@ pub fn launch_request(
 ) -> Result<LaunchRequest, LaunchRequestError> {
     let class_name = &claim.spec.node_class_ref.name;
     let class = class.ok_or_else(|| LaunchRequestError::NodeClassMissing(class_name.clone()))?;
-    let image_id = class
-        .status
-        .as_ref()
-        .and_then(|s| s.images.first())
-        .map(|i| i.id.clone())
-        .ok_or_else(|| LaunchRequestError::NoImage(class_name.clone()))?;
+    let status = class.status.clone().unwrap_or_default();
+    if let Some(why) = not_ready(&status.conditions) {
+        return Err(LaunchRequestError::NodeClassNotReady { class: class_name.clone(), why });
+    }
+    if status.images.is_empty() {
+        return Err(LaunchRequestError::NoImage(class_name.clone()));
+    }
     let requirements = Requirements::from_api(&claim.spec.requirements)
         .map_err(|e| LaunchRequestError::Requirements(e.to_string()))?;
     let mut ranked: Vec<(f64, &InstanceType, Vec<OfferingChoice>)> = types
@@ -143,12 +166,22 @@ pub fn launch_request(
             .then_with(|| a.0.total_cmp(&b.0))
             .then_with(|| a.1.name.cmp(&b.1.name))
     });
+    let mut without_image = Vec::new();
     let options: Vec<InstanceTypeOption> = ranked
         .into_iter()
         .filter_map(|(_, t, offerings)| {
-            embedded_sku(&t.name).map(|sku| InstanceTypeOption::from_sku(sku, offerings))
+            let sku = embedded_sku(&t.name)?;
+            let Some(image) = image_for(&status.images, sku) else {
+                without_image.push(t.name.as_str());
+                return None;
+            };
+            Some(InstanceTypeOption::from_sku(sku, &image.id, offerings))
         })
         .collect();
+    if options.is_empty() && !without_image.is_empty() {
+        let sizes = without_image.join(", ");
+        return Err(LaunchRequestError::NoCompatibleImage { class: class_name.clone(), sizes });
+    }
     // kube-reserved depends on the size; the request carries one value, so it is the first option's.
     // Falling back to a bigger size reserves a little less than upstream would.
     let first = options
@@ -162,7 +195,7 @@ pub fn launch_request(
         labels: claim.labels_map().clone(),
         taints: claim.spec.taints.clone(),
         startup_taints: claim.spec.startup_taints.clone(),
-        image_id,
+        subnet_id: class.spec.vnet_subnet_id.clone(),
         os_disk_size_gb: class.spec.os_disk_size_gb.unwrap_or(DEFAULT_OS_DISK_SIZE_GB).max(0) as u32,
         tags: class.spec.tags.clone(),
         kubelet: KubeletSettings {
@@ -171,8 +204,18 @@ pub fn launch_request(
             kube_reserved: first.overhead.kube_reserved.to_quantities(),
             config_flags: kubelet_config_flags(class.spec.kubelet.as_ref()),
         },
-        subnet_id: class.spec.vnet_subnet_id.clone(),
     })
+}
+
+/// Why a class's conditions do not allow launches (upstream launches only from a Ready class); None
+/// when Ready is True.
+fn not_ready(conditions: &[Condition]) -> Option<String> {
+    match conditions::get(conditions, conditions::READY) {
+        Some(c) if c.status == ConditionStatus::True => None,
+        Some(c) if c.message.is_empty() => Some(c.reason.clone()),
+        Some(c) => Some(format!("{}: {}", c.reason, c.message)),
+        None => Some("its status has not been written yet".to_string()),
+    }
 }
 
 /// Labels the launched instance decides, for the claim (and through it the Node): the size's labels,

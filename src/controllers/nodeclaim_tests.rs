@@ -3,7 +3,9 @@ use std::time::Duration;
 
 use super::*;
 use crate::apis::aksnodeclass::AKSNodeClassStatus;
+use crate::apis::conditions::{Condition, ConditionStatus};
 use crate::catalog::{CapacityOptions, CapacityType, PriceTable, UnavailableOfferings};
+use crate::cloud::azure::imagefamily::{distro_definitions, node_image, Distro};
 use crate::scheduling::requirements::Requirements;
 
 fn pool() -> NodePool {
@@ -40,10 +42,22 @@ spec: {osDiskSizeGB: 64, tags: {cost: "1"}}
     )
     .unwrap();
     class.status = Some(AKSNodeClassStatus {
-        images: vec![crate::controllers::status::default_image(Default::default(), "1.33.0")],
+        images: distro_definitions(Distro::Ubuntu2204).iter().map(|d| node_image(d, "202506.02.0")).collect(),
+        conditions: vec![ready(ConditionStatus::True, "Ready", "")],
         ..Default::default()
     });
     class
+}
+
+fn ready(status: ConditionStatus, reason: &str, message: &str) -> Condition {
+    Condition {
+        type_: "Ready".into(),
+        status,
+        observed_generation: None,
+        last_transition_time: serde_json::from_value(serde_json::json!("2025-06-01T00:00:00Z")).unwrap(),
+        reason: reason.into(),
+        message: message.into(),
+    }
 }
 
 fn requirements(list: &str) -> Requirements {
@@ -158,7 +172,10 @@ fn builds_the_launch_request_from_a_nodeclaim() {
             assert_eq!(o.capacity_type, CapacityType::OnDemand);
         }
     }
-    assert!(request.image_id.contains("2204gen2containerd"));
+    for option in &request.options {
+        assert!(option.image_id.ends_with("/images/2204gen2containerd/versions/202506.02.0"), "{option:?}");
+    }
+    assert_eq!(request.subnet_id, None, "the class has no subnet of its own");
     assert_eq!(request.os_disk_size_gb, 64);
     assert_eq!(request.tags.get("cost").map(String::as_str), Some("1"));
     assert_eq!(request.taints[0].key, "dedicated");
@@ -182,20 +199,82 @@ fn builds_the_launch_request_from_a_nodeclaim() {
 }
 
 #[test]
-fn a_launch_needs_a_resolved_image_and_a_class() {
-    let mut claim = build(&planned(), &pool());
-    claim.metadata.name = Some("general-abcde".into());
+fn a_launch_needs_a_ready_class_with_images() {
+    let claim = build_named();
     let types = catalog();
     assert_eq!(
         launch_request(&claim, None, &types).unwrap_err(),
         LaunchRequestError::NodeClassMissing("default".into())
     );
-    let mut unresolved = class();
-    unresolved.status = None;
-    assert_eq!(
-        launch_request(&claim, Some(&unresolved), &types).unwrap_err(),
-        LaunchRequestError::NoImage("default".into())
+    let mut unwritten = class();
+    unwritten.status = None;
+    let err = launch_request(&claim, Some(&unwritten), &types).unwrap_err();
+    assert!(matches!(err, LaunchRequestError::NodeClassNotReady { .. }), "{err}");
+    assert_eq!(err.category(), "NodeClassNotReady");
+    let mut not_ready = class();
+    not_ready.status.as_mut().unwrap().conditions =
+        vec![ready(ConditionStatus::False, "UnhealthyDependents", "SubnetsReady=False")];
+    let err = launch_request(&claim, Some(&not_ready), &types).unwrap_err();
+    assert_eq!(err.to_string(), "AKSNodeClass default is not Ready: UnhealthyDependents: SubnetsReady=False");
+    let mut no_images = class();
+    no_images.status.as_mut().unwrap().images.clear();
+    let err = launch_request(&claim, Some(&no_images), &types).unwrap_err();
+    assert_eq!(err, LaunchRequestError::NoImage("default".into()));
+    assert_eq!(err.category(), "NodeClassNotReady");
+}
+
+/// The built claim allowed to run on exactly `sizes`, of any architecture.
+fn claim_for(sizes: &[&str]) -> NodeClaim {
+    let mut claim = build_named();
+    claim.spec.requirements.retain(|r| r.key != "kubernetes.io/arch");
+    for r in claim.spec.requirements.iter_mut().filter(|r| r.key == "node.kubernetes.io/instance-type") {
+        r.values = sizes.iter().map(|s| s.to_string()).collect();
+    }
+    claim
+}
+
+#[test]
+fn each_size_launches_with_the_image_it_boots() {
+    let claim = claim_for(&["Standard_D2ps_v5", "Standard_D2_v2", "Standard_D2s_v5"]);
+    let mut class = class();
+    class.spec.vnet_subnet_id = Some(
+        "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v/subnets/own".into(),
     );
+    let request = launch_request(&claim, Some(&class), &catalog()).unwrap();
+    let chosen: Vec<(&str, &str)> = request
+        .options
+        .iter()
+        .map(|o| (o.name.as_str(), o.image_id.split('/').nth(4).unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        chosen,
+        [
+            ("Standard_D2ps_v5", "2204gen2arm64containerd"),
+            ("Standard_D2_v2", "2204containerd"),
+            ("Standard_D2s_v5", "2204gen2containerd")
+        ]
+    );
+    assert_eq!(request.subnet_id, class.spec.vnet_subnet_id, "the class's own subnet");
+}
+
+#[test]
+fn sizes_no_image_boots_are_dropped_and_none_left_is_not_ready() {
+    let mut gen2_amd64 = class();
+    gen2_amd64.status.as_mut().unwrap().images.truncate(1);
+    let claim = claim_for(&["Standard_D2ps_v5", "Standard_D2s_v5"]);
+    let request = launch_request(&claim, Some(&gen2_amd64), &catalog()).unwrap();
+    let names: Vec<&str> = request.options.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(names, ["Standard_D2s_v5"]);
+    let arm_only = claim_for(&["Standard_D2ps_v5", "Standard_D2_v2"]);
+    let err = launch_request(&arm_only, Some(&gen2_amd64), &catalog()).unwrap_err();
+    assert_eq!(
+        err,
+        LaunchRequestError::NoCompatibleImage {
+            class: "default".into(),
+            sizes: "Standard_D2ps_v5, Standard_D2_v2".into()
+        }
+    );
+    assert_eq!(err.category(), "NodeClassNotReady");
 }
 
 #[test]

@@ -1,16 +1,15 @@
 //! AKSNodeClass and NodePool status.
 //!
-//! AKSNodeClass: `kubernetesVersion` from the API server's /version, `images` with one default image per
-//! image family, and KubernetesVersionReady / ImagesReady / Ready. Real image resolution (listing the
-//! community gallery or SIG versions and picking the newest, upstream provider `imagefamily/resolver.go`)
-//! is not implemented yet: the image version is `latest` of the family's default definition.
+//! AKSNodeClass: `kubernetesVersion` from the API server's /version, `images` resolved from the AKS
+//! community galleries and the subnet check (`nodeclass`), written as KubernetesVersionReady /
+//! ImagesReady / SubnetsReady / Ready (`nodeclass_status`).
 //!
 //! NodePool: NodeClassReady and Ready from its class, `resources` and `nodes` in use from the index.
 //! Provisioning only sees NodePools whose Ready is True, so this writer must run for anything to launch.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -19,24 +18,22 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::nodeclaim::resource_list;
+use super::nodeclass::NodeClassChecks;
+use super::nodeclass_status::nodeclass_status;
 use super::{ControllerError, Shared};
-use crate::apis::aksnodeclass::{ImageFamily, NodeImage};
-use crate::apis::common::{NodeSelectorRequirementWithMinValues, Operator};
-use crate::apis::conditions::{self, Condition, ConditionStatus};
-use crate::apis::labels::{LABEL_ARCH, LABEL_SKU_HYPERV_GENERATION};
+use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::{AKSNodeClass, NodePool};
+use crate::cloud::CloudProvider;
 
 /// Status is recomputed at least this often (node counts and the Kubernetes version change without a
 /// NodePool or AKSNodeClass event).
 const RESYNC: Duration = Duration::from_secs(10);
 
-const UBUNTU_GALLERY: &str = "AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2";
-const AZURE_LINUX_GALLERY: &str = "AKSAzureLinux-f7c7cda5-1c9a-4bdc-a222-9614c968580b";
-
-pub async fn run<C: Send + Sync + 'static>(shared: Arc<Shared<C>>) {
+pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
+    let mut checks = NodeClassChecks::new();
     loop {
         let in_flight = shared.begin_work().await;
-        if let Err(error) = sync_all(&shared).await {
+        if let Err(error) = sync_all(&shared, &mut checks).await {
             tracing::warn!(category = error.category(), %error, "status update failed");
         }
         drop(in_flight);
@@ -47,19 +44,34 @@ pub async fn run<C: Send + Sync + 'static>(shared: Arc<Shared<C>>) {
     }
 }
 
-async fn sync_all<C>(shared: &Shared<C>) -> Result<(), ControllerError> {
+async fn sync_all<C: CloudProvider>(
+    shared: &Shared<C>,
+    checks: &mut NodeClassChecks,
+) -> Result<(), ControllerError> {
     // The index keeps classes by name only; they are few, so they are listed (fresh status included).
     let classes_api: Api<AKSNodeClass> = Api::all(shared.client.clone());
     let classes = classes_api.list(&ListParams::default()).await?.items;
     if !classes.is_empty() {
         let version = kubernetes_version(&shared.client.apiserver_version().await?.git_version);
+        let (cloud, settings) = (&*shared.cloud, &shared.settings);
         for class in &classes {
-            if let Some(status) = nodeclass_status(class, &version, &now()) {
+            let images = checks.images(cloud, class, &version, Instant::now()).await;
+            let subnet = checks
+                .subnet(
+                    cloud,
+                    class,
+                    &settings.cluster_subnet_id,
+                    &settings.node_resource_group,
+                    Instant::now(),
+                )
+                .await;
+            if let Some(status) = nodeclass_status(class, &version, &images, &subnet, &now()) {
                 let patch = Patch::Merge(json!({ "status": status }));
                 classes_api.patch_status(&class.name_any(), &PatchParams::default(), &patch).await?;
-                tracing::info!(aksnodeclass = %class.name_any(), kubernetes_version = %version, "updated aksnodeclass status");
+                tracing::info!(aksnodeclass = %class.name_any(), kubernetes_version = %version, ready = %ready_summary(&status), "updated aksnodeclass status");
             }
         }
+        checks.forget_unused();
     }
     let (pools, usage, node_counts) = {
         let cluster = shared.cluster();
@@ -98,49 +110,19 @@ pub fn kubernetes_version(git_version: &str) -> String {
     v.split(['-', '+']).next().unwrap_or(v).to_string()
 }
 
-/// The default image of a family for a Kubernetes version (upstream: Ubuntu is 22.04 below 1.34 and
-/// 24.04 from 1.34; Azure Linux 3 from 1.32).
-pub fn default_image(family: ImageFamily, version: &str) -> NodeImage {
-    let minor: u32 = version.split('.').nth(1).and_then(|m| m.parse().ok()).unwrap_or(0);
-    let (gallery, definition) = match family {
-        ImageFamily::Ubuntu if minor >= 34 => (UBUNTU_GALLERY, "2404gen2containerd"),
-        ImageFamily::Ubuntu | ImageFamily::Ubuntu2204 => (UBUNTU_GALLERY, "2204gen2containerd"),
-        ImageFamily::Ubuntu2404 => (UBUNTU_GALLERY, "2404gen2containerd"),
-        ImageFamily::AzureLinux => (AZURE_LINUX_GALLERY, "V3gen2"),
-    };
-    let requirement = |key: &str, value: &str| NodeSelectorRequirementWithMinValues {
-        key: key.to_string(),
-        operator: Operator::In,
-        values: vec![value.to_string()],
-        min_values: None,
-    };
-    NodeImage {
-        id: format!("/CommunityGalleries/{gallery}/images/{definition}/versions/latest"),
-        requirements: vec![requirement(LABEL_ARCH, "amd64"), requirement(LABEL_SKU_HYPERV_GENERATION, "2")],
+/// `Ready=True`, or the failing conditions' reasons, for the log line.
+fn ready_summary(status: &serde_json::Value) -> String {
+    let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+    let failing: Vec<String> = conditions
+        .iter()
+        .filter(|c| c["status"] != "True")
+        .map(|c| format!("{}={}", c["type"].as_str().unwrap_or("?"), c["reason"].as_str().unwrap_or("?")))
+        .collect();
+    if failing.is_empty() {
+        "Ready=True".to_string()
+    } else {
+        failing.join(",")
     }
-}
-
-/// The class's status, or None when what is stored is already right.
-pub fn nodeclass_status(class: &AKSNodeClass, version: &str, now: &Time) -> Option<serde_json::Value> {
-    let current = class.status.clone().unwrap_or_default();
-    let family = class.spec.image_family.unwrap_or_default();
-    let images = vec![default_image(family, version)];
-    let generation = class.metadata.generation;
-    let mut list: Vec<Condition> = current.conditions.clone();
-    let t = ConditionStatus::True;
-    let mut changed = conditions::set(
-        &mut list,
-        conditions::KUBERNETES_VERSION_READY,
-        t,
-        "KubernetesVersionReady",
-        "",
-        generation,
-        now,
-    );
-    changed |= conditions::set(&mut list, conditions::IMAGES_READY, t, "ImagesReady", "", generation, now);
-    changed |= conditions::set(&mut list, conditions::READY, t, "Ready", "", generation, now);
-    changed |= current.kubernetes_version.as_deref() != Some(version) || current.images != images;
-    changed.then(|| json!({ "kubernetesVersion": version, "images": images, "conditions": list }))
 }
 
 /// The pool's status, or None when what is stored is already right.
@@ -180,15 +162,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn versions_and_images() {
+    fn kubernetes_versions() {
         assert_eq!(kubernetes_version("v1.34.2+k3s1"), "1.34.2");
         assert_eq!(kubernetes_version("v1.31.0-rc.1"), "1.31.0");
-        assert!(default_image(ImageFamily::Ubuntu, "1.33.1")
-            .id
-            .contains("/images/2204gen2containerd/versions/latest"));
-        assert!(default_image(ImageFamily::Ubuntu, "1.34.0").id.contains("/images/2404gen2containerd/"));
-        assert!(default_image(ImageFamily::AzureLinux, "1.34.0")
-            .id
-            .starts_with("/CommunityGalleries/AKSAzureLinux-"));
+    }
+
+    #[test]
+    fn ready_summaries_name_the_failing_conditions() {
+        let ok = json!({"conditions": [{"type": "Ready", "status": "True", "reason": "Ready"}]});
+        assert_eq!(ready_summary(&ok), "Ready=True");
+        let bad = json!({"conditions": [
+            {"type": "SubnetsReady", "status": "False", "reason": "SubnetNotFound"},
+            {"type": "Ready", "status": "False", "reason": "UnhealthyDependents"}]});
+        assert_eq!(ready_summary(&bad), "SubnetsReady=SubnetNotFound,Ready=UnhealthyDependents");
     }
 }

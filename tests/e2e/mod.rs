@@ -26,6 +26,7 @@ mod events;
 mod eviction;
 mod leader;
 mod metrics;
+mod nodeclass;
 mod provisioning;
 mod rbac;
 mod resilience;

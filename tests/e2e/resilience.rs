@@ -343,15 +343,14 @@ fn orphan_request(claim: &str) -> LaunchRequest {
     LaunchRequest {
         claim_name: claim.into(),
         nodepool: "e2e-res-no-such-pool".into(),
-        options: vec![InstanceTypeOption::from_sku(sku, vec![offering])],
+        options: vec![InstanceTypeOption::from_sku(sku, IMAGE_ID, vec![offering])],
         labels: BTreeMap::new(),
         taints: vec![],
         startup_taints: vec![],
-        image_id: IMAGE_ID.into(),
+        subnet_id: None,
         os_disk_size_gb: 128,
         tags: BTreeMap::new(),
         kubelet: KubeletSettings { max_pods: 110, kube_reserved: BTreeMap::new(), config_flags: vec![] },
-        subnet_id: None,
     }
 }
 

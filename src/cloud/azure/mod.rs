@@ -6,16 +6,21 @@
 //! - `network`: the load-balancer backend pools and NSG a NIC joins (listed, cached 2 h).
 //! - `nic`, `vm`: resource bodies, GET-before-PUT, polling of long-running operations.
 //! - `errors`: ARM errors → unavailable-offerings marks and [`crate::cloud::CloudError`].
+//! - `imagefamily`: which gallery images a node class needs and which version of each (pure);
+//!   `subnet`: subnet IDs and the class-subnet rules (pure); `lookups`: the ARM reads behind them.
 //! - `provider`: the [`crate::cloud::CloudProvider`] implementation.
 
 pub mod client;
 pub mod customdata;
 pub mod errors;
+pub mod imagefamily;
+pub mod lookups;
 pub mod naming;
 pub mod network;
 pub mod nic;
 pub mod provider;
 pub mod skus;
+pub mod subnet;
 pub mod vm;
 
 use std::collections::BTreeMap;

@@ -16,7 +16,8 @@ use tokio::sync::Semaphore;
 use super::client::ArmClients;
 use super::customdata::{self, NodeBootstrap};
 use super::errors::{self, ArmFailure, CapacityClass};
-use super::{naming, network, nic, vm, LaunchSettings};
+use super::subnet::SubnetId;
+use super::{imagefamily, lookups, naming, network, nic, vm, LaunchSettings};
 use crate::apis::labels;
 use crate::catalog::unavailable::OfferingRef;
 use crate::catalog::UnavailableOfferings;
@@ -202,7 +203,7 @@ impl AzureCloudProvider {
             size: &option.name,
             zone: logical_zone(&offering.zone),
             capacity_type: offering.capacity_type,
-            image_id: &request.image_id,
+            image_id: &option.image_id,
             os_disk_size_gb: request.os_disk_size_gb,
             ephemeral_os_disk: option.ephemeral_os_disk,
             nic_id: &nic_id,
@@ -211,7 +212,7 @@ impl AzureCloudProvider {
         };
         let m = metrics::get();
         let labels = VmCreate {
-            image: &request.image_id,
+            image: &option.image_id,
             size: &option.name,
             zone: &offering.zone,
             capacity_type: offering.capacity_type.as_str(),
@@ -354,6 +355,30 @@ impl CloudProvider for AzureCloudProvider {
         self.limited(nic::delete_nic(&self.clients, self.rg(), name, s.poll_interval, s.max_polls))
             .await
             .map_err(|f| errors::cloud_error(&f, "deleting NIC"))
+    }
+
+    async fn latest_image_version(&self, gallery: &str, definition: &str) -> Result<String, CloudError> {
+        let location = &self.settings.location;
+        let what =
+            format!("listing versions of community gallery image {gallery}/{definition} in {location}");
+        let versions = self
+            .limited(lookups::image_versions(&self.clients, location, gallery, definition))
+            .await
+            .map_err(|f| errors::cloud_error(&f, &what))?;
+        imagefamily::newest(&versions).map(|v| v.name.clone()).ok_or_else(|| {
+            let why = match versions.len() {
+                0 => "the gallery lists no version".to_string(),
+                n => format!("all {n} versions are excluded from latest"),
+            };
+            CloudError::NotFound(format!("{what}: {why}"))
+        })
+    }
+
+    async fn check_subnet(&self, subnet: &SubnetId) -> Result<(), CloudError> {
+        let what = format!("reading subnet {}/subnets/{}", subnet.vnet_id(), subnet.subnet);
+        self.limited(lookups::get_subnet(&self.clients, subnet))
+            .await
+            .map_err(|f| errors::cloud_error(&f, &what))
     }
 }
 

@@ -24,6 +24,8 @@ pub const COMPUTE_VM_API_VERSIONS: &[&str] = &[
     "2024-11-01",
 ];
 pub const COMPUTE_SKU_API_VERSIONS: &[&str] = &["2019-04-01", "2021-07-01"];
+/// Compute galleries (azure_mgmt_compute 0.21 package-2024-07-01 sends 2023-07-03 for them).
+pub const COMPUTE_GALLERY_API_VERSIONS: &[&str] = &["2022-03-03", "2022-08-03", "2023-07-03", "2024-03-03"];
 pub const NETWORK_API_VERSIONS: &[&str] =
     &["2023-04-01", "2023-05-01", "2023-09-01", "2023-11-01", "2024-01-01", "2024-03-01", "2024-05-01"];
 

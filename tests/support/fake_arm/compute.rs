@@ -9,6 +9,7 @@
 //! - A PUT while the VM is `Deleting` is refused with 409 `OperationNotAllowed`, as Azure does.
 //! - DELETE of a missing VM is 204 (ARM delete is idempotent); GET of a missing VM is 404 `ResourceNotFound`.
 //! - GET never returns `osProfile.customData` or `adminPassword`.
+//! - A community-gallery image must be published and bootable by the size (see `gallery`).
 //! - Operation-status URLs are served by `operations`.
 
 use std::sync::Arc;
@@ -19,9 +20,9 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::arm::{self, ArmError, ArmRequest, ArmResponse, LroUrls, COMPUTE_VM_API_VERSIONS};
-use super::boot;
 use super::faults::{self, CreateAttempt, Delivery, Fault};
 use super::state::{Operation, Shared, State, VmPhase, VmRecord};
+use super::{boot, gallery};
 
 pub const VM_TYPE: &str = "Microsoft.Compute/virtualMachines";
 
@@ -71,6 +72,9 @@ pub fn put_vm(shared: &Arc<Shared>, request: &ArmRequest, rg: &str, name: &str) 
         Ok(spec) => spec,
         Err(err) => return err.into_response(),
     };
+    if let Err(err) = gallery::check_vm_image(&state, &body, &spec.vm_size, &shared.config.location) {
+        return err.into_response();
+    }
     let nics = match resolve_nics(&state, &body) {
         Ok(nics) => nics,
         Err(err) => return err.into_response(),

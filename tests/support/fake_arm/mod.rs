@@ -5,7 +5,8 @@
 //! on `http://127.0.0.1:<free port>`:
 //! - `POST /<tenant>/oauth2/v2.0/token` (`token`): client-secret and workload-identity grants;
 //! - VMs as long-running operations (`compute`), NICs (`network`), operation status (`operations`),
-//!   Resource SKUs from the embedded catalog (`skus`);
+//!   Resource SKUs from the embedded catalog (`skus`), community gallery image versions (`gallery`) and
+//!   subnets (`subnets`);
 //! - injected faults (`faults`) and an admin API (`admin`);
 //! - boot simulation (`boot`, `node`): a succeeded VM registers a Node through a `NodeRegistrar`.
 //!
@@ -20,6 +21,7 @@ pub mod arm;
 pub mod boot;
 mod compute;
 pub mod faults;
+pub mod gallery;
 mod lb;
 mod network;
 pub mod node;
@@ -27,6 +29,7 @@ mod operations;
 mod server;
 mod skus;
 mod state;
+pub mod subnets;
 mod token;
 
 use std::net::SocketAddr;
@@ -44,9 +47,13 @@ pub use boot::{BootedVm, NodeRegistrar};
 #[allow(unused_imports)]
 pub use faults::{CreateError, Delivery, Fault, QuotaScope, Target};
 #[allow(unused_imports)]
+pub use gallery::{GalleryImage, GalleryImageVersion};
+#[allow(unused_imports)]
 pub use node::KubeNodeRegistrar;
 #[allow(unused_imports)]
 pub use state::{FakeArmConfig, RequestRecord};
+#[allow(unused_imports)]
+pub use subnets::FakeSubnet;
 
 /// A running fake. Dropping it (or `shutdown`) stops the server.
 pub struct FakeArm {
@@ -77,11 +84,13 @@ impl FakeArm {
     pub async fn start(config: FakeArmConfig) -> std::io::Result<FakeArm> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(state::Shared {
-            config,
-            base_url: format!("http://{addr}"),
-            state: Mutex::new(state::State::default()),
-        });
+        let state = state::State {
+            gallery: config.gallery_images.clone(),
+            subnets: config.subnets.clone(),
+            ..state::State::default()
+        };
+        let shared =
+            Arc::new(state::Shared { config, base_url: format!("http://{addr}"), state: Mutex::new(state) });
         let (stop, stopped) = watch::channel(false);
         let server = tokio::spawn(server::serve(listener, shared.clone(), stopped));
         Ok(FakeArm { shared, addr, stop, server: Some(server) })
@@ -199,6 +208,39 @@ impl FakeArm {
     /// Every ARM and token request handled so far, in order.
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.shared.lock().requests.clone()
+    }
+
+    /// Publishes a version of an existing community gallery image definition; false when the
+    /// definition does not exist.
+    pub fn publish_image_version(
+        &self,
+        gallery: &str,
+        definition: &str,
+        version: GalleryImageVersion,
+    ) -> bool {
+        gallery::publish(&mut self.shared.lock(), gallery, definition, version)
+    }
+
+    /// The ID of a subnet in this fake's subscription.
+    pub fn subnet_id(&self, subnet: &FakeSubnet) -> String {
+        subnet.id(self.subscription_id())
+    }
+
+    /// Makes a subnet exist.
+    pub fn add_subnet(&self, subnet: FakeSubnet) {
+        self.shared.lock().subnets.push(subnet);
+    }
+
+    /// Removes a subnet; false when there was none of that name.
+    pub fn delete_subnet(&self, resource_group: &str, virtual_network: &str, name: &str) -> bool {
+        let mut state = self.shared.lock();
+        let before = state.subnets.len();
+        state.subnets.retain(|s| {
+            !(s.resource_group.eq_ignore_ascii_case(resource_group)
+                && s.virtual_network.eq_ignore_ascii_case(virtual_network)
+                && s.name.eq_ignore_ascii_case(name))
+        });
+        state.subnets.len() != before
     }
 
     /// The admin API's state dump.

@@ -4,13 +4,15 @@
 //! with `provisioningState: Succeeded`, a private IP from 10.224.0.0/16 per IP configuration, and an
 //! `Azure-AsyncOperation` URL whose operation has already succeeded. azure_mgmt_network 0.21 polls that URL
 //! and then GETs the NIC. Deleting a NIC still attached to a VM is refused with 400 `NicInUse`; a VM delete
-//! takes its NICs along when they were referenced with `deleteOption: Delete`.
+//! takes its NICs along when they were referenced with `deleteOption: Delete`. A NIC whose IP
+//! configuration references a subnet that does not exist is refused (see `subnets`).
 
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::arm::{self, ArmError, ArmRequest, ArmResponse, LroUrls, NETWORK_API_VERSIONS};
 use super::state::{NicRecord, Operation, Shared, State};
+use super::subnets;
 
 pub const NIC_TYPE: &str = "Microsoft.Network/networkInterfaces";
 
@@ -54,6 +56,10 @@ pub fn put_nic(shared: &Shared, request: &ArmRequest, rg: &str, name: &str) -> A
         return refused;
     }
     let mut state = shared.lock();
+    let nic_id = arm::resource_id(&shared.config.subscription_id, rg, NIC_TYPE, name);
+    if let Err(err) = subnets::check_nic_subnets(shared, &state, &body, &nic_id) {
+        return err.into_response();
+    }
     let key = (arm::key(rg), arm::key(name));
     let op_id = arm::uuid_from(state.next_id(), 0x2e7);
     let lro = network_lro(shared, &op_id);

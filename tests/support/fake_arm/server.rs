@@ -20,11 +20,12 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::arm::{
-    self, ArmRequest, ArmResponse, COMPUTE_SKU_API_VERSIONS, COMPUTE_VM_API_VERSIONS, NETWORK_API_VERSIONS,
+    self, ArmRequest, ArmResponse, COMPUTE_GALLERY_API_VERSIONS, COMPUTE_SKU_API_VERSIONS,
+    COMPUTE_VM_API_VERSIONS, NETWORK_API_VERSIONS,
 };
 use super::faults::{self, ArmRequestFault};
 use super::state::{RequestRecord, Shared};
-use super::{admin, compute, lb, network, operations, skus, token};
+use super::{admin, compute, gallery, lb, network, operations, skus, subnets, token};
 
 /// Serves until `shutdown` flips to true; open connections are dropped then.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
@@ -111,6 +112,8 @@ enum Route<'a> {
 
 enum ArmTarget<'a> {
     Skus,
+    GalleryImageVersions { location: &'a str, gallery: &'a str, definition: &'a str },
+    Subnet { rg: &'a str, vnet: &'a str, name: &'a str },
     Operation { namespace: &'a str, id: &'a str },
     Vms { rg: &'a str, name: Option<&'a str> },
     Nics { rg: &'a str, name: Option<&'a str> },
@@ -134,6 +137,25 @@ fn parse_route<'a>(segments: &[&'a str]) -> Route<'a> {
                     if is(p, "providers") && is(l, "locations") && is(o, "operations") =>
                 {
                     ArmTarget::Operation { namespace, id }
+                }
+                [p, ns, l, location, cg, gallery, i, definition, v]
+                    if is(p, "providers")
+                        && is(ns, "Microsoft.Compute")
+                        && is(l, "locations")
+                        && is(cg, "communityGalleries")
+                        && is(i, "images")
+                        && is(v, "versions") =>
+                {
+                    ArmTarget::GalleryImageVersions { location, gallery, definition }
+                }
+                [g, rg, p, ns, vnets, vnet, s, name]
+                    if is(g, "resourceGroups")
+                        && is(p, "providers")
+                        && is(ns, "Microsoft.Network")
+                        && is(vnets, "virtualNetworks")
+                        && is(s, "subnets") =>
+                {
+                    ArmTarget::Subnet { rg, vnet, name }
                 }
                 [g, rg, p, ns, kind, name @ ..]
                     if is(g, "resourceGroups") && is(p, "providers") && name.len() <= 1 =>
@@ -194,6 +216,10 @@ fn arm_request(
     }
     let (versions, resource_type) = match &target {
         ArmTarget::Skus => (COMPUTE_SKU_API_VERSIONS, "Microsoft.Compute/skus"),
+        ArmTarget::GalleryImageVersions { .. } => {
+            (COMPUTE_GALLERY_API_VERSIONS, "Microsoft.Compute/locations/communityGalleries/images/versions")
+        }
+        ArmTarget::Subnet { .. } => (NETWORK_API_VERSIONS, subnets::SUBNET_TYPE),
         ArmTarget::Operation { namespace, .. } if namespace.eq_ignore_ascii_case("Microsoft.Network") => {
             (NETWORK_API_VERSIONS, "Microsoft.Network/locations/operations")
         }
@@ -240,6 +266,12 @@ fn arm_request(
     let method = &request.method;
     Ok(match target {
         ArmTarget::Skus if method == Method::GET => skus::list_skus(request),
+        ArmTarget::GalleryImageVersions { location, gallery, definition } if method == Method::GET => {
+            gallery::list_versions(shared, request, location, gallery, definition)
+        }
+        ArmTarget::Subnet { rg, vnet, name } if method == Method::GET => {
+            subnets::get_subnet(shared, rg, vnet, name)
+        }
         ArmTarget::Operation { id, .. } if method == Method::GET => operations::status(shared, request, id),
         ArmTarget::Vms { rg, name: None } if method == Method::GET => compute::list_vms(shared, request, rg),
         ArmTarget::Vms { rg, name: Some(name) } => match *method {

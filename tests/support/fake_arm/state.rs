@@ -1,5 +1,5 @@
-//! The fake's in-memory world: configuration, VMs, NICs, operations, issued tokens, faults and the request
-//! log, all behind one `Mutex`.
+//! The fake's in-memory world: configuration, VMs, NICs, operations, gallery images, subnets, issued
+//! tokens, faults and the request log, all behind one `Mutex`.
 //!
 //! Time-driven transitions (Creating → Succeeded/Failed, Deleting → gone) are applied lazily by `settle`,
 //! which every request calls first, so no background task is needed to keep the state honest.
@@ -14,6 +14,8 @@ use tokio::time::Instant;
 use super::arm::ArmError;
 use super::boot::NodeRegistrar;
 use super::faults::Fault;
+use super::gallery::{self, GalleryImage};
+use super::subnets::{self, FakeSubnet};
 
 /// How the fake behaves; `Default` gives a fast, error-free eastus subscription.
 #[derive(Clone)]
@@ -39,6 +41,12 @@ pub struct FakeArmConfig {
     pub boot_delay: Duration,
     /// Called when a VM has booted; None disables boot simulation.
     pub registrar: Option<Arc<dyn NodeRegistrar>>,
+    /// Community gallery image definitions and their versions (changeable later with
+    /// `FakeArm::publish_image_version`).
+    pub gallery_images: Vec<GalleryImage>,
+    /// Subnets that exist, in this subscription (changeable later with `FakeArm::add_subnet` /
+    /// `delete_subnet`).
+    pub subnets: Vec<FakeSubnet>,
 }
 
 impl Default for FakeArmConfig {
@@ -56,6 +64,8 @@ impl Default for FakeArmConfig {
             list_page_size: None,
             boot_delay: Duration::from_millis(100),
             registrar: None,
+            gallery_images: gallery::default_images(),
+            subnets: subnets::default_subnets(),
         }
     }
 }
@@ -157,6 +167,8 @@ pub struct State {
     pub removed_vms: Vec<String>,
     /// Backend pools of the `kubernetes` load balancer deleted by a test (see `lb`).
     pub removed_pools: BTreeSet<String>,
+    pub gallery: Vec<GalleryImage>,
+    pub subnets: Vec<FakeSubnet>,
 }
 
 impl State {

@@ -1,0 +1,189 @@
+//! The AKSNodeClass status from what was found out about the class (pure): `kubernetesVersion`,
+//! `images`, and the conditions KubernetesVersionReady, ImagesReady, SubnetsReady and Ready, which is
+//! True only when the other three are (upstream operatorpkg's root condition: otherwise False with
+//! reason `UnhealthyDependents` and the failing types as message, e.g. `SubnetsReady=False`).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::json;
+
+use crate::apis::aksnodeclass::NodeImage;
+use crate::apis::conditions::{self, ConditionStatus};
+use crate::apis::AKSNodeClass;
+
+/// What image resolution found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ImagesCheck {
+    /// The class's images in priority order.
+    Resolved(Vec<NodeImage>),
+    /// No usable set of images. `keep` leaves the images already in the status in place (a failed
+    /// lookup); otherwise they are cleared (the class asks for images that cannot exist, e.g. FIPS).
+    Unresolved { reason: &'static str, message: String, keep: bool },
+}
+
+/// What the subnet check found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SubnetCheck {
+    Ready,
+    NotReady { reason: &'static str, message: String },
+}
+
+/// The status to write, or None when what is stored is already right.
+pub fn nodeclass_status(
+    class: &AKSNodeClass,
+    version: &str,
+    images: &ImagesCheck,
+    subnet: &SubnetCheck,
+    now: &Time,
+) -> Option<serde_json::Value> {
+    let current = class.status.clone().unwrap_or_default();
+    let generation = class.metadata.generation;
+    let mut list = current.conditions.clone();
+    let set = |list: &mut Vec<_>, type_: &str, status: ConditionStatus, reason: &str, message: &str| {
+        conditions::set(list, type_, status, reason, message, generation, now)
+    };
+    let (t, f) = (ConditionStatus::True, ConditionStatus::False);
+    let mut changed = set(&mut list, conditions::KUBERNETES_VERSION_READY, t, "KubernetesVersionReady", "");
+    let new_images = match images {
+        ImagesCheck::Resolved(images) => {
+            changed |= set(&mut list, conditions::IMAGES_READY, t, "ImagesReady", "");
+            images.clone()
+        }
+        ImagesCheck::Unresolved { reason, message, keep } => {
+            changed |= set(&mut list, conditions::IMAGES_READY, f, reason, message);
+            if *keep {
+                current.images.clone()
+            } else {
+                Vec::new()
+            }
+        }
+    };
+    changed |= match subnet {
+        SubnetCheck::Ready => set(&mut list, conditions::SUBNETS_READY, t, "SubnetsReady", ""),
+        SubnetCheck::NotReady { reason, message } => {
+            set(&mut list, conditions::SUBNETS_READY, f, reason, message)
+        }
+    };
+    let unhealthy: Vec<String> =
+        [conditions::KUBERNETES_VERSION_READY, conditions::IMAGES_READY, conditions::SUBNETS_READY]
+            .into_iter()
+            .filter(|type_| !conditions::is_true(&list, type_))
+            .map(|type_| format!("{type_}=False"))
+            .collect();
+    changed |= if unhealthy.is_empty() {
+        set(&mut list, conditions::READY, t, "Ready", "")
+    } else {
+        set(&mut list, conditions::READY, f, "UnhealthyDependents", &unhealthy.join(", "))
+    };
+    changed |= current.kubernetes_version.as_deref() != Some(version) || current.images != new_images;
+    changed.then(|| json!({ "kubernetesVersion": version, "images": new_images, "conditions": list }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::aksnodeclass::AKSNodeClassStatus;
+    use crate::apis::conditions::Condition;
+    use crate::cloud::azure::imagefamily::{distro_definitions, node_image, Distro};
+
+    fn class() -> AKSNodeClass {
+        let mut class: AKSNodeClass = serde_yaml::from_str(
+            "apiVersion: karpenter.azure.com/v1beta1\nkind: AKSNodeClass\nmetadata: {name: c, generation: 3}\nspec: {}\n",
+        )
+        .unwrap();
+        class.status = Some(AKSNodeClassStatus::default());
+        class
+    }
+
+    fn now() -> Time {
+        serde_json::from_value(json!("2025-06-01T00:00:00Z")).unwrap()
+    }
+
+    fn images(version: &str) -> Vec<NodeImage> {
+        distro_definitions(Distro::Ubuntu2404).iter().map(|d| node_image(d, version)).collect()
+    }
+
+    /// Applies a computed status to the class, as the API server would.
+    fn apply(class: &mut AKSNodeClass, status: serde_json::Value) {
+        class.status = Some(serde_json::from_value(status).unwrap());
+    }
+
+    fn condition<'a>(class: &'a AKSNodeClass, type_: &str) -> &'a Condition {
+        conditions::get(&class.status.as_ref().unwrap().conditions, type_).unwrap()
+    }
+
+    #[test]
+    fn ready_when_images_resolve_and_the_subnet_exists() {
+        let mut class = class();
+        let status = nodeclass_status(
+            &class,
+            "1.34.4",
+            &ImagesCheck::Resolved(images("1")),
+            &SubnetCheck::Ready,
+            &now(),
+        )
+        .unwrap();
+        apply(&mut class, status);
+        let s = class.status.as_ref().unwrap();
+        assert_eq!(s.kubernetes_version.as_deref(), Some("1.34.4"));
+        assert_eq!(s.images, images("1"));
+        for type_ in ["KubernetesVersionReady", "ImagesReady", "SubnetsReady", "Ready"] {
+            let c = condition(&class, type_);
+            assert_eq!((c.status, c.observed_generation), (ConditionStatus::True, Some(3)), "{type_}");
+        }
+        // Nothing changed: nothing to write.
+        let again = ImagesCheck::Resolved(images("1"));
+        assert_eq!(nodeclass_status(&class, "1.34.4", &again, &SubnetCheck::Ready, &now()), None);
+        // A newer image version is written.
+        let newer = ImagesCheck::Resolved(images("2"));
+        assert!(nodeclass_status(&class, "1.34.4", &newer, &SubnetCheck::Ready, &now()).is_some());
+    }
+
+    #[test]
+    fn a_missing_subnet_makes_the_class_not_ready_with_the_reason() {
+        let mut class = class();
+        let missing =
+            SubnetCheck::NotReady { reason: "SubnetNotFound", message: "subnet /x not found".into() };
+        let status =
+            nodeclass_status(&class, "1.34.4", &ImagesCheck::Resolved(images("1")), &missing, &now())
+                .unwrap();
+        apply(&mut class, status);
+        let subnets = condition(&class, "SubnetsReady");
+        assert_eq!(
+            (subnets.status, subnets.reason.as_str(), subnets.message.as_str()),
+            (ConditionStatus::False, "SubnetNotFound", "subnet /x not found")
+        );
+        let ready = condition(&class, "Ready");
+        assert_eq!(
+            (ready.status, ready.reason.as_str(), ready.message.as_str()),
+            (ConditionStatus::False, "UnhealthyDependents", "SubnetsReady=False")
+        );
+        assert_eq!(condition(&class, "ImagesReady").status, ConditionStatus::True);
+    }
+
+    #[test]
+    fn a_failed_lookup_keeps_the_images_and_an_impossible_family_clears_them() {
+        let mut class = class();
+        let ok = nodeclass_status(
+            &class,
+            "1.34.4",
+            &ImagesCheck::Resolved(images("1")),
+            &SubnetCheck::Ready,
+            &now(),
+        );
+        apply(&mut class, ok.unwrap());
+        let failed =
+            ImagesCheck::Unresolved { reason: "ImagesNotFound", message: "no versions".into(), keep: true };
+        let status = nodeclass_status(&class, "1.34.4", &failed, &SubnetCheck::Ready, &now()).unwrap();
+        apply(&mut class, status);
+        assert_eq!(class.status.as_ref().unwrap().images, images("1"));
+        assert_eq!(condition(&class, "ImagesReady").reason, "ImagesNotFound");
+        assert_eq!(condition(&class, "Ready").message, "ImagesReady=False");
+        let fips =
+            ImagesCheck::Unresolved { reason: "SIGRequiredForFIPS", message: "FIPS".into(), keep: false };
+        let missing = SubnetCheck::NotReady { reason: "SubnetNotFound", message: "gone".into() };
+        let status = nodeclass_status(&class, "1.34.4", &fips, &missing, &now()).unwrap();
+        apply(&mut class, status);
+        assert!(class.status.as_ref().unwrap().images.is_empty());
+        assert_eq!(condition(&class, "Ready").message, "ImagesReady=False, SubnetsReady=False");
+    }
+}
