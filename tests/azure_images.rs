@@ -16,8 +16,7 @@ use karpenter_azure::apis::{AKSNodeClass, NodeClaim};
 use karpenter_azure::catalog::{CapacityOptions, InstanceType, PriceTable, UnavailableOfferings};
 use karpenter_azure::cloud::azure::subnet::SubnetId;
 use karpenter_azure::cloud::azure::{
-    ArmClients, ArmSettings, AzureCloudProvider, BootstrapSettings, CredentialSource, LaunchSettings,
-    RetrySettings, Secret,
+    ArmClients, AzureCloudProvider, BootstrapSettings, LaunchSettings, RetrySettings, Secret,
 };
 use karpenter_azure::cloud::{CloudError, CloudProvider};
 use karpenter_azure::controllers::nodeclaim::launch_request;
@@ -26,21 +25,12 @@ use karpenter_azure::controllers::nodeclass_status::{nodeclass_status, ImagesChe
 
 async fn harness(config: FakeArmConfig) -> (FakeArm, AzureCloudProvider) {
     let fake = FakeArm::start(config).await.expect("fake ARM starts");
-    let (client_id, secret) = fake.client_credentials();
-    let arm = ArmSettings {
-        arm_endpoint: fake.endpoint(),
-        authority_host: fake.authority_host(),
-        subscription_id: fake.subscription_id().to_string(),
-        tenant_id: fake.tenant_id().to_string(),
-        client_id: client_id.to_string(),
-        credential: CredentialSource::ClientSecret(Secret::new(secret)),
-        retry: RetrySettings {
-            max_retries: 3,
-            initial_delay: Duration::from_millis(20),
-            max_delay: Duration::from_millis(100),
-            max_total_elapsed: Duration::from_secs(10),
-        },
-    };
+    let arm = fake.arm_settings(RetrySettings {
+        max_retries: 3,
+        initial_delay: Duration::from_millis(20),
+        max_delay: Duration::from_millis(100),
+        max_total_elapsed: Duration::from_secs(10),
+    });
     let launch = LaunchSettings {
         cluster_name: "test-cluster".into(),
         location: fake.location().to_string(),

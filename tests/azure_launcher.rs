@@ -14,8 +14,7 @@ use karpenter_azure::apis::common::{Taint, TaintEffect};
 use karpenter_azure::catalog::unavailable::OfferingRef;
 use karpenter_azure::catalog::{embedded_sku, CapacityType, Timestamp, UnavailableOfferings};
 use karpenter_azure::cloud::azure::{
-    ArmClients, ArmSettings, AzureCloudProvider, BootstrapSettings, CredentialSource, LaunchSettings,
-    RetrySettings, Secret,
+    ArmClients, ArmSettings, AzureCloudProvider, BootstrapSettings, LaunchSettings, RetrySettings, Secret,
 };
 use karpenter_azure::cloud::{
     CloudError, CloudProvider, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice,
@@ -34,21 +33,12 @@ struct Harness {
 
 async fn harness(config: FakeArmConfig) -> Harness {
     let fake = FakeArm::start(config).await.expect("fake ARM starts");
-    let (client_id, secret) = fake.client_credentials();
-    let arm = ArmSettings {
-        arm_endpoint: fake.endpoint(),
-        authority_host: fake.authority_host(),
-        subscription_id: fake.subscription_id().to_string(),
-        tenant_id: fake.tenant_id().to_string(),
-        client_id: client_id.to_string(),
-        credential: CredentialSource::ClientSecret(Secret::new(secret)),
-        retry: RetrySettings {
-            max_retries: 4,
-            initial_delay: Duration::from_millis(20),
-            max_delay: Duration::from_millis(200),
-            max_total_elapsed: Duration::from_secs(20),
-        },
-    };
+    let arm = fake.arm_settings(RetrySettings {
+        max_retries: 4,
+        initial_delay: Duration::from_millis(20),
+        max_delay: Duration::from_millis(200),
+        max_total_elapsed: Duration::from_secs(20),
+    });
     let launch = LaunchSettings {
         cluster_name: "test-cluster".into(),
         location: fake.location().to_string(),

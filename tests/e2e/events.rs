@@ -9,7 +9,7 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::controller::Controller;
-use super::lookups::nodeclaims;
+use super::lookups::{condition_is_true, nodeclaims};
 use super::{cluster, crds, manifests, objects};
 
 const NAME: &str = "e2e-events";
@@ -64,12 +64,6 @@ async fn events_about(
         })
         .map(|e| format!("{reason}: {}", e.note.unwrap_or_default()))
         .collect())
-}
-
-fn condition_is_true(object: &Value, type_: &str) -> bool {
-    object["status"]["conditions"]
-        .as_array()
-        .is_some_and(|list| list.iter().any(|c| c["type"] == type_ && c["status"] == "True"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ use kube::{Api, Client};
 use serde_json::Value;
 
 use super::controller::{Controller, CLUSTER_NAME};
-use super::lookups::{claims_of, get_json, is_running, list_pods, nodeclaims};
+use super::lookups::{claims_of, condition_is_true, get_json, is_running, list_pods, nodeclaims};
 use super::{cluster, crds, manifests, objects};
 
 /// How long each stage may take: the "within about 60 s".
@@ -503,11 +503,6 @@ fn node_for<'a>(claim: &Value, nodes: &'a [Node]) -> Option<&'a Node> {
         let id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
         id.eq_ignore_ascii_case(provider_id)
     })
-}
-
-fn condition_is_true(object: &Value, type_: &str) -> bool {
-    let conditions = object["status"]["conditions"].as_array().cloned().unwrap_or_default();
-    conditions.iter().any(|c| c["type"] == type_ && c["status"] == "True")
 }
 
 /// `Type=Status (Reason: message)` for each condition, or `none`.

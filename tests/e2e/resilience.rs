@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Node;
 use karpenter_azure::catalog::{embedded_sku, CapacityType, UnavailableOfferings};
 use karpenter_azure::cloud::azure::{
-    ArmClients, ArmSettings, AzureCloudProvider, BootstrapSettings, CredentialSource, LaunchSettings,
-    RetrySettings, Secret,
+    ArmClients, AzureCloudProvider, BootstrapSettings, LaunchSettings, RetrySettings, Secret,
 };
 use karpenter_azure::cloud::{
     wall_clock, CloudProvider, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice,
@@ -23,7 +22,7 @@ use kube::{Api, Client};
 use serde_json::Value;
 
 use super::controller::{Controller, CLUSTER_NAME};
-use super::lookups::{claims_of, get_json, is_running, list_pods, nodeclaims};
+use super::lookups::{claims_of, condition_is_true, get_json, is_running, list_pods, nodeclaims};
 use super::{cluster, crds, manifests, objects};
 use crate::fake_arm::{CreateError, Delivery, FakeArm, Fault, Target};
 
@@ -302,16 +301,7 @@ fn pool_vms(fake: &FakeArm, scenario: &Scenario) -> BTreeSet<String> {
 
 /// An Azure provider of our own against the controller's fake ARM, with the controller's cluster name.
 fn provider_for(fake: &FakeArm) -> AzureCloudProvider {
-    let (client_id, secret) = fake.client_credentials();
-    let arm = ArmSettings {
-        arm_endpoint: fake.endpoint(),
-        authority_host: fake.authority_host(),
-        subscription_id: fake.subscription_id().to_string(),
-        tenant_id: fake.tenant_id().to_string(),
-        client_id: client_id.to_string(),
-        credential: CredentialSource::ClientSecret(Secret::new(secret)),
-        retry: RetrySettings::default(),
-    };
+    let arm = fake.arm_settings(RetrySettings::default());
     let launch = LaunchSettings {
         cluster_name: CLUSTER_NAME.into(),
         location: fake.location().to_string(),
@@ -387,11 +377,6 @@ fn object_name(object: &Value) -> &str {
 fn vm_name_of(claim: &Value) -> Option<String> {
     let provider_id = claim["status"]["providerID"].as_str().filter(|id| !id.is_empty())?;
     provider_id.rsplit('/').next().map(str::to_ascii_lowercase)
-}
-
-fn condition_is_true(object: &Value, type_: &str) -> bool {
-    let conditions = object["status"]["conditions"].as_array().cloned().unwrap_or_default();
-    conditions.iter().any(|c| c["type"] == type_ && c["status"] == "True")
 }
 
 fn summaries(claims: &[Value]) -> String {

@@ -15,7 +15,7 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::controller::Controller;
-use super::lookups::{self, is_running, nodeclaims};
+use super::lookups::{self, condition_is_true, is_running, nodeclaims};
 use super::{cluster, crds, manifests, objects};
 
 const NAME: &str = "e2e-term-pdb";
@@ -267,9 +267,4 @@ fn name_of(object: &Value) -> &str {
 fn vm_name_of(claim: &Value) -> Option<&str> {
     let provider_id = claim["status"]["providerID"].as_str().filter(|id| !id.is_empty())?;
     provider_id.rsplit('/').next()
-}
-
-fn condition_is_true(object: &Value, type_: &str) -> bool {
-    let conditions = object["status"]["conditions"].as_array().cloned().unwrap_or_default();
-    conditions.iter().any(|c| c["type"] == type_ && c["status"] == "True")
 }

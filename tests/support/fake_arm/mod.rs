@@ -141,6 +141,25 @@ impl FakeArm {
         self.shared.config.client_secrets.first().map(|(id, s)| (id.as_str(), s.as_str())).unwrap_or_default()
     }
 
+    /// Settings for the production ARM clients that point them at this fake with its first client
+    /// credential.
+    pub fn arm_settings(
+        &self,
+        retry: karpenter_azure::cloud::azure::RetrySettings,
+    ) -> karpenter_azure::cloud::azure::ArmSettings {
+        use karpenter_azure::cloud::azure::{ArmSettings, CredentialSource, Secret};
+        let (client_id, secret) = self.client_credentials();
+        ArmSettings {
+            arm_endpoint: self.endpoint(),
+            authority_host: self.authority_host(),
+            subscription_id: self.subscription_id().to_string(),
+            tenant_id: self.tenant_id().to_string(),
+            client_id: client_id.to_string(),
+            credential: CredentialSource::ClientSecret(Secret::new(secret)),
+            retry,
+        }
+    }
+
     /// A bearer token the ARM endpoints accept, for hand-made requests.
     pub fn issue_token(&self) -> String {
         token::mint(&self.shared)
