@@ -20,6 +20,7 @@ use tokio::task::JoinSet;
 use super::{gc, lifecycle, provisioning, status, Shared};
 use crate::cloud::CloudProvider;
 use crate::operator::leader::Elector;
+use crate::operator::metrics;
 
 /// How long shutdown waits for in-flight work; below the chart's terminationGracePeriodSeconds so the
 /// lease is still released before the kubelet kills the process.
@@ -33,6 +34,13 @@ pub async fn run<C: CloudProvider + 'static>(
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
+    let set_leading = |election: &Option<Elector>, leading: bool| {
+        shared.leading.store(leading, Ordering::Relaxed);
+        if let Some(elector) = election {
+            metrics::get().set_leading(elector.lease_name(), leading);
+        }
+    };
+    set_leading(&election, false);
     loop {
         if let Some(elector) = election.as_mut() {
             tracing::info!(identity = %elector.identity(), "waiting for the leader lease");
@@ -41,13 +49,13 @@ pub async fn run<C: CloudProvider + 'static>(
                 _ = &mut shutdown => return,
             }
         }
-        shared.leading.store(true, Ordering::Relaxed);
+        set_leading(&election, true);
         let mut tasks = spawn_writers(&shared, &triggers);
         let shutting_down = tokio::select! {
             _ = hold(election.as_mut()) => false,
             _ = &mut shutdown => true,
         };
-        shared.leading.store(false, Ordering::Relaxed);
+        set_leading(&election, false);
         if !shutting_down {
             tracing::warn!("no longer the leader; stopping provisioning, lifecycle, status and gc");
             tasks.shutdown().await;

@@ -139,6 +139,10 @@ impl Elector {
         &self.identity
     }
 
+    pub fn lease_name(&self) -> &str {
+        &self.lease.lease_name
+    }
+
     /// Returns once this replica holds the Lease; retries every [`RETRY_PERIOD`] (errors are logged).
     pub async fn acquire(&mut self) {
         loop {

@@ -121,6 +121,9 @@ pub struct Metrics {
     pub cluster_state_node_count: IntGauge,
     /// `karpenter_cluster_state_synced`.
     pub cluster_state_synced: IntGauge,
+    /// `leader_election_master_status{name}`: 1 while this replica holds the Lease `name`, else 0
+    /// (controller-runtime's metric, which upstream Karpenter exposes).
+    pub leader_status: IntGaugeVec,
     /// `karpenter_azure_plan_price_dollars_per_hour{nodepool}`: ours.
     pub plan_price: GaugeVec,
     /// `karpenter_azure_plan_lower_bound_dollars_per_hour`: ours.
@@ -265,6 +268,11 @@ impl Metrics {
                 "karpenter_cluster_state_synced",
                 "Returns 1 if cluster state is synced and 0 otherwise. Synced checks that nodeclaims and nodes that are stored in the APIServer have the same representation as Karpenter's cluster state",
             ),
+            leader_status: int_gauge(
+                "leader_election_master_status",
+                "Gauge of if the reporter is master of a particular lease, 1 indicates master, 0 indicates backup. The name label is the name of the lease.",
+                &["name"],
+            ),
             plan_price: gauge(
                 "karpenter_azure_plan_price_dollars_per_hour",
                 "The $/hour of the NodeClaims the latest provisioning plan that launched any capacity created, by nodepool.",
@@ -337,6 +345,11 @@ impl Metrics {
         if let Some(error) = error {
             self.cloudprovider_errors.with_label_values(&[controller, method, provider, error]).inc();
         }
+    }
+
+    /// Whether this replica now holds the leader Lease `lease`.
+    pub fn set_leading(&self, lease: &str, leading: bool) {
+        self.leader_status.with_label_values(&[lease]).set(i64::from(leading));
     }
 
     pub fn vm_create_started(&self, vm: &VmCreate<'_>) {

@@ -84,6 +84,7 @@ fn record_everything(m: &Metrics) {
     m.vm_create_failed(&vm, "async", "ZonalAllocationFailed");
     m.plan_price.with_label_values(&["general"]).set(0.384);
     m.plan_lower_bound.set(0.3);
+    m.set_leading("karpenter-leader-election", true);
 }
 
 /// Every metric the issue lists (plus ours), its type and its label names (histograms: of `_count`).
@@ -120,6 +121,7 @@ const EXPECTED: &[(&str, &str, &[&str])] = &[
     ("karpenter_cluster_state_synced", "gauge", &[]),
     ("karpenter_azure_plan_price_dollars_per_hour", "gauge", &["nodepool"]),
     ("karpenter_azure_plan_lower_bound_dollars_per_hour", "gauge", &[]),
+    ("leader_election_master_status", "gauge", &["name"]),
 ];
 
 #[test]

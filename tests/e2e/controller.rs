@@ -133,7 +133,7 @@ impl Controller {
         env.extend(extra_env.iter().cloned());
         let child = spawn(&log_path, &env);
         eprintln!("e2e: replica {name} started (pid {}), log {}", child.id(), log_path.display());
-        Replica { child, log_path }
+        Replica { child, log_path, metrics_port }
     }
 
     /// The process id of the running child (it changes with [`Controller::kill_and_restart`]).
@@ -262,9 +262,14 @@ impl Drop for Controller {
 pub struct Replica {
     child: Child,
     log_path: PathBuf,
+    metrics_port: u16,
 }
 
 impl Replica {
+    pub fn metrics_port(&self) -> u16 {
+        self.metrics_port
+    }
+
     /// SIGKILL, no shutdown of any kind.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

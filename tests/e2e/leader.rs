@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::controller::Controller;
 use super::lookups::{claims_of, condition_is_true, get_json, is_running, list_pods, nodeclaims};
-use super::{cluster, crds, manifests, objects, wait};
+use super::{cluster, crds, manifests, objects, prometheus, wait};
 use crate::fake_arm::{Fault, Target};
 
 const NAME: &str = "e2e-leader";
@@ -104,6 +104,7 @@ async fn a_standby_takes_over_within_15s_and_nothing_is_created_twice() {
         before_kill.len()
     );
     assert!(takeover <= TAKEOVER, "takeover took {takeover:?}, more than {TAKEOVER:?}");
+    assert_eq!(leader_status(b.metrics_port()).await, Some(1.0), "the new leader's metric");
     fake.clear_faults();
 
     // The new leader finishes the dead leader's launches and provisions for new pods.
@@ -147,12 +148,20 @@ async fn a_standby_takes_over_within_15s_and_nothing_is_created_twice() {
     let exited_after = terminated.elapsed();
     assert!(status.success(), "SIGTERM should be a clean exit: {status}");
     assert!(b.log().contains("released the leader lease"), "the leader did not release its lease");
+    assert_eq!(leader_status(c.metrics_port()).await, Some(0.0), "a standby's metric");
     let (_, handover) = wait_holder(&leases, &["replica-c"], TAKEOVER).await;
     let handover = handover + exited_after;
     println!("e2e leader election: SIGTERM → exit {exited_after:.1?}, replica-c leads {handover:.1?} after the signal");
     assert!(handover < Duration::from_secs(8), "a released lease should be taken at once, took {handover:?}");
 
     tear_down(&client, &mut c).await;
+}
+
+/// `leader_election_master_status{name=<lease>}` of the replica serving metrics on `port`.
+async fn leader_status(port: u16) -> Option<f64> {
+    let (_, text) = prometheus::get(&format!("http://127.0.0.1:{port}/metrics")).await.ok()?;
+    let samples = prometheus::parse(&text).ok()?;
+    prometheus::sum(&samples, "leader_election_master_status", &[("name", LEASE_NAME)])
 }
 
 fn claim_names(claims: &[Value]) -> BTreeSet<String> {
