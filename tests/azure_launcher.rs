@@ -95,6 +95,7 @@ fn request(claim: &str, options: Vec<InstanceTypeOption>) -> LaunchRequest {
         os_disk_size_gb: 128,
         tags: BTreeMap::from([("team/owner".to_string(), "blue".to_string())]),
         kubelet: KubeletSettings { max_pods: 110, kube_reserved: BTreeMap::new(), config_flags: vec![] },
+        security: Default::default(),
     }
 }
 

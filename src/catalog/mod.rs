@@ -8,6 +8,8 @@
 //! - `retail`: the Retail Prices API client and the refreshing price provider (I/O).
 //! - `unavailable`: the TTL cache of offerings Azure recently refused (pure, time injected).
 //! - `selection`: which types and offerings a NodePool's requirements allow (pure).
+//! - `security`: an AKSNodeClass's encryption at host / trusted launch and the sizes that honour them
+//!   (pure).
 //! - `cli`: table/JSON rendering for the `catalog` command; `command`: the command itself (reads files).
 
 pub mod allocatable;
@@ -16,6 +18,7 @@ pub mod command;
 pub mod instancetype;
 pub mod pricing;
 pub mod retail;
+pub mod security;
 pub mod selection;
 pub mod sku;
 pub mod unavailable;
@@ -25,5 +28,6 @@ pub use cli::{render, OutputFormat};
 pub use instancetype::{instance_types, known_regions, CatalogError, InstanceType, Offering};
 pub use pricing::{PriceTable, SkuPrice};
 pub use retail::{PricingProvider, RetailError, RetailPricesClient};
+pub use security::{NodeSecurity, SecurityError, UefiSettings};
 pub use sku::{embedded_sku, embedded_skus, Arch, GpuVendor, SkuRecord};
 pub use unavailable::{CapacityType, Timestamp, UnavailableOfferings, UnavailableReason};

@@ -85,6 +85,14 @@ pub struct SkuRecord {
     pub ephemeral_os_disk_placements: Option<Vec<String>>,
     pub low_priority_capable: Option<bool>,
     pub hyperv_generations: Option<Vec<String>>,
+    /// `EncryptionAtHostSupported` of the Resource SKUs API. The embedded data has no such column, so
+    /// it is None there (see `catalog::security` for what unknown means).
+    #[serde(default)]
+    pub encryption_at_host_supported: Option<bool>,
+    /// `TrustedLaunchDisabled` of the Resource SKUs API: true when the size cannot run a trusted-launch
+    /// VM. None in the embedded data.
+    #[serde(default)]
+    pub trusted_launch_disabled: Option<bool>,
     pub resource_disk_gib: Option<f64>,
     pub cache_disk_gib: Option<f64>,
     pub nvme_disk_gib: Option<f64>,

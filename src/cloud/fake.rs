@@ -202,6 +202,7 @@ mod tests {
             os_disk_size_gb: 128,
             tags: BTreeMap::new(),
             kubelet: KubeletSettings::default(),
+            security: Default::default(),
         }
     }
 

@@ -131,6 +131,7 @@ mod tests {
             tags: BTreeMap::new(),
             kubelet: KubeletSettings::default(),
             subnet_id: None,
+            security: Default::default(),
         }
     }
 

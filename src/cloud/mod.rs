@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::apis::common::Taint;
-use crate::catalog::{CapacityType, SkuRecord, Timestamp};
+use crate::catalog::{CapacityType, NodeSecurity, SkuRecord, Timestamp};
 use crate::cloud::azure::subnet::SubnetId;
 
 /// Reads "now" for the unavailable-offerings cache; injected so tests and the simulator control time.
@@ -81,6 +81,9 @@ pub struct LaunchRequest {
     /// AKSNodeClass `spec.tags` (keys may contain '/').
     pub tags: BTreeMap<String, String>,
     pub kubelet: KubeletSettings,
+    /// AKSNodeClass `spec.security`: encryption at host and trusted launch. The options are sizes that
+    /// honour it (the catalog filters by class) and, for trusted launch, trusted-launch images.
+    pub security: NodeSecurity,
 }
 
 /// Per-node kubelet values the bootstrap script passes as flags.

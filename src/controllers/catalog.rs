@@ -1,9 +1,10 @@
 //! Instance types per AKSNodeClass: the region's sizes — from the Azure Resource SKUs API once it has
 //! answered (refreshed every 12 hours), the embedded catalog until then or when it cannot be reached —
 //! priced by the static table, shaped by the class (maxPods, OS disk) and the operator's network
-//! settings, with offerings the unavailable cache blocks marked unavailable, and without the sizes none
-//! of the class's status images boots (the launcher could not start them). Memoised per class shape,
-//! cache generation and SKU list.
+//! settings, with offerings the unavailable cache blocks marked unavailable, and without the sizes the
+//! class cannot launch: those none of its status images boots, and those that cannot honour its
+//! `spec.security` (encryption at host, trusted launch; rules in [`crate::catalog::security`], which
+//! needs the live list's capabilities). Memoised per class shape, cache generation and SKU list.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +14,8 @@ use std::time::Duration;
 use crate::apis::aksnodeclass::NodeImage;
 use crate::apis::AKSNodeClass;
 use crate::catalog::{
-    self, embedded_sku, CapacityOptions, CatalogError, InstanceType, PriceTable, UnavailableOfferings,
+    self, embedded_sku, CapacityOptions, CatalogError, InstanceType, NodeSecurity, PriceTable, SkuRecord,
+    UnavailableOfferings,
 };
 use crate::cloud::azure::client::ArmClients;
 use crate::cloud::azure::imagefamily::image_for;
@@ -25,9 +27,9 @@ pub const SKU_REFRESH_INTERVAL: Duration = Duration::from_secs(12 * 3600);
 /// After a failed listing, how soon to try again.
 const SKU_RETRY_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
-/// (maxPods, osDiskSizeGB, image requirements) of a class: what changes allocatable and which sizes
-/// have an image.
-type ClassShape = (Option<u32>, Option<u32>, String);
+/// (maxPods, osDiskSizeGB, image requirements, security) of a class: what changes allocatable and
+/// which sizes it can launch.
+type ClassShape = (Option<u32>, Option<u32>, String, NodeSecurity);
 /// The types of a shape, with the cache generation and SKU-list version they were computed at.
 type Memo = BTreeMap<ClassShape, ((u64, u64), Arc<Vec<InstanceType>>)>;
 /// The live SKU list, shared with the refresh task.
@@ -74,11 +76,12 @@ impl Catalog {
     /// The instance types a NodePool on `class` can launch (the defaults when the class is unknown).
     pub fn types_for(&self, class: Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>> {
         let images = class.and_then(|c| c.status.as_ref()).map(|s| s.images.as_slice()).unwrap_or_default();
-        let shape: ClassShape = class.map_or((None, None, String::new()), |c| {
+        let shape: ClassShape = class.map_or((None, None, String::new(), NodeSecurity::default()), |c| {
             (
                 c.spec.max_pods.map(|m| m.max(0) as u32),
                 c.spec.os_disk_size_gb.map(|g| g.max(0) as u32),
                 image_requirements_key(images),
+                NodeSecurity::from_spec(c.spec.security.as_ref()),
             )
         });
         let now = (self.clock)();
@@ -93,15 +96,24 @@ impl Catalog {
         }
         let options = CapacityOptions { max_pods: shape.0, os_disk_size_gb: shape.1, ..self.options.clone() };
         let live = self.live.read().unwrap_or_else(|p| p.into_inner()).clone();
-        let mut types = match live {
-            Some(skus) => self.live_types(&skus, &options, &unavailable, now),
+        let mut types = match &live {
+            Some(skus) => self.live_types(skus, &options, &unavailable, now),
             // The region was checked in `new`, so this cannot fail; an empty list is the safe fallback.
             None => catalog::instance_types(&self.region, &options, &self.pricing, &unavailable, now)
                 .unwrap_or_default(),
         };
+        // The live record carries the capabilities (and current generations); the embedded one is what
+        // there is before the first listing.
+        let live_records: BTreeMap<&str, &SkuRecord> =
+            live.iter().flat_map(|skus| skus.iter()).map(|s| (s.record.name.as_str(), &s.record)).collect();
+        let record = |name: &str| live_records.get(name).copied().or_else(|| embedded_sku(name));
+        let security = shape.3;
+        if security != NodeSecurity::default() {
+            types.retain(|t| record(&t.name).is_some_and(|sku| security.check(sku).is_ok()));
+        }
         // A class without images is not Ready and launches nothing; its sizes are left as they are.
         if !images.is_empty() {
-            types.retain(|t| embedded_sku(&t.name).is_none_or(|sku| image_for(images, sku).is_some()));
+            types.retain(|t| record(&t.name).is_none_or(|sku| image_for(images, sku).is_some()));
         }
         let types = Arc::new(types);
         memo.insert(shape, (version, types.clone()));
@@ -213,6 +225,49 @@ mod tests {
         };
         assert_eq!(zones(0), ["eastus-1", "eastus-3"]);
         assert_eq!(zones(1), ["eastus-2"]);
+    }
+
+    #[test]
+    fn classes_asking_for_security_get_only_sizes_that_honour_it() {
+        let catalog = catalog();
+        let class = |security: &str| -> AKSNodeClass {
+            serde_yaml::from_str(&format!(
+                "apiVersion: karpenter.azure.com/v1beta1\nkind: AKSNodeClass\nmetadata: {{name: c}}\nspec: {{security: {security}}}\n"
+            ))
+            .unwrap()
+        };
+        let names = |class: &AKSNodeClass| -> Vec<String> {
+            catalog.types_for(Some(class)).iter().map(|t| t.name.clone()).collect()
+        };
+        let eah = class("{encryptionAtHost: true}");
+        let tl = class("{trustedLaunch: {vtpm: true}}");
+        let both = class("{encryptionAtHost: true, trustedLaunch: {secureBoot: true}}");
+        assert!(names(&eah).is_empty(), "embedded data: encryption at host unknown, so not offered");
+        assert!(names(&tl).contains(&"Standard_D4s_v5".to_string()), "unknown TL, gen2: offered");
+        assert!(!names(&tl).contains(&"Standard_D2_v2".to_string()), "unknown TL, gen1-only: not offered");
+        let live = |name: &str, eah: Option<bool>, tl_disabled: Option<bool>| RegionSku {
+            record: SkuRecord {
+                encryption_at_host_supported: eah,
+                trusted_launch_disabled: tl_disabled,
+                ..embedded_sku(name).unwrap().clone()
+            },
+            zones: vec!["1".into()],
+        };
+        *catalog.live.write().unwrap() = Some(Arc::new(vec![
+            live("Standard_D4s_v5", Some(true), Some(false)),
+            live("Standard_E4s_v5", Some(false), Some(false)),
+            live("Standard_F4s_v2", Some(true), Some(true)),
+            live("Standard_D2_v2", Some(true), None),
+        ]));
+        catalog.live_version.fetch_add(1, Ordering::AcqRel);
+        assert_eq!(names(&class("{}")).len(), 4);
+        let mut got = names(&eah);
+        got.sort();
+        assert_eq!(got, ["Standard_D2_v2", "Standard_D4s_v5", "Standard_F4s_v2"]);
+        let mut got = names(&tl);
+        got.sort();
+        assert_eq!(got, ["Standard_D4s_v5", "Standard_E4s_v5"], "F4s_v2 disables TL, D2_v2 is gen1");
+        assert_eq!(names(&both), ["Standard_D4s_v5"]);
     }
 
     #[test]

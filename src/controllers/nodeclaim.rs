@@ -13,7 +13,7 @@ use crate::apis::labels::{self, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
 use crate::apis::nodeclaim::ResourceRequirements;
 use crate::apis::{AKSNodeClass, NodeClaim, NodeClaimSpec, NodePool};
 use crate::catalog::selection::{allowed_offerings, offering_labels, type_allowed};
-use crate::catalog::{embedded_sku, InstanceType};
+use crate::catalog::{embedded_sku, InstanceType, NodeSecurity};
 use crate::cloud::azure::customdata::kubelet_config_flags;
 use crate::cloud::azure::imagefamily::image_for;
 use crate::cloud::{InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice};
@@ -204,6 +204,7 @@ pub fn launch_request(
             kube_reserved: first.overhead.kube_reserved.to_quantities(),
             config_flags: kubelet_config_flags(class.spec.kubelet.as_ref()),
         },
+        security: NodeSecurity::from_spec(class.spec.security.as_ref()),
     })
 }
 

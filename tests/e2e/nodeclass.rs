@@ -2,7 +2,9 @@
 //! community galleries and checks its subnet; each launched size boots the resolved image of its
 //! architecture and Hyper-V generation; a class whose subnet does not exist stays not Ready, its
 //! NodePool gets no NodeClaims and a claim of it is deleted with a NodeClassNotReady launch failure,
-//! until the class names a subnet that exists, whose NICs then go in it.
+//! until the class names a subnet that exists, whose NICs then go in it; a class asking for encryption
+//! at host and trusted launch becomes Ready with the trusted-launch image and its pod lands on a VM with
+//! that image and the security profile, on a size the fake's SKU list says can take both.
 
 use std::time::{Duration, Instant};
 
@@ -139,6 +141,68 @@ async fn the_class_lists_the_newest_gallery_images_and_each_size_launches_with_i
 
     let pods: Vec<Value> = (0..SIZES.len()).map(|i| pod(NAME, &format!("p{i}"), None)).collect();
     tear_down(&client, &controller, NAME, &pods, &[pool, class]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_class_with_encryption_at_host_and_trusted_launch_launches_secure_vms() {
+    const NAME: &str = "e2e-nc-secure";
+    let cluster = cluster::shared();
+    let client = cluster.client().await;
+    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
+    objects::namespace(&client, NAME).await;
+    let controller = Controller::start(cluster, &client, NAME).await;
+    let mut class = manifests::node_class(NAME);
+    class["spec"]["security"] =
+        json!({"encryptionAtHost": true, "trustedLaunch": {"vtpm": true, "secureBoot": true}});
+    // Any amd64 size: the cheapest ones (B-series, `_v2`) have no encryption at host in the fake's list.
+    let pool = manifests::node_pool(NAME, None);
+    objects::apply(&client, &class).await.expect("applying the AKSNodeClass");
+    objects::apply(&client, &pool).await.expect("applying the NodePool");
+    let status = controller
+        .wait_until("the AKSNodeClass to be Ready", READY, || async {
+            let class = get_json(&client, &class).await?;
+            is_true(&class, "Ready")
+                .then(|| class["status"].clone())
+                .ok_or_else(|| format!("{}", class["status"]))
+        })
+        .await;
+    // Ubuntu stays on 22.04 for trusted launch (upstream); the image is gen2 amd64 only.
+    let tl_image = image_id("2204gen2TLcontainerd");
+    let expected = json!([{"id": tl_image, "requirements": [
+        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+        {"key": "karpenter.azure.com/sku-hyperv-generation", "operator": "In", "values": ["2"]}
+    ]}]);
+    assert_eq!(status["images"], expected);
+
+    objects::apply(&client, &pod(NAME, "secure", None)).await.expect("creating a pod");
+    let claim = controller
+        .wait_until("a launched NodeClaim", STAGE, || async {
+            let claims = claims_of(&client, NAME).await?;
+            claims
+                .into_iter()
+                .find(|c| c["status"]["providerID"].is_string())
+                .ok_or_else(|| "no launched NodeClaim yet".to_string())
+        })
+        .await;
+    let vm_name = claim["status"]["providerID"].as_str().and_then(|id| id.rsplit('/').next()).unwrap();
+    let vm = controller.fake().vm(vm_name).unwrap_or_else(|| panic!("VM {vm_name} in the fake ARM"));
+    let sku = karpenter_azure::catalog::embedded_sku(&vm.vm_size).unwrap();
+    assert!(
+        crate::fake_arm::skus::encryption_at_host_supported(sku),
+        "{} supports encryption at host",
+        vm.vm_size
+    );
+    assert!(!crate::fake_arm::skus::trusted_launch_disabled(sku), "{} allows trusted launch", vm.vm_size);
+    let props = &vm.document["properties"];
+    assert_eq!(
+        props["securityProfile"],
+        json!({"encryptionAtHost": true, "securityType": "TrustedLaunch",
+               "uefiSettings": {"secureBootEnabled": true, "vTpmEnabled": true}})
+    );
+    assert_eq!(props["storageProfile"]["imageReference"]["communityGalleryImageId"], json!(tl_image));
+    assert_eq!(claim["status"]["imageID"], json!(tl_image));
+
+    tear_down(&client, &controller, NAME, &[pod(NAME, "secure", None)], &[pool, class]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

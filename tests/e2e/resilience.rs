@@ -341,6 +341,7 @@ fn orphan_request(claim: &str) -> LaunchRequest {
         os_disk_size_gb: 128,
         tags: BTreeMap::new(),
         kubelet: KubeletSettings { max_pods: 110, kube_reserved: BTreeMap::new(), config_flags: vec![] },
+        security: Default::default(),
     }
 }
 

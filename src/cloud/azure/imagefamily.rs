@@ -7,6 +7,9 @@
 //!   1.34; `AzureLinux`: 2 below 1.32, 3 from 1.32);
 //! - its image definitions in priority order (gen2 amd64, gen1 amd64, gen2 arm64), each with the
 //!   requirements a VM size must meet to boot it;
+//! - for a trusted-launch class, the one trusted-launch definition instead (`2204gen2TLcontainerd`,
+//!   `2404gen2TLcontainerd`, `V2gen2TL`, `V3gen2TL`: gen2 amd64 only; AKS publishes no arm64 or gen1
+//!   trusted-launch image), with `Ubuntu` pinned to 22.04 as upstream `defaultUbuntu` does;
 //! - the newest usable version of a definition, the community-gallery image ID, and which of a class's
 //!   status images a VM size boots.
 
@@ -15,6 +18,7 @@ use crate::apis::common::{NodeSelectorRequirementWithMinValues, Operator};
 use crate::apis::labels::{LABEL_ARCH, LABEL_SKU_HYPERV_GENERATION};
 use crate::apis::AKSNodeClass;
 use crate::catalog::sku::{Arch, SkuRecord};
+use crate::catalog::NodeSecurity;
 use crate::scheduling::requirements::Requirements;
 
 /// Public name of the community gallery AKS publishes its Ubuntu node images to.
@@ -53,10 +57,6 @@ pub enum ImageFamilyError {
     /// never to the community galleries.
     #[error("FIPS images are published only to the AKS shared image galleries, which this controller does not use; set fipsMode: Disabled")]
     FipsRequiresSig,
-    /// A trusted-launch image needs a VM created with security type TrustedLaunch, which the launcher
-    /// does not do yet; a standard image would silently drop vTPM and secure boot.
-    #[error("trusted launch (security.trustedLaunch) is not supported by this controller yet")]
-    TrustedLaunchUnsupported,
 }
 
 impl ImageFamilyError {
@@ -64,7 +64,6 @@ impl ImageFamilyError {
     pub fn category(&self) -> &'static str {
         match self {
             ImageFamilyError::FipsRequiresSig => "SIGRequiredForFIPS",
-            ImageFamilyError::TrustedLaunchUnsupported => "TrustedLaunchUnsupported",
         }
     }
 }
@@ -114,25 +113,36 @@ pub fn distro_definitions(distro: Distro) -> [ImageDefinition; 3] {
     ]
 }
 
-/// The definitions a class needs on a cluster at `kubernetes_version`.
+/// The trusted-launch definition of a distro. A VM booting it must be created with security type
+/// TrustedLaunch (Azure refuses it otherwise), and the image is gen2 amd64 only.
+pub fn trusted_launch_definition(distro: Distro) -> ImageDefinition {
+    let (gallery, definition) = match distro {
+        Distro::Ubuntu2204 => (UBUNTU_GALLERY, "2204gen2TLcontainerd"),
+        Distro::Ubuntu2404 => (UBUNTU_GALLERY, "2404gen2TLcontainerd"),
+        Distro::AzureLinux2 => (AZURE_LINUX_GALLERY, "V2gen2TL"),
+        Distro::AzureLinux3 => (AZURE_LINUX_GALLERY, "V3gen2TL"),
+    };
+    ImageDefinition { gallery, definition, arch: Arch::Amd64, hyperv_generation: "2" }
+}
+
+/// The definitions a class needs on a cluster at `kubernetes_version`, in priority order.
 pub fn class_definitions(
     class: &AKSNodeClass,
     kubernetes_version: &str,
-) -> Result<[ImageDefinition; 3], ImageFamilyError> {
+) -> Result<Vec<ImageDefinition>, ImageFamilyError> {
     if class.spec.fips_mode == Some(FipsMode::Fips) {
         return Err(ImageFamilyError::FipsRequiresSig);
     }
-    let trusted_launch = class
-        .spec
-        .security
-        .as_ref()
-        .and_then(|s| s.trusted_launch.as_ref())
-        .is_some_and(|t| t.vtpm == Some(true) || t.secure_boot == Some(true));
-    if trusted_launch {
-        return Err(ImageFamilyError::TrustedLaunchUnsupported);
-    }
     let family = class.spec.image_family.unwrap_or_default();
-    Ok(distro_definitions(distro(family, kubernetes_version)))
+    if NodeSecurity::from_spec(class.spec.security.as_ref()).trusted_launch.is_some() {
+        // Upstream `defaultUbuntu`: trusted launch keeps the default family on 22.04 at every version.
+        let distro = match family {
+            ImageFamily::Ubuntu => Distro::Ubuntu2204,
+            _ => distro(family, kubernetes_version),
+        };
+        return Ok(vec![trusted_launch_definition(distro)]);
+    }
+    Ok(distro_definitions(distro(family, kubernetes_version)).to_vec())
 }
 
 /// One version of an image definition as the gallery lists it.

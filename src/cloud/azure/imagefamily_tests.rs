@@ -55,7 +55,7 @@ fn each_distro_has_gen2_gen1_and_arm64_definitions_in_that_order() {
 }
 
 #[test]
-fn fips_and_trusted_launch_classes_have_no_community_images() {
+fn fips_classes_have_no_community_images() {
     assert_eq!(names(&class_definitions(&class("{}"), "1.33.0").unwrap())[0], "2204gen2containerd");
     assert_eq!(
         names(&class_definitions(&class("{imageFamily: AzureLinux}"), "1.34.0").unwrap())[0],
@@ -66,17 +66,36 @@ fn fips_and_trusted_launch_classes_have_no_community_images() {
     assert_eq!(ImageFamilyError::FipsRequiresSig.category(), "SIGRequiredForFIPS");
     let disabled = class("{fipsMode: Disabled}");
     assert!(class_definitions(&disabled, "1.34.0").is_ok());
-    let mut trusted = class("{}");
-    trusted.spec.security = Some(Security {
-        encryption_at_host: None,
-        trusted_launch: Some(TrustedLaunch { vtpm: Some(true), secure_boot: None }),
-    });
-    assert_eq!(class_definitions(&trusted, "1.34.0"), Err(ImageFamilyError::TrustedLaunchUnsupported));
-    trusted.spec.security = Some(Security {
-        encryption_at_host: Some(true),
-        trusted_launch: Some(TrustedLaunch { vtpm: Some(false), secure_boot: Some(false) }),
-    });
-    assert!(class_definitions(&trusted, "1.34.0").is_ok(), "both off is not trusted launch");
+}
+
+#[test]
+fn trusted_launch_classes_use_the_trusted_launch_definition_only() {
+    let trusted = |family: &str, vtpm: Option<bool>, secure_boot: Option<bool>| {
+        let mut c = class(family);
+        c.spec.security = Some(Security {
+            encryption_at_host: Some(true),
+            trusted_launch: Some(TrustedLaunch { vtpm, secure_boot }),
+        });
+        c
+    };
+    for (family, version, expected) in [
+        // The default family stays on 22.04 even where it would otherwise be 24.04 (upstream).
+        ("{}", "1.34.0", "2204gen2TLcontainerd"),
+        ("{imageFamily: Ubuntu2204}", "1.34.0", "2204gen2TLcontainerd"),
+        ("{imageFamily: Ubuntu2404}", "1.30.0", "2404gen2TLcontainerd"),
+        ("{imageFamily: AzureLinux}", "1.31.0", "V2gen2TL"),
+        ("{imageFamily: AzureLinux}", "1.34.0", "V3gen2TL"),
+    ] {
+        let definitions = class_definitions(&trusted(family, Some(true), None), version).unwrap();
+        assert_eq!(names(&definitions), [expected], "{family} at {version}");
+        assert_eq!((definitions[0].arch, definitions[0].hyperv_generation), (Arch::Amd64, "2"));
+    }
+    let secure_boot_only = class_definitions(&trusted("{}", None, Some(true)), "1.33.0").unwrap();
+    assert_eq!(names(&secure_boot_only), ["2204gen2TLcontainerd"]);
+    let off = class_definitions(&trusted("{}", Some(false), Some(false)), "1.34.0").unwrap();
+    assert_eq!(names(&off), ["2404gen2containerd", "2404containerd", "2404gen2arm64containerd"]);
+    let fips = class_definitions(&trusted("{fipsMode: FIPS}", Some(true), None), "1.33.0");
+    assert_eq!(fips, Err(ImageFamilyError::FipsRequiresSig), "FIPS + TL images are SIG-only too");
 }
 
 #[test]

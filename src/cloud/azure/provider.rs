@@ -209,6 +209,7 @@ impl AzureCloudProvider {
             nic_id: &nic_id,
             tags: &tags,
             custom_data: &custom_data,
+            security: request.security,
         };
         let m = metrics::get();
         let labels = VmCreate {

@@ -3,7 +3,8 @@
 //!
 //! Live data decides *which* sizes exist and where (zones, restrictions); facts the API does not carry
 //! (GPU vendor and model, the AKS-restricted list) come from the embedded record of the same name.
-//! Prices stay with the catalog's price table.
+//! Prices stay with the catalog's price table. The security capabilities (`EncryptionAtHostSupported`,
+//! `TrustedLaunchDisabled`) exist only here; `catalog::security` says what their absence means.
 
 use std::collections::BTreeMap;
 
@@ -106,6 +107,8 @@ pub fn region_sku(sku: &ResourceSku, region: &str) -> Option<RegionSku> {
         hyperv_generations: capabilities
             .get("HyperVGenerations")
             .map(|v| v.split(',').map(|s| s.trim().to_string()).collect()),
+        encryption_at_host_supported: flag("EncryptionAtHostSupported"),
+        trusted_launch_disabled: flag("TrustedLaunchDisabled"),
         resource_disk_gib: number("MaxResourceVolumeMB").map(|mb| mb / 1024.0),
         cache_disk_gib: number("CachedDiskBytes").map(|b| b / (1u64 << 30) as f64),
         nvme_disk_gib: number("NvmeDiskSizeInMiB").map(|mib| mib / 1024.0),
@@ -154,6 +157,29 @@ mod tests {
         assert_eq!(got.record.low_priority_capable, Some(true));
         assert_eq!(got.record.hyperv_generations.as_deref(), Some(&["V1".to_string(), "V2".to_string()][..]));
         assert_eq!(got.record.series, embedded_sku("Standard_D4s_v5").unwrap().series);
+    }
+
+    #[test]
+    fn security_capabilities_are_read_and_absent_ones_stay_unknown() {
+        let entry = |caps: serde_json::Value| {
+            let mut capabilities =
+                vec![json!({"name": "vCPUs", "value": "4"}), json!({"name": "MemoryGB", "value": "16"})];
+            capabilities.extend(caps.as_array().unwrap().iter().cloned());
+            let sku = sku(
+                json!({"resourceType": "virtualMachines", "name": "Standard_D4s_v5", "capabilities": capabilities}),
+            );
+            let record = region_sku(&sku, "eastus").unwrap().record;
+            (record.encryption_at_host_supported, record.trusted_launch_disabled)
+        };
+        let supported = json!([
+            {"name": "EncryptionAtHostSupported", "value": "True"}, {"name": "TrustedLaunchDisabled", "value": "False"}
+        ]);
+        assert_eq!(entry(supported), (Some(true), Some(false)));
+        let refused = json!([
+            {"name": "EncryptionAtHostSupported", "value": "False"}, {"name": "TrustedLaunchDisabled", "value": "True"}
+        ]);
+        assert_eq!(entry(refused), (Some(false), Some(true)));
+        assert_eq!(entry(json!([])), (None, None));
     }
 
     #[test]

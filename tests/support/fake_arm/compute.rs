@@ -9,7 +9,8 @@
 //! - A PUT while the VM is `Deleting` is refused with 409 `OperationNotAllowed`, as Azure does.
 //! - DELETE of a missing VM is 204 (ARM delete is idempotent); GET of a missing VM is 404 `ResourceNotFound`.
 //! - GET never returns `osProfile.customData` or `adminPassword`.
-//! - A community-gallery image must be published and bootable by the size (see `gallery`).
+//! - A community-gallery image must be published and bootable by the size (see `gallery`), and the
+//!   security profile must suit the size and image (see `security`).
 //! - Operation-status URLs are served by `operations`.
 
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use tokio::time::Instant;
 use super::arm::{self, ArmError, ArmRequest, ArmResponse, LroUrls, COMPUTE_VM_API_VERSIONS};
 use super::faults::{self, CreateAttempt, Delivery, Fault};
 use super::state::{Operation, Shared, State, VmPhase, VmRecord};
-use super::{boot, gallery};
+use super::{boot, gallery, security};
 
 pub const VM_TYPE: &str = "Microsoft.Compute/virtualMachines";
 
@@ -72,8 +73,14 @@ pub fn put_vm(shared: &Arc<Shared>, request: &ArmRequest, rg: &str, name: &str) 
         Ok(spec) => spec,
         Err(err) => return err.into_response(),
     };
-    if let Err(err) = gallery::check_vm_image(&state, &body, &spec.vm_size, &shared.config.location) {
-        return err.into_response();
+    let image = match gallery::check_vm_image(&state, &body, &spec.vm_size, &shared.config.location) {
+        Ok(image) => image,
+        Err(err) => return err.into_response(),
+    };
+    if let Some(sku) = embedded_sku(&spec.vm_size) {
+        if let Err(err) = security::check_vm_security(&body, sku, image) {
+            return err.into_response();
+        }
     }
     let nics = match resolve_nics(&state, &body) {
         Ok(nics) => nics,

@@ -7,7 +7,8 @@
 //!
 //! `FakeArmConfig::default()` publishes AKS's Ubuntu and Azure Linux definitions (gen2, gen1, arm64 and
 //! trusted launch for Ubuntu 22.04/24.04 and Azure Linux 2/3), each with [`DEFAULT_VERSIONS`], listed out
-//! of date order so a client has to pick the newest itself.
+//! of date order so a client has to pick the newest itself. The trusted-launch ones carry the
+//! `SecurityType=TrustedLaunch` feature that `security` matches against the VM's security type.
 
 use karpenter_azure::catalog::embedded_sku;
 use serde_json::{json, Value};
@@ -36,6 +37,9 @@ pub struct GalleryImage {
     pub architecture: String,
     /// `V1` or `V2`.
     pub hyperv_generation: String,
+    /// The definition's `SecurityType=TrustedLaunch` feature: only trusted-launch VMs boot it, and a
+    /// trusted-launch VM boots only such images (checked by `security`).
+    pub trusted_launch: bool,
     pub versions: Vec<GalleryImageVersion>,
 }
 
@@ -52,21 +56,21 @@ pub struct GalleryImageVersion {
 pub fn default_images() -> Vec<GalleryImage> {
     let ubuntu = ["2204", "2404"].into_iter().flat_map(|release| {
         [
-            (format!("{release}gen2containerd"), "x64", "V2"),
-            (format!("{release}containerd"), "x64", "V1"),
-            (format!("{release}gen2arm64containerd"), "Arm64", "V2"),
-            (format!("{release}gen2TLcontainerd"), "x64", "V2"),
+            (format!("{release}gen2containerd"), "x64", "V2", false),
+            (format!("{release}containerd"), "x64", "V1", false),
+            (format!("{release}gen2arm64containerd"), "Arm64", "V2", false),
+            (format!("{release}gen2TLcontainerd"), "x64", "V2", true),
         ]
-        .map(|(definition, arch, generation)| (UBUNTU_GALLERY, definition, arch, generation))
+        .map(|(definition, arch, generation, tl)| (UBUNTU_GALLERY, definition, arch, generation, tl))
     });
     let azure_linux = ["V2", "V3"].into_iter().flat_map(|release| {
         [
-            (format!("{release}gen2"), "x64", "V2"),
-            (release.to_string(), "x64", "V1"),
-            (format!("{release}gen2arm64"), "Arm64", "V2"),
-            (format!("{release}gen2TL"), "x64", "V2"),
+            (format!("{release}gen2"), "x64", "V2", false),
+            (release.to_string(), "x64", "V1", false),
+            (format!("{release}gen2arm64"), "Arm64", "V2", false),
+            (format!("{release}gen2TL"), "x64", "V2", true),
         ]
-        .map(|(definition, arch, generation)| (AZURE_LINUX_GALLERY, definition, arch, generation))
+        .map(|(definition, arch, generation, tl)| (AZURE_LINUX_GALLERY, definition, arch, generation, tl))
     });
     let versions: Vec<GalleryImageVersion> = DEFAULT_VERSIONS
         .iter()
@@ -78,11 +82,12 @@ pub fn default_images() -> Vec<GalleryImage> {
         .collect();
     ubuntu
         .chain(azure_linux)
-        .map(|(gallery, definition, architecture, generation)| GalleryImage {
+        .map(|(gallery, definition, architecture, generation, trusted_launch)| GalleryImage {
             gallery: gallery.to_string(),
             definition,
             architecture: architecture.to_string(),
             hyperv_generation: generation.to_string(),
+            trusted_launch,
             versions: versions.clone(),
         })
         .collect()
@@ -148,10 +153,16 @@ pub fn publish(state: &mut State, gallery: &str, definition: &str, version: Gall
     true
 }
 
-/// What Azure checks of a VM create's community-gallery image. Other image references pass.
-pub fn check_vm_image(state: &State, body: &Value, vm_size: &str, location: &str) -> Result<(), ArmError> {
+/// What Azure checks of a VM create's community-gallery image; returns the image's definition. Other
+/// image references pass (None).
+pub fn check_vm_image<'s>(
+    state: &'s State,
+    body: &Value,
+    vm_size: &str,
+    location: &str,
+) -> Result<Option<&'s GalleryImage>, ArmError> {
     let Some(id) = body.pointer("/properties/storageProfile/imageReference/communityGalleryImageId") else {
-        return Ok(());
+        return Ok(None);
     };
     let id = id.as_str().unwrap_or_default();
     let segments: Vec<&str> = id.split('/').collect();
@@ -177,7 +188,7 @@ pub fn check_vm_image(state: &State, body: &Value, vm_size: &str, location: &str
     if !is(version, "latest") && !image.versions.iter().any(|v| is(&v.name, version)) {
         return Err(missing());
     }
-    let Some(sku) = embedded_sku(vm_size) else { return Ok(()) };
+    let Some(sku) = embedded_sku(vm_size) else { return Ok(Some(image)) };
     if let Some(generations) = &sku.hyperv_generations {
         if !generations.iter().any(|g| is(g, &image.hyperv_generation)) {
             let generation = image.hyperv_generation.trim_start_matches('V');
@@ -199,5 +210,5 @@ pub fn check_vm_image(state: &State, body: &Value, vm_size: &str, location: &str
             &format!("The selected VM size '{vm_size}' cannot boot an image of architecture '{}'; it needs an image of architecture '{size_arch}'.", image.architecture),
         ));
     }
-    Ok(())
+    Ok(Some(image))
 }

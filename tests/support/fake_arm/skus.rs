@@ -4,6 +4,13 @@
 //!
 //! A size is listed in a region when the catalog prices it there (the catalog's own notion of
 //! availability); `$filter=location eq '<region>'` narrows to one region, as Azure does.
+//!
+//! The embedded catalog has no security capabilities, so the fake derives them by rule, the same rule
+//! its VM create enforces (`security`), so tests see both outcomes:
+//! - `EncryptionAtHostSupported`: "True" from the v3 generation of a series on, "False" for older
+//!   (`_v2`) and unversioned sizes (basic A, B-series v1, `Standard_D2_v2`-era);
+//! - `TrustedLaunchDisabled`: "True" for gen1-only sizes and the M series (Azure's trusted-launch size
+//!   list leaves M out), absent otherwise, as Azure omits it for most sizes.
 
 use karpenter_azure::catalog::sku::{embedded_skus, embedded_zones, Arch, SkuRecord};
 use serde_json::{json, Value};
@@ -49,6 +56,18 @@ pub fn resource_sku(sku: &SkuRecord, region: &str, zones: &[String]) -> Value {
     })
 }
 
+/// Whether the fake's SKU list (and VM create) says `sku` supports encryption at host.
+pub fn encryption_at_host_supported(sku: &SkuRecord) -> bool {
+    sku.version.is_some_and(|v| v >= 3)
+}
+
+/// Whether the fake's SKU list (and VM create) says `sku` cannot run trusted launch.
+pub fn trusted_launch_disabled(sku: &SkuRecord) -> bool {
+    let generations = sku.hyperv_generation_numbers();
+    let gen1_only = !generations.is_empty() && !generations.iter().any(|g| g == "2");
+    gen1_only || sku.series == "M"
+}
+
 fn capabilities(sku: &SkuRecord) -> Vec<Value> {
     let mut caps: Vec<(&str, String)> = vec![
         ("vCPUs", sku.vcpus.to_string()),
@@ -81,6 +100,10 @@ fn capabilities(sku: &SkuRecord) -> Vec<Value> {
         if let Some(flag) = flag {
             caps.push((name, bool_value(flag)));
         }
+    }
+    caps.push(("EncryptionAtHostSupported", bool_value(encryption_at_host_supported(sku))));
+    if trusted_launch_disabled(sku) {
+        caps.push(("TrustedLaunchDisabled", bool_value(true)));
     }
     if let Some(placements) = &sku.ephemeral_os_disk_placements {
         caps.push(("SupportedEphemeralOSDiskPlacements", placements.join(",")));
