@@ -1,13 +1,15 @@
 //! The I/O half of the controller: watch tasks that feed the [`Cluster`] index, the provisioning loop that
 //! turns a solver plan into NodeClaims, the per-NodeClaim lifecycle (launch, registration, initialization,
-//! liveness, a minimal termination) and the AKSNodeClass / NodePool status writers.
+//! liveness), draining and termination, garbage collection, and the AKSNodeClass / NodePool status
+//! writers. Every replica watches; only the lease holder runs the writers (`leading`).
 //!
 //! - `watch`: one `watcher()` stream per kind into the shared index; pod triggers for provisioning.
 //! - `batch`: the provisioning batch window (pure, time passed in).
 //! - `provisioning`: batch → synced → snapshot → solve → create NodeClaims.
 //! - `nodeclaim`: NodeClaim objects built from a plan, and launch requests built from NodeClaims (pure).
 //! - `lifecycle`: the NodeClaim reconciler.
-//! - `termination`: draining a deleted claim's Node (taint, evictions, terminationGracePeriod).
+//! - `termination`: draining a deleted claim's Node (taint, evictions, terminationGracePeriod); `drain`:
+//!   its decisions (pure).
 //! - `status`: AKSNodeClass and NodePool status; `nodeclass`: the image and subnet lookups behind the
 //!   AKSNodeClass status, `recheck`: when to repeat them (pure), `nodeclass_status`: the status they
 //!   make (pure).
@@ -17,13 +19,13 @@
 //! - `catalog`: instance types per AKSNodeClass, as the solver and the launcher both see them.
 //! - `metrics`: the cluster-state gauges computed from the index at scrape time, the labels the
 //!   counters take from NodeClaims and Nodes, and readiness for the health server.
-//!
 //! - `leading`: leadership terms: the writers run only while this replica holds the lease.
 //!
 //! Not here yet: disruption.
 
 pub mod batch;
 pub mod catalog;
+pub mod drain;
 pub mod events;
 pub mod gc;
 pub mod leading;
