@@ -7,7 +7,7 @@
 //! - `batch`: the provisioning batch window (pure, time passed in).
 //! - `provisioning`: batch → synced → snapshot → solve → create NodeClaims.
 //! - `nodeclaim`: NodeClaim objects built from a plan, and launch requests built from NodeClaims (pure).
-//! - `lifecycle`: the NodeClaim reconciler.
+//! - `lifecycle`: the NodeClaim reconciler; `registration`: its registration and initialization steps.
 //! - `termination`: draining a deleted claim's Node (taint, evictions, terminationGracePeriod); `drain`:
 //!   its decisions (pure).
 //! - `status`: AKSNodeClass and NodePool status; `nodeclass`: the image and subnet lookups behind the
@@ -36,6 +36,7 @@ pub mod nodeclass;
 pub mod nodeclass_status;
 pub mod provisioning;
 pub mod recheck;
+pub mod registration;
 pub mod start;
 pub mod status;
 pub mod termination;
