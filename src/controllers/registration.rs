@@ -19,7 +19,7 @@ use crate::apis::labels::{
     FINALIZER_TERMINATION, LABEL_INITIALIZED, LABEL_NODEPOOL, LABEL_REGISTERED, TAINT_UNREGISTERED,
 };
 use crate::apis::{NodeClaim, Taint};
-use crate::state::records::is_ephemeral_taint;
+use crate::state::records::{is_ephemeral_taint, is_ready};
 
 /// Registered once the Node with the claim's providerID exists and carries the claim's labels, taints and
 /// our finalizer, without `karpenter.sh/unregistered`.
@@ -155,10 +155,7 @@ pub(super) async fn initialize<C>(
 
 /// Why the Node is not initialized yet, or None when it is.
 pub fn not_initialized(claim: &NodeClaim, node: &Node) -> Option<String> {
-    let status = node.status.clone().unwrap_or_default();
-    let ready =
-        status.conditions.unwrap_or_default().iter().any(|c| c.type_ == "Ready" && c.status == "True");
-    if !ready {
+    if !is_ready(node) {
         return Some("Node not ready".into());
     }
     let taints: Vec<Taint> = node
@@ -174,7 +171,7 @@ pub fn not_initialized(claim: &NodeClaim, node: &Node) -> Option<String> {
     if let Some(t) = taints.iter().find(|t| startup(t) || is_ephemeral_taint(t)) {
         return Some(format!("taint {} still present", t.key));
     }
-    let allocatable = status.allocatable.unwrap_or_default();
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
     const BASIC: [&str; 4] = ["cpu", "memory", "pods", "ephemeral-storage"];
     for resource in claim.spec.resources.requests.keys().filter(|k| !BASIC.contains(&k.as_str())) {
         let present = allocatable.get(resource).is_some_and(|q| q.0 != "0" && !q.0.is_empty());

@@ -158,14 +158,7 @@ async fn instance_gone<C: CloudProvider + 'static>(
     shared: &Shared<C>,
     node: &Node,
 ) -> bool {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
-    if ready {
+    if crate::state::records::is_ready(node) {
         return false;
     }
     let provider_id = node

@@ -59,7 +59,7 @@ fn generate(
     let mut columns: Vec<Pattern> = vec![];
     // Start from the best homogeneous pattern of each class, so the master LP is feasible.
     for &c in classes {
-        let best = with_packer(solver, &worth, |packer| {
+        let best = with_packer(solver, &worth, vec![0.0; solver.dims.len()], |packer| {
             templates
                 .iter()
                 .filter(|&&t| packer.classes[c].masks[t] != 0)
@@ -273,14 +273,7 @@ fn price_columns(
             .collect();
         planned.sort_by(|a, b| b.2.total_cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
         let density = |c: usize| {
-            let size = solver.classes[c]
-                .traits
-                .demand
-                .iter()
-                .zip(&tpl.capacity)
-                .filter(|(_, cap)| **cap > 0)
-                .map(|(d, cap)| *d as f64 / *cap as f64)
-                .fold(0.0, f64::max);
+            let size = tpl.dominant_share(&solver.classes[c].traits.demand);
             if size > 0.0 {
                 worth[c] / size
             } else {
@@ -291,7 +284,7 @@ fn price_columns(
         order.sort_by(|&a, &b| density(b).total_cmp(&density(a)).then_with(|| a.cmp(&b)));
         plans.push((t, planned.into_iter().map(|(c, n, _)| (c, n)).collect(), order));
     }
-    let mut found: Vec<(f64, Pattern)> = with_packer(solver, worth, |packer| {
+    let mut found: Vec<(f64, Pattern)> = with_packer(solver, worth, vec![0.0; solver.dims.len()], |packer| {
         plans
             .iter()
             .filter_map(|(t, planned, order)| packer.fill_planned(*t, planned, order, demand))
@@ -303,8 +296,14 @@ fn price_columns(
     found.into_iter().take(COLUMNS_PER_ROUND).map(|(_, p)| p).collect()
 }
 
-/// Runs `f` with a packer whose pattern values are `worth`.
-fn with_packer<R>(solver: &mut Solver, worth: &[f64], f: impl FnOnce(&Packer) -> R) -> R {
+/// Runs `f` with a packer over the solver's classes whose pattern values are `worth` and whose
+/// resources are priced at `resource_prices` (zeros: patterns are valued by `worth` alone).
+pub(crate) fn with_packer<R>(
+    solver: &mut Solver,
+    worth: &[f64],
+    resource_prices: Vec<f64>,
+    f: impl FnOnce(&Packer) -> R,
+) -> R {
     let classes: Vec<PackClass> = (0..solver.classes.len())
         .map(|c| PackClass {
             traits: &solver.classes[c].traits,
@@ -327,7 +326,7 @@ fn with_packer<R>(solver: &mut Solver, worth: &[f64], f: impl FnOnce(&Packer) ->
         selectors: &solver.selectors,
         compatible: &compatible,
         bootstrap: &bootstrap,
-        resource_prices: vec![0.0; solver.dims.len()],
+        resource_prices,
     };
     f(&packer)
 }

@@ -4,6 +4,7 @@
 
 use crate::scheduling::lp::CoveringLp;
 use crate::scheduling::solve::Solver;
+use crate::scheduling::templates::dominant_share;
 
 /// `(class, most pods of it one node of this capacity can hold)` for the classes `usable` allows.
 pub(crate) fn knapsack_items(
@@ -106,13 +107,7 @@ pub(crate) fn integer_knapsack(
         })
         .collect();
     // Densest first (worth per unit of the scarcest resource), so good solutions come early.
-    let size = |d: &[i64]| {
-        d.iter()
-            .zip(capacity)
-            .filter(|(_, c)| **c > 0)
-            .map(|(x, c)| *x as f64 / *c as f64)
-            .fold(0.0, f64::max)
-    };
+    let size = |d: &[i64]| dominant_share(d, capacity);
     list.sort_by(|a, b| {
         (b.worth / size(b.demand).max(1e-12)).total_cmp(&(a.worth / size(a.demand).max(1e-12)))
     });

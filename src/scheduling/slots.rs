@@ -6,8 +6,7 @@ use crate::scheduling::colgen;
 use crate::scheduling::input::tolerates_all;
 use crate::scheduling::model::Rule;
 use crate::scheduling::node::NodeState;
-use crate::scheduling::pack::{repeats, PackClass, Packer, Pattern};
-use crate::scheduling::requirements::Requirements;
+use crate::scheduling::pack::{repeats, Pattern};
 use crate::scheduling::solve::{Slot, Solver};
 
 /// How many times column generation is re-run on the pods the previous round left.
@@ -107,35 +106,9 @@ impl Solver<'_> {
                 parked[head] = true;
                 continue;
             }
-            let pattern = {
-                let classes: Vec<PackClass> = (0..self.classes.len())
-                    .map(|c| PackClass {
-                        traits: &self.classes[c].traits,
-                        masks: &self.classes[c].masks,
-                        value: values[c],
-                    })
-                    .collect();
-                let pair_memo = std::cell::RefCell::new(&mut self.pair_memo);
-                let class_reqs: Vec<&Requirements> = self.classes.iter().map(|c| &c.requirements).collect();
-                let compatible = |a: usize, b: usize| {
-                    let key = (a.min(b), a.max(b));
-                    let mut memo = pair_memo.borrow_mut();
-                    *memo
-                        .entry(key)
-                        .or_insert_with(|| class_reqs[a].intersect(class_reqs[b]).first_empty().is_none())
-                };
-                let matching = &self.matching_anywhere;
-                let bootstrap = |s: usize| matching[s] == 0;
-                let packer = Packer {
-                    templates: &self.templates,
-                    classes,
-                    selectors: &self.selectors,
-                    compatible: &compatible,
-                    bootstrap: &bootstrap,
-                    resource_prices: resource_prices.to_vec(),
-                };
+            let pattern = colgen::with_packer(self, values, resource_prices.to_vec(), |packer| {
                 packer.best_pattern(head, &candidates, order, remaining)
-            };
+            });
             let Some(pattern) = pattern else {
                 parked[head] = true;
                 continue;

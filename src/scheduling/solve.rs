@@ -397,14 +397,7 @@ impl<'a> Solver<'a> {
             .filter(|(_, m)| **m != 0)
             .map(|(t, m)| {
                 let tpl = &self.templates[t];
-                let share = class
-                    .traits
-                    .demand
-                    .iter()
-                    .zip(&tpl.capacity)
-                    .filter(|(_, cap)| **cap > 0)
-                    .map(|(d, cap)| *d as f64 / *cap as f64)
-                    .fold(0.0, f64::max);
+                let share = tpl.dominant_share(&class.traits.demand);
                 tpl.price(*m) * share
             })
             .fold(f64::INFINITY, f64::min)

@@ -32,6 +32,12 @@ pub struct Template {
 }
 
 impl Template {
+    /// The largest fraction of this node's capacity that `demand` takes in any one resource: how much
+    /// of the node a pod (or a pattern) uses up, for density orderings.
+    pub fn dominant_share(&self, demand: &[i64]) -> f64 {
+        dominant_share(demand, &self.capacity)
+    }
+
     /// The cheapest offering within `mask`, ties going to spot (as upstream's allocation strategy).
     pub fn cheapest(&self, mask: u32) -> Option<(usize, &TemplateOffering)> {
         self.offerings.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).min_by(|(_, a), (_, b)| {
@@ -242,4 +248,14 @@ pub fn compatible(
         }
     }
     out
+}
+
+/// The largest `demand[r] / capacity[r]` over the resources the capacity has.
+pub fn dominant_share(demand: &[i64], capacity: &[i64]) -> f64 {
+    demand
+        .iter()
+        .zip(capacity)
+        .filter(|(_, cap)| **cap > 0)
+        .map(|(d, cap)| *d as f64 / *cap as f64)
+        .fold(0.0, f64::max)
 }

@@ -139,16 +139,16 @@ pub struct NodeRecord {
     pub deleting: bool,
 }
 
+/// Whether the Node's `Ready` condition is True.
+pub fn is_ready(node: &core::Node) -> bool {
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
 impl NodeRecord {
     pub fn from_k8s(n: &core::Node) -> Result<Self, FromK8sError> {
         let node = from_k8s::node(n)?;
-        let ready = n
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .into_iter()
-            .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let ready = is_ready(n);
         Ok(Self {
             initialized: node.labels.get(LABEL_INITIALIZED).is_some_and(|v| v == "true"),
             node,
