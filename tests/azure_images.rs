@@ -6,7 +6,6 @@
 #[path = "support/fake_arm/mod.rs"]
 mod fake_arm;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,9 +14,7 @@ use fake_arm::{FakeArm, FakeArmConfig, FakeSubnet, Fault, GalleryImageVersion};
 use karpenter_azure::apis::{AKSNodeClass, NodeClaim};
 use karpenter_azure::catalog::{CapacityOptions, InstanceType, PriceTable, UnavailableOfferings};
 use karpenter_azure::cloud::azure::subnet::SubnetId;
-use karpenter_azure::cloud::azure::{
-    ArmClients, AzureCloudProvider, BootstrapSettings, LaunchSettings, RetrySettings, Secret,
-};
+use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, RetrySettings};
 use karpenter_azure::cloud::{CloudError, CloudProvider};
 use karpenter_azure::controllers::nodeclaim::launch_request;
 use karpenter_azure::controllers::nodeclass::NodeClassChecks;
@@ -31,24 +28,7 @@ async fn harness(config: FakeArmConfig) -> (FakeArm, AzureCloudProvider) {
         max_delay: Duration::from_millis(100),
         max_total_elapsed: Duration::from_secs(10),
     });
-    let launch = LaunchSettings {
-        cluster_name: "test-cluster".into(),
-        location: fake.location().to_string(),
-        node_resource_group: fake.resource_group().to_string(),
-        subnet_id: cluster_subnet(&fake),
-        ssh_public_key: "ssh-rsa AAAAB3Nza test".into(),
-        admin_username: "azureuser".into(),
-        node_identities: vec![],
-        additional_tags: BTreeMap::new(),
-        bootstrap: BootstrapSettings {
-            cluster_endpoint: "https://cluster.example:443".into(),
-            bootstrap_token: Secret::new("abcdef.0123456789abcdef"),
-            network_plugin: "none".into(),
-        },
-        poll_interval: Duration::from_millis(30),
-        max_polls: 200,
-        max_concurrent_calls: 8,
-    };
+    let launch = fake.launch_settings();
     let clients = ArmClients::new(&arm).expect("clients build");
     let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
     let provider = AzureCloudProvider::new(clients, launch, unavailable, Arc::new(|| Duration::ZERO));

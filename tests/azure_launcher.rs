@@ -14,7 +14,7 @@ use karpenter_azure::apis::common::{Taint, TaintEffect};
 use karpenter_azure::catalog::unavailable::OfferingRef;
 use karpenter_azure::catalog::{embedded_sku, CapacityType, Timestamp, UnavailableOfferings};
 use karpenter_azure::cloud::azure::{
-    ArmClients, ArmSettings, AzureCloudProvider, BootstrapSettings, LaunchSettings, RetrySettings, Secret,
+    ArmClients, ArmSettings, AzureCloudProvider, LaunchSettings, RetrySettings,
 };
 use karpenter_azure::cloud::{
     CloudError, CloudProvider, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice,
@@ -40,25 +40,8 @@ async fn harness(config: FakeArmConfig) -> Harness {
         max_total_elapsed: Duration::from_secs(20),
     });
     let launch = LaunchSettings {
-        cluster_name: "test-cluster".into(),
-        location: fake.location().to_string(),
-        node_resource_group: fake.resource_group().to_string(),
-        subnet_id: format!(
-            "/subscriptions/{}/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/vnet/subnets/nodes",
-            fake.subscription_id()
-        ),
-        ssh_public_key: "ssh-rsa AAAAB3Nza test".into(),
-        admin_username: "azureuser".into(),
-        node_identities: vec![],
         additional_tags: BTreeMap::from([("cost/center".to_string(), "42".to_string())]),
-        bootstrap: BootstrapSettings {
-            cluster_endpoint: "https://cluster.example:443".into(),
-            bootstrap_token: Secret::new("abcdef.0123456789abcdef"),
-            network_plugin: "none".into(),
-        },
-        poll_interval: Duration::from_millis(30),
-        max_polls: 200,
-        max_concurrent_calls: 8,
+        ..fake.launch_settings()
     };
     let cache = Arc::new(Mutex::new(UnavailableOfferings::new()));
     let clients = ArmClients::new(&arm).expect("clients build");

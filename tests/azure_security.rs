@@ -7,7 +7,6 @@
 #[path = "support/fake_arm/mod.rs"]
 mod fake_arm;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,9 +17,7 @@ use karpenter_azure::apis::{AKSNodeClass, NodeClaim};
 use karpenter_azure::catalog::{
     embedded_sku, CapacityOptions, InstanceType, NodeSecurity, PriceTable, UnavailableOfferings,
 };
-use karpenter_azure::cloud::azure::{
-    ArmClients, AzureCloudProvider, BootstrapSettings, LaunchSettings, RetrySettings, Secret,
-};
+use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, RetrySettings};
 use karpenter_azure::cloud::{CloudProvider, LaunchRequest};
 use karpenter_azure::controllers::catalog::Catalog;
 use karpenter_azure::controllers::nodeclaim::launch_request;
@@ -45,24 +42,7 @@ async fn harness() -> Harness {
         max_delay: Duration::from_millis(100),
         max_total_elapsed: Duration::from_secs(10),
     });
-    let launch = LaunchSettings {
-        cluster_name: "test-cluster".into(),
-        location: fake.location().to_string(),
-        node_resource_group: fake.resource_group().to_string(),
-        subnet_id: fake.subnet_id(&FakeSubnet::new("rg", "vnet", "nodes", "")),
-        ssh_public_key: "ssh-rsa AAAAB3Nza test".into(),
-        admin_username: "azureuser".into(),
-        node_identities: vec![],
-        additional_tags: BTreeMap::new(),
-        bootstrap: BootstrapSettings {
-            cluster_endpoint: "https://cluster.example:443".into(),
-            bootstrap_token: Secret::new("abcdef.0123456789abcdef"),
-            network_plugin: "none".into(),
-        },
-        poll_interval: Duration::from_millis(30),
-        max_polls: 200,
-        max_concurrent_calls: 8,
-    };
+    let launch = fake.launch_settings();
     let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
     let clock: Arc<dyn Fn() -> Duration + Send + Sync> = Arc::new(|| Duration::ZERO);
     let clients = ArmClients::new(&arm).expect("clients build");

@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
 use karpenter_azure::catalog::{embedded_sku, CapacityType, UnavailableOfferings};
-use karpenter_azure::cloud::azure::{
-    ArmClients, AzureCloudProvider, BootstrapSettings, LaunchSettings, RetrySettings, Secret,
-};
+use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, LaunchSettings, RetrySettings};
 use karpenter_azure::cloud::{
     wall_clock, CloudProvider, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice,
 };
@@ -304,24 +302,9 @@ fn provider_for(fake: &FakeArm) -> AzureCloudProvider {
     let arm = fake.arm_settings(RetrySettings::default());
     let launch = LaunchSettings {
         cluster_name: CLUSTER_NAME.into(),
-        location: fake.location().to_string(),
-        node_resource_group: fake.resource_group().to_string(),
-        subnet_id: format!(
-            "/subscriptions/{}/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/vnet/subnets/nodes",
-            fake.subscription_id()
-        ),
-        ssh_public_key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEe2ee2ee2ee2ee2ee2ee2ee2ee2ee2ee2ee2ee2ee2e e2e".into(),
-        admin_username: "azureuser".into(),
-        node_identities: vec![],
-        additional_tags: BTreeMap::new(),
-        bootstrap: BootstrapSettings {
-            cluster_endpoint: "https://e2e-cluster-dns.hcp.eastus.azmk8s.io:443".into(),
-            bootstrap_token: Secret::new("e2e0ab.0123456789abcdef"),
-            network_plugin: "none".into(),
-        },
         poll_interval: Duration::from_millis(100),
-        max_polls: 200,
         max_concurrent_calls: 4,
+        ..fake.launch_settings()
     };
     let clients = ArmClients::new(&arm).expect("ARM clients build");
     AzureCloudProvider::new(clients, launch, Arc::new(Mutex::new(UnavailableOfferings::new())), wall_clock())

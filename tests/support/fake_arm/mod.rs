@@ -161,6 +161,30 @@ impl FakeArm {
         }
     }
 
+    /// Launch settings for a provider against this fake: its region and node resource group, the
+    /// default subnet `rg/vnet/nodes`, fast polling; tests override fields with struct update syntax.
+    pub fn launch_settings(&self) -> karpenter_azure::cloud::azure::LaunchSettings {
+        use karpenter_azure::cloud::azure::{BootstrapSettings, LaunchSettings, Secret};
+        LaunchSettings {
+            cluster_name: "test-cluster".into(),
+            location: self.location().to_string(),
+            node_resource_group: self.resource_group().to_string(),
+            subnet_id: self.subnet_id(&FakeSubnet::new("rg", "vnet", "nodes", "")),
+            ssh_public_key: "ssh-rsa AAAAB3Nza test".into(),
+            admin_username: "azureuser".into(),
+            node_identities: vec![],
+            additional_tags: std::collections::BTreeMap::new(),
+            bootstrap: BootstrapSettings {
+                cluster_endpoint: "https://cluster.example:443".into(),
+                bootstrap_token: Secret::new("abcdef.0123456789abcdef"),
+                network_plugin: "none".into(),
+            },
+            poll_interval: std::time::Duration::from_millis(30),
+            max_polls: 200,
+            max_concurrent_calls: 8,
+        }
+    }
+
     /// A bearer token the ARM endpoints accept, for hand-made requests.
     pub fn issue_token(&self) -> String {
         token::mint(&self.shared)
