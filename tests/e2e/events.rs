@@ -1,16 +1,16 @@
 //! Kubernetes Events (issue 6, "events for launches"; issue 5, "events for nominated pods"): one pending
 //! pod gets a `Nominated` event naming its new NodeClaim, and that NodeClaim gets a `Launched` event.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::ListParams;
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::controller::Controller;
 use super::lookups::{condition_is_true, nodeclaims};
-use super::{cluster, crds, manifests, objects};
+use super::{cleanup, cluster, crds, manifests, objects};
 
 const NAME: &str = "e2e-events";
 const POD: &str = "pending";
@@ -109,26 +109,5 @@ async fn a_pending_pod_is_nominated_and_its_nodeclaim_reports_launched() {
         .await;
     assert!(launched.starts_with("Launched: Launched Standard_"), "{launched}");
 
-    // Clean up: the pod, the claims (their finalizer needs the controller), the pool, class and namespace.
-    let background = DeleteParams::background();
-    if let Ok(api) = objects::api_for(&client, &pod()).await {
-        let _ = api.delete(POD, &background).await;
-    }
-    for name in claim_names(&client).await.unwrap_or_default() {
-        let _ = nodeclaims(&client).delete(&name, &background).await;
-    }
-    let deadline = Instant::now() + STAGE;
-    while Instant::now() < deadline && controller.exit_status().is_none() {
-        match claim_names(&client).await {
-            Ok(left) if left.is_empty() => break,
-            _ => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
-    for object in [node_pool(), node_class()] {
-        if let Ok(api) = objects::api_for(&client, &object).await {
-            let _ = api.delete(NAME, &background).await;
-        }
-    }
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let _ = namespaces.delete(NAME, &background).await;
+    cleanup::remove(&client, NAME, &[pod()], || controller.exit_status().is_none()).await;
 }

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::DeleteParams;
-use kube::{Api, Client};
+use kube::Api;
 use serde_json::Value;
 
 use super::controller::Controller;
-use super::lookups::{claims_of, condition_is_true, get_json, is_running, list_pods, nodeclaims};
-use super::{cluster, crds, manifests, objects, prometheus, wait};
+use super::lookups::{claims_of, condition_is_true, get_json, is_running, list_pods};
+use super::{cleanup, cluster, crds, manifests, objects, prometheus, wait};
 use crate::fake_arm::{Fault, Target};
 
 const NAME: &str = "e2e-leader";
@@ -154,7 +154,8 @@ async fn a_standby_takes_over_within_15s_and_nothing_is_created_twice() {
     println!("e2e leader election: SIGTERM → exit {exited_after:.1?}, replica-c leads {handover:.1?} after the signal");
     assert!(handover < Duration::from_secs(8), "a released lease should be taken at once, took {handover:?}");
 
-    tear_down(&client, &mut c).await;
+    let deployment = manifests::deployment(NAME, APP, NAME, 0, "500m", "1Gi");
+    cleanup::remove(&client, NAME, &[deployment], || c.exit_status().is_none()).await;
 }
 
 /// `leader_election_master_status{name=<lease>}` of the replica serving metrics on `port`.
@@ -177,29 +178,4 @@ fn assert_every_node_is_used(claims: &[Value], pods: &[Pod]) {
         .filter(|node| !used.contains(node))
         .collect();
     assert!(idle.is_empty(), "NodeClaims whose Nodes run none of the pods (created twice?): {idle:?}");
-}
-
-async fn tear_down(client: &Client, leader: &mut super::controller::Replica) {
-    let background = DeleteParams::background();
-    if let Ok(api) = objects::api_for(client, &manifests::deployment(NAME, APP, NAME, 0, "1", "1Gi")).await {
-        let _ = api.delete(APP, &background).await;
-    }
-    for claim in claims_of(client, NAME).await.unwrap_or_default() {
-        let name = claim["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        let _ = nodeclaims(client).delete(&name, &background).await;
-    }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline && leader.exit_status().is_none() {
-        match claims_of(client, NAME).await {
-            Ok(left) if left.is_empty() => break,
-            _ => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
-    for object in [manifests::node_pool(NAME, None), manifests::node_class(NAME)] {
-        if let Ok(api) = objects::api_for(client, &object).await {
-            let _ = api.delete(NAME, &background).await;
-        }
-    }
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let _ = namespaces.delete(NAME, &background).await;
 }

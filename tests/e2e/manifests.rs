@@ -55,3 +55,27 @@ pub fn deployment(namespace: &str, app: &str, pool: &str, replicas: usize, cpu: 
         "template": {"metadata": {"labels": {"app": app}}, "spec": pod_spec(pool, cpu, memory)}
     }})
 }
+
+/// One test's objects, all named `name`: namespace, AKSNodeClass, NodePool; the Deployment is `web`.
+pub struct Scenario {
+    pub name: &'static str,
+}
+
+impl Scenario {
+    pub fn node_class(&self) -> Value {
+        node_class(self.name)
+    }
+
+    /// amd64, on-demand, D family. Consolidation is off so the claims the test inspects stay put.
+    pub fn node_pool(&self) -> Value {
+        node_pool(self.name, Some("D"))
+    }
+
+    /// Pods of 500m CPU / 1Gi that only this scenario's NodePool can take.
+    pub fn deployment(&self, replicas: u32) -> Value {
+        deployment(self.name, SCENARIO_APP, self.name, replicas as usize, "500m", "1Gi")
+    }
+}
+
+/// The app label and name of a [`Scenario`]'s Deployment.
+pub const SCENARIO_APP: &str = "web";

@@ -7,6 +7,7 @@
 //! helm runner), `identity` (the chart's ServiceAccount token the controller runs with), `prometheus` (its
 //! metrics read over HTTP, by promtool and by a real Prometheus server).
 
+pub mod cleanup;
 pub mod cluster;
 pub mod controller;
 pub mod crds;

@@ -6,16 +6,16 @@
 //! at host and trusted launch becomes Ready with the trusted-launch image and its pod lands on a VM with
 //! that image and the security profile, on a size the fake's SKU list says can take both.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::ListParams;
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::controller::Controller;
-use super::lookups::{claims_of, get_json, nodeclaims};
-use super::{cluster, crds, manifests, objects};
+use super::lookups::{claims_of, get_json};
+use super::{cleanup, cluster, crds, manifests, objects};
 use crate::fake_arm::gallery::{DEFAULT_NEWEST_VERSION, UBUNTU_GALLERY};
 use crate::fake_arm::FakeSubnet;
 
@@ -140,7 +140,7 @@ async fn the_class_lists_the_newest_gallery_images_and_each_size_launches_with_i
     }
 
     let pods: Vec<Value> = (0..SIZES.len()).map(|i| pod(NAME, &format!("p{i}"), None)).collect();
-    tear_down(&client, &controller, NAME, &pods, &[pool, class]).await;
+    cleanup::remove(&client, NAME, &pods, || controller.exit_status().is_none()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -202,7 +202,7 @@ async fn a_class_with_encryption_at_host_and_trusted_launch_launches_secure_vms(
     assert_eq!(props["storageProfile"]["imageReference"]["communityGalleryImageId"], json!(tl_image));
     assert_eq!(claim["status"]["imageID"], json!(tl_image));
 
-    tear_down(&client, &controller, NAME, &[pod(NAME, "secure", None)], &[pool, class]).await;
+    cleanup::remove(&client, NAME, &[pod(NAME, "secure", None)], || controller.exit_status().is_none()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,7 +307,7 @@ async fn a_missing_subnet_keeps_the_class_not_ready_and_its_pool_gets_no_nodecla
     let subnet = &nic["properties"]["ipConfigurations"][0]["properties"]["subnet"]["id"];
     assert_eq!(subnet, &json!(late_id), "the NIC is in the class's subnet");
 
-    tear_down(&client, &controller, NAME, &[waiting], &[pool, class]).await;
+    cleanup::remove(&client, NAME, &[waiting], || controller.exit_status().is_none()).await;
 }
 
 /// A NodeClaim for `Standard_D2s_v5` on the class `class`, labelled with the pool of the same name.
@@ -337,33 +337,4 @@ async fn launch_failures(client: &Client, claim: &str) -> Vec<String> {
         })
         .filter_map(|e| e.note)
         .collect()
-}
-
-/// Deletes the pods and NodeClaims (waiting while the controller removes their finalizers), then the
-/// cluster-scoped objects and the namespace. Best effort: the assertions already ran.
-async fn tear_down(client: &Client, controller: &Controller, name: &str, pods: &[Value], objects: &[Value]) {
-    let background = DeleteParams::background();
-    for pod in pods {
-        if let Ok(api) = objects::api_for(client, pod).await {
-            let _ = api.delete(pod["metadata"]["name"].as_str().unwrap_or_default(), &background).await;
-        }
-    }
-    for claim in claims_of(client, name).await.unwrap_or_default() {
-        let claim_name = claim["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        let _ = nodeclaims(client).delete(&claim_name, &background).await;
-    }
-    let deadline = Instant::now() + STAGE;
-    while Instant::now() < deadline && controller.exit_status().is_none() {
-        match claims_of(client, name).await {
-            Ok(left) if left.is_empty() => break,
-            _ => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
-    for object in objects {
-        if let Ok(api) = objects::api_for(client, object).await {
-            let _ = api.delete(name, &background).await;
-        }
-    }
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let _ = namespaces.delete(name, &background).await;
 }

@@ -17,7 +17,8 @@ use serde_json::Value;
 
 use super::controller::{Controller, CLUSTER_NAME};
 use super::lookups::{claims_of, condition_is_true, get_json, is_running, list_pods, nodeclaims};
-use super::{cluster, crds, manifests, objects};
+use super::manifests::Scenario;
+use super::{cleanup, cluster, crds, objects};
 
 /// How long each stage may take: the "within about 60 s".
 const STAGE: Duration = Duration::from_secs(60);
@@ -32,28 +33,7 @@ const LABEL_SKU_FAMILY: &str = "karpenter.azure.com/sku-family";
 const TAINT_UNREGISTERED: &str = "karpenter.sh/unregistered";
 const TAG_CLUSTER: &str = "karpenter.azure.com_cluster";
 const TAG_NODEPOOL: &str = "karpenter.sh_nodepool";
-const APP: &str = "web";
-
-/// One test's objects, all named `name`: namespace, AKSNodeClass, NodePool; the Deployment is `web`.
-struct Scenario {
-    name: &'static str,
-}
-
-impl Scenario {
-    fn node_class(&self) -> Value {
-        manifests::node_class(self.name)
-    }
-
-    /// amd64, on-demand, D family. Consolidation is off so the claims the test inspects stay put.
-    fn node_pool(&self) -> Value {
-        manifests::node_pool(self.name, Some("D"))
-    }
-
-    /// Pods of 500m CPU / 1Gi that only this scenario's NodePool can take.
-    fn deployment(&self, replicas: u32) -> Value {
-        manifests::deployment(self.name, APP, self.name, replicas as usize, "500m", "1Gi")
-    }
-}
+const APP: &str = super::manifests::SCENARIO_APP;
 
 /// What `provision` saw, for the test's own checks.
 struct Provisioned {
@@ -114,7 +94,8 @@ async fn thirty_pending_pods_become_nodeclaims_vms_and_nodes_and_all_run() {
         provisioned.first_claim_after,
         provisioned.pods_running_after
     );
-    tear_down(&client, &controller, &scenario).await;
+    cleanup::remove(&client, scenario.name, &[scenario.deployment(0)], || controller.exit_status().is_none())
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,7 +207,8 @@ async fn scaling_to_zero_and_deleting_the_nodeclaims_removes_vms_nics_nodes_and_
         provisioned.pods_running_after,
         deleted.elapsed()
     );
-    tear_down(&client, &controller, &scenario).await;
+    cleanup::remove(&client, scenario.name, &[scenario.deployment(0)], || controller.exit_status().is_none())
+        .await;
 }
 
 /// CRDs, the namespace, the controller, then the AKSNodeClass and NodePool, waiting until the controller
@@ -413,38 +395,6 @@ fn check_one_vm_per_claim(claims: &[Value], pool: &str, controller: &Controller)
             "VMs tagged {TAG_NODEPOOL}={pool} {tagged:?} should be exactly the claims' VMs {expected:?}"
         )]
     }
-}
-
-/// Deletes what the scenario created, while the controller still runs (it removes the finalizers).
-/// Best effort: a failure here is reported, not fatal, since the test's own assertions already ran.
-async fn tear_down(client: &Client, controller: &Controller, scenario: &Scenario) {
-    let background = DeleteParams::background();
-    if let Ok(api) = objects::api_for(client, &scenario.deployment(0)).await {
-        let _ = api.delete(APP, &background).await;
-    }
-    let claims_api = nodeclaims(client);
-    let claims = claims_of(client, scenario.name).await.unwrap_or_default();
-    for claim in &claims {
-        let _ = claims_api.delete(object_name(claim), &background).await;
-    }
-    let deadline = Instant::now() + STAGE;
-    while Instant::now() < deadline && controller.exit_status().is_none() {
-        match claims_of(client, scenario.name).await {
-            Ok(left) if left.is_empty() => break,
-            _ => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
-    let left = claims_of(client, scenario.name).await.unwrap_or_default();
-    if !left.is_empty() {
-        eprintln!("e2e: cleanup of {}: NodeClaims still there: {}", scenario.name, left.len());
-    }
-    for object in [scenario.node_pool(), scenario.node_class()] {
-        if let Ok(api) = objects::api_for(client, &object).await {
-            let _ = api.delete(scenario.name, &background).await;
-        }
-    }
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let _ = namespaces.delete(scenario.name, &background).await;
 }
 
 async fn list_nodes(client: &Client) -> Vec<Node> {

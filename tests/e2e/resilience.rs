@@ -15,13 +15,13 @@ use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, LaunchSettin
 use karpenter_azure::cloud::{
     wall_clock, CloudProvider, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice,
 };
-use kube::api::DeleteParams;
 use kube::{Api, Client};
 use serde_json::Value;
 
 use super::controller::{Controller, CLUSTER_NAME};
-use super::lookups::{claims_of, condition_is_true, get_json, is_running, list_pods, nodeclaims};
-use super::{cluster, crds, manifests, objects};
+use super::lookups::{claims_of, condition_is_true, get_json, is_running, list_pods};
+use super::manifests::Scenario;
+use super::{cleanup, cluster, crds, objects};
 use crate::fake_arm::{CreateError, Delivery, FakeArm, Fault, Target};
 
 /// How long the Deployment's pods may take to run, faults included. Generous: azure_core's exponential
@@ -29,28 +29,8 @@ use crate::fake_arm::{CreateError, Delivery, FakeArm, Fault, Target};
 const CONVERGE: Duration = Duration::from_secs(180);
 const POOL_READY: Duration = Duration::from_secs(30);
 const TAG_NODEPOOL: &str = "karpenter.sh_nodepool";
-const APP: &str = "web";
+const APP: &str = super::manifests::SCENARIO_APP;
 const IMAGE_ID: &str = "/CommunityGalleries/AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2/images/2204gen2containerd/versions/202501.01.0";
-
-struct Scenario {
-    name: &'static str,
-}
-
-impl Scenario {
-    fn node_class(&self) -> Value {
-        manifests::node_class(self.name)
-    }
-
-    /// amd64, on-demand, D family. Consolidation is off so the claims the test inspects stay put.
-    fn node_pool(&self) -> Value {
-        manifests::node_pool(self.name, Some("D"))
-    }
-
-    /// Pods of 500m CPU / 1Gi that only this scenario's NodePool can take.
-    fn deployment(&self, replicas: u32) -> Value {
-        manifests::deployment(self.name, APP, self.name, replicas as usize, "500m", "1Gi")
-    }
-}
 
 /// Test 2: every create in zone 1 is refused with ZonalAllocationFailed; the claims fall back to other
 /// offerings, every pod runs, and nothing is leaked.
@@ -92,7 +72,8 @@ async fn a_zonal_capacity_error_falls_back_to_another_offering_without_leaking()
         claims.len(),
         fake.vms().iter().map(|vm| vm.zone.clone().unwrap_or_default()).collect::<Vec<_>>()
     );
-    tear_down(&client, &controller, &scenario).await;
+    cleanup::remove(&client, scenario.name, &[scenario.deployment(0)], || controller.exit_status().is_none())
+        .await;
 }
 
 /// Test 4: the controller is SIGKILLed while VMs are being created and restarted: the claims complete with
@@ -174,7 +155,8 @@ async fn a_sigkill_mid_create_leaves_no_duplicate_and_unowned_vms_are_garbage_co
          {:.1?} after it was made (GC every 2 s, grace 5 s)",
         orphan_made.elapsed()
     );
-    tear_down(&client, &controller, &scenario).await;
+    cleanup::remove(&client, scenario.name, &[scenario.deployment(0)], || controller.exit_status().is_none())
+        .await;
 }
 
 /// Test 5: bursts of 429 (Retry-After 1) and 500 on ARM while provisioning; everything converges.
@@ -211,7 +193,8 @@ async fn bursts_of_429_and_500_from_arm_still_converge() {
          429s and {failed} 500s; {} NodeClaims",
         claims.len()
     );
-    tear_down(&client, &controller, &scenario).await;
+    cleanup::remove(&client, scenario.name, &[scenario.deployment(0)], || controller.exit_status().is_none())
+        .await;
 }
 
 async fn set_up(
@@ -326,31 +309,6 @@ fn orphan_request(claim: &str) -> LaunchRequest {
         kubelet: KubeletSettings { max_pods: 110, kube_reserved: BTreeMap::new(), config_flags: vec![] },
         security: Default::default(),
     }
-}
-
-async fn tear_down(client: &Client, controller: &Controller, scenario: &Scenario) {
-    let background = DeleteParams::background();
-    if let Ok(api) = objects::api_for(client, &scenario.deployment(0)).await {
-        let _ = api.delete(APP, &background).await;
-    }
-    let claims_api = nodeclaims(client);
-    for claim in claims_of(client, scenario.name).await.unwrap_or_default() {
-        let _ = claims_api.delete(object_name(&claim), &background).await;
-    }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline && controller.exit_status().is_none() {
-        match claims_of(client, scenario.name).await {
-            Ok(left) if left.is_empty() => break,
-            _ => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
-    for object in [scenario.node_pool(), scenario.node_class()] {
-        if let Ok(api) = objects::api_for(client, &object).await {
-            let _ = api.delete(scenario.name, &background).await;
-        }
-    }
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let _ = namespaces.delete(scenario.name, &background).await;
 }
 
 fn object_name(object: &Value) -> &str {

@@ -8,15 +8,15 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::Api;
 use serde_json::{json, Value};
 
 use super::controller::Controller;
 use super::lookups::{self, condition_is_true, is_running, nodeclaims};
-use super::{cluster, crds, manifests, objects};
+use super::{cleanup, cluster, crds, manifests, objects};
 
 const NAME: &str = "e2e-term-pdb";
 const APP: &str = "web";
@@ -211,7 +211,9 @@ async fn a_pdb_blocks_the_drain_until_it_allows_the_evictions_then_termination_f
         claim_names.len(),
         relaxed.elapsed()
     );
-    tear_down(&client, &controller).await;
+    let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                    "metadata": {"name": APP, "namespace": NAME}});
+    cleanup::remove(&client, NAME, &[deployment(0), pdb], || controller.exit_status().is_none()).await;
 }
 
 /// Waits until the disruption controller has processed the budget and allows exactly `allowed`.
@@ -229,35 +231,6 @@ async fn budget_allows(controller: &Controller, budgets: &Api<PodDisruptionBudge
             }
         })
         .await;
-}
-
-/// Deletes what the test created while the controller still runs (it removes the finalizers), including
-/// NodeClaims launched for the evicted pods' replacements. Best effort.
-async fn tear_down(client: &Client, controller: &Controller) {
-    let background = DeleteParams::background();
-    if let Ok(api) = objects::api_for(client, &deployment(0)).await {
-        let _ = api.delete(APP, &background).await;
-    }
-    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NAME);
-    let _ = budgets.delete(APP, &background).await;
-    let claims_api = nodeclaims(client);
-    for claim in lookups::claims_of(client, NAME).await.unwrap_or_default() {
-        let _ = claims_api.delete(name_of(&claim), &background).await;
-    }
-    let deadline = Instant::now() + STAGE;
-    while Instant::now() < deadline && controller.exit_status().is_none() {
-        match lookups::claims_of(client, NAME).await {
-            Ok(left) if left.is_empty() => break,
-            _ => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
-    for object in [node_pool(), node_class()] {
-        if let Ok(api) = objects::api_for(client, &object).await {
-            let _ = api.delete(NAME, &background).await;
-        }
-    }
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let _ = namespaces.delete(NAME, &background).await;
 }
 
 fn name_of(object: &Value) -> &str {
