@@ -97,8 +97,9 @@ pub fn azure(v: &Validated) -> Result<(Arc<Metered<AzureCloudProvider>>, Catalog
         unavailable.clone(),
         clock.clone(),
     )?;
+    // One credential and pipeline for the launcher and the SKU refresh.
     let clients = ArmClients::new(&arm_settings(v)?)?;
-    catalog.spawn_sku_refresh(ArmClients::new(&arm_settings(v)?)?);
+    catalog.spawn_sku_refresh(clients.clone());
     let provider = AzureCloudProvider::new(clients, launch_settings(v), unavailable, clock);
     Ok((Arc::new(Metered::new(provider, metered::AZURE)), catalog))
 }
