@@ -4,7 +4,13 @@
 //! interpreter, no shared-library dependency) and that it works inside an empty root directory.
 //!
 //! The release build for the musl target is slow the first time (all dependencies); its output is kept
-//! in `<target dir>/image` and reused afterwards.
+//! in `<target dir>/image` and reused afterwards. `cargo test --all-targets` leaves this test out
+//! (`test = false` in Cargo.toml): `make test` starts the build in the background while the other tests
+//! run, then runs `cargo test --test container_image`.
+//!
+//! The build needs the musl target of rustup and Debian's musl-tools (ring compiles C with
+//! `x86_64-linux-musl-gcc`); without them the test fails at once and names `hack/deps.sh`, which installs
+//! both.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -69,11 +75,41 @@ fn check_static(elf: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// What the musl build needs from the machine and does not have, each with what provides it.
+fn missing_build_tools(args: &[String]) -> Vec<String> {
+    let mut missing = Vec::new();
+    let target =
+        args.iter().skip_while(|a| *a != "--target").nth(1).expect("the Dockerfile builds with --target");
+    let installed = Command::new("rustup").args(["target", "list", "--installed"]).output();
+    match installed {
+        Ok(out) if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == target) => {}
+        Ok(_) => missing.push(format!("the rust target {target} (rustup target add {target})")),
+        // Without rustup the toolchain may still have the target; the build itself will tell.
+        Err(_) => {}
+    }
+    let c_compiler = format!("{}-gcc", target.replace("-unknown-", "-"));
+    if find_on_path(&c_compiler).is_none() {
+        missing.push(format!("{c_compiler} (Debian's musl-tools)"));
+    }
+    missing
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|candidate| candidate.is_file())
+}
+
 #[test]
 fn the_image_binary_is_static_and_runs_in_an_empty_root() {
     assert!(DOCKERFILE.contains("\nFROM scratch\n"), "the final stage should be FROM scratch");
     assert!(DOCKERFILE.contains("\nUSER 65532:65532\n"), "the image should run as a non-root user");
     let (args, copied) = dockerfile_build();
+    let missing = missing_build_tools(&args);
+    assert!(
+        missing.is_empty(),
+        "the image build needs {}; run `hack/deps.sh` to install what is missing",
+        missing.join(" and ")
+    );
     let target_dir = image_target_dir();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(&cargo)

@@ -207,8 +207,8 @@ pub fn built_bin_dir() -> Result<PathBuf, String> {
     let missing: Vec<&str> = BINARIES.iter().copied().filter(|b| !bin_dir.join(b).is_file()).collect();
     if !missing.is_empty() {
         return Err(format!(
-            "the control-plane binaries are not built ({} missing in {}). Run `hack/e2e-cluster.sh build` \
-             (about 10 minutes cold; `make e2e` does it too), then rerun the tests.",
+            "the control-plane binaries are not built ({} missing in {}). Run `hack/deps.sh`, which builds \
+             them with `hack/e2e-cluster.sh build` (about 10 minutes cold), then rerun the tests.",
             missing.join(", "),
             bin_dir.display()
         ));

@@ -14,8 +14,7 @@ use serde_json::Value;
 use super::controller::free_ports;
 
 const INSTALL_HINT: &str =
-    "install Debian's prometheus package (apt-get install prometheus), which provides \
-     the prometheus and promtool binaries";
+    "run `hack/deps.sh`, which installs Debian's prometheus package (the prometheus and promtool binaries)";
 
 /// One sample of the text format.
 #[derive(Clone, Debug)]

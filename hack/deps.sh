@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs, and is quick when everything is already there.
+#
+#   hack/deps.sh           install what is missing (rustup components and target, Debian packages,
+#                          the e2e control plane); one line per dependency
+#   hack/deps.sh --check   install nothing; list what is missing and exit 1 if anything is
+#
+# `make test` and `.ci/run` call it first. What it provides, and the test that needs it:
+#   rustfmt, clippy                    `make lint`
+#   target x86_64-unknown-linux-musl   tests/container_image.rs (the Dockerfile's static build)
+#   musl-tools (x86_64-linux-musl-gcc) the same build: ring compiles C for the musl target
+#   prometheus (prometheus, promtool)  tests/e2e/metrics.rs (promtool lints the page, Prometheus scrapes it)
+#   the control plane                  tests/e2e: hack/e2e-cluster.sh build (about 10 minutes cold)
+# Debian packages need root (sudo is used when not root) and `apt-get update` runs only when one is missing.
+set -euo pipefail
+
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+MUSL_TARGET=x86_64-unknown-linux-musl
+CHECK_ONLY=false
+case "${1:-}" in
+  --check) CHECK_ONLY=true ;;
+  "") ;;
+  *) printf 'usage: hack/deps.sh [--check]\n' >&2; exit 2 ;;
+esac
+
+log() { printf '[deps] %s\n' "$*" >&2; }
+missing=()
+
+# step <name> <check command> <install function>: runs the install only when the check fails, then checks again.
+step() {
+  local name=$1 check=$2 install=$3 t0
+  if eval "$check" >/dev/null 2>&1; then
+    log "$name: present"
+    return 0
+  fi
+  if $CHECK_ONLY; then
+    log "$name: MISSING"
+    missing+=("$name")
+    return 0
+  fi
+  log "$name: installing ..."
+  t0=$(date +%s)
+  "$install"
+  if ! eval "$check" >/dev/null 2>&1; then
+    log "$name: still missing after the install; see the output above"
+    exit 1
+  fi
+  log "$name: installed in $(($(date +%s) - t0))s"
+}
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+APT_UPDATED=false
+apt_install() {
+  if ! $APT_UPDATED; then
+    as_root apt-get update -qq
+    APT_UPDATED=true
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+}
+
+install_rustfmt() { rustup component add rustfmt; }
+install_clippy() { rustup component add clippy; }
+install_musl_target() { rustup target add "$MUSL_TARGET"; }
+install_musl_tools() { apt_install musl-tools; }
+install_prometheus() {
+  apt_install prometheus
+  # The package starts its own server on :9090 where an init system runs; the e2e test starts one on a
+  # free port, so the packaged one would only hold a port and memory.
+  if [ -d /run/systemd/system ]; then
+    as_root systemctl disable --now prometheus.service || true
+  elif [ -x /etc/init.d/prometheus ] && as_root /etc/init.d/prometheus status >/dev/null 2>&1; then
+    as_root /etc/init.d/prometheus stop || true
+  fi
+}
+install_controlplane() { "$HACK_DIR/e2e-cluster.sh" build >/dev/null; }
+
+controlplane_built() {
+  local bin
+  bin="$("$HACK_DIR/e2e-cluster.sh" versions | sed -n 's/^bin //p')"
+  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm; do
+    [ -x "$bin/$b" ] || return 1
+  done
+}
+
+step "rustfmt" "cargo fmt --version" install_rustfmt
+step "clippy" "cargo clippy --version" install_clippy
+step "rust target $MUSL_TARGET" "rustup target list --installed | grep -qx $MUSL_TARGET" install_musl_target
+step "musl-tools (x86_64-linux-musl-gcc)" "command -v x86_64-linux-musl-gcc" install_musl_tools
+step "prometheus and promtool" "command -v prometheus && command -v promtool" install_prometheus
+step "e2e control plane" controlplane_built install_controlplane
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  log "missing: ${missing[*]}; run hack/deps.sh to install them"
+  exit 1
+fi

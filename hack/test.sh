@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Every check of the project, in stages; `make test` runs it. A failing stage does not stop the
+# others: every stage runs, the summary at the end lists each stage's time and result, and the exit
+# status is 1 when any failed.
+#
+# Stages:
+#   deps         hack/deps.sh: installs what the tests need (quick when present)
+#   lint         rustfmt and clippy with warnings denied
+#   build        the debug test binaries
+#   image-build  started in the background after `build`: the Dockerfile's release build for the musl
+#                target (about 14 minutes cold), at the lowest CPU priority so it takes only what the
+#                e2e tests leave idle; the image test waits for it
+#   test         every test binary (`--no-fail-fast`), the e2e suite among them, except the image test
+#   doc          doc tests
+#   image        tests/container_image.rs on the binary the background build produced
+#
+# The stage table is also written to $CARGO_TARGET_DIR/test-stages.txt (target/ when unset).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+CARGO="${CARGO:-cargo}"
+TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+mkdir -p "$TARGET_DIR"
+STAGES_FILE="$TARGET_DIR/test-stages.txt"
+: >"$STAGES_FILE"
+failed=()
+
+log() { printf '[test] %s\n' "$*" >&2; }
+
+# stage <name> <command...>: runs the command, records its time and result.
+stage() {
+  local name=$1 t0 status
+  shift
+  log "stage $name: $*"
+  t0=$(date +%s)
+  "$@"
+  status=$?
+  record "$name" "$t0" "$status"
+  return 0
+}
+
+record() { # <name> <start time> <exit status>
+  local result=ok
+  if [ "$3" -ne 0 ]; then result="FAILED (exit $3)"; failed+=("$1"); fi
+  printf '%-12s %5ss  %s\n' "$1" "$(($(date +%s) - $2))" "$result" >>"$STAGES_FILE"
+  log "stage $1: $result"
+}
+
+lint() {
+  "$CARGO" fmt --all -- --check &&
+    # --all-targets leaves out test targets with `test = false` (the image test); name it too.
+    "$CARGO" clippy --all-targets --test container_image -- -D warnings
+}
+
+# The Dockerfile's `RUN cargo build ...` arguments: the image test runs the same line, and reads it
+# from the Dockerfile the same way, so both builds share one output directory and one result.
+image_build_args() { sed -n 's/^RUN cargo build //p' Dockerfile; }
+
+stage deps hack/deps.sh
+stage lint lint
+stage build "$CARGO" test --all-targets --no-run
+
+IMAGE_LOG="$TARGET_DIR/image-build.log"
+image_t0=$(date +%s)
+# shellcheck disable=SC2046 # the Dockerfile's arguments are words
+nice -n 19 "$CARGO" build $(image_build_args) --target-dir "$TARGET_DIR/image" >"$IMAGE_LOG" 2>&1 &
+image_pid=$!
+log "stage image-build: started in the background (log: $IMAGE_LOG)"
+
+stage test "$CARGO" test --all-targets --no-fail-fast
+stage doc "$CARGO" test --doc
+
+log "waiting for the image build ..."
+wait "$image_pid"
+image_status=$?
+if [ "$image_status" -ne 0 ]; then tail -n 30 "$IMAGE_LOG" >&2; fi
+record image-build "$image_t0" "$image_status"
+stage image "$CARGO" test --test container_image
+
+printf '\nstage        time  result\n' >&2
+cat "$STAGES_FILE" >&2
+if [ "${#failed[@]}" -gt 0 ]; then
+  log "failed stages: ${failed[*]}"
+  exit 1
+fi
+log "all stages passed"
