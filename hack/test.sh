@@ -7,9 +7,10 @@
 #   deps         hack/deps.sh: installs what the tests need (quick when present)
 #   lint         rustfmt and clippy with warnings denied
 #   build        the debug test binaries
-#   image-build  started in the background after `build`: the Dockerfile's release build for the musl
-#                target (about 14 minutes cold), at the lowest CPU priority so it takes only what the
-#                e2e tests leave idle; the image test waits for it
+#   image-build  started in the background after `deps`: the Dockerfile's release build for the musl
+#                target (about 14 minutes cold), at the lowest CPU priority so it takes only the CPU the
+#                other stages leave idle (link steps, the e2e tests waiting on the cluster); the image
+#                test waits for it
 #   test         every test binary (`--no-fail-fast`), the e2e suite among them, except the image test
 #   doc          doc tests
 #   image        tests/container_image.rs on the binary the background build produced
@@ -57,8 +58,6 @@ lint() {
 image_build_args() { sed -n 's/^RUN cargo build //p' Dockerfile; }
 
 stage deps hack/deps.sh
-stage lint lint
-stage build "$CARGO" test --all-targets --no-run
 
 IMAGE_LOG="$TARGET_DIR/image-build.log"
 image_t0=$(date +%s)
@@ -67,6 +66,8 @@ nice -n 19 "$CARGO" build $(image_build_args) --target-dir "$TARGET_DIR/image" >
 image_pid=$!
 log "stage image-build: started in the background (log: $IMAGE_LOG)"
 
+stage lint lint
+stage build "$CARGO" test --all-targets --no-run
 stage test "$CARGO" test --all-targets --no-fail-fast
 stage doc "$CARGO" test --doc
 
