@@ -8,6 +8,7 @@ pub mod bench;
 pub mod catalog;
 pub mod cloud;
 pub mod controllers;
+pub mod model;
 pub mod operator;
 pub mod scheduling;
 pub mod sim;

@@ -4,11 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::apis::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE};
-use crate::catalog::selection::offering_labels;
-use crate::catalog::Offering;
+use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE};
+use crate::model::requirements::{Requirement, Requirements};
+use crate::model::selection::offering_labels;
+use crate::model::Offering;
 use crate::scheduling::plan::{NewNodeClaim, Plan, Unschedulable};
-use crate::scheduling::requirements::{Requirement, Requirements};
 use crate::scheduling::solve::{Slot, Solver};
 
 /// Builds the plan; `unschedulable` comes from the relaxation rounds.

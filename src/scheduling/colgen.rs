@@ -13,8 +13,8 @@ use std::cell::RefCell;
 
 use crate::scheduling::knapsack::{integer_knapsack, knapsack_bound, knapsack_items};
 use crate::scheduling::lp::CoveringLp;
-use crate::scheduling::model::Rule;
 use crate::scheduling::pack::{PackClass, Packer, Pattern};
+use crate::scheduling::shapes::Rule;
 use crate::scheduling::solve::Solver;
 
 /// Column generation is skipped above this many classes (the master LP's tableau grows with them);

@@ -3,11 +3,11 @@
 //! rule), for example "nodepool general: no instance type has 96Gi memory with
 //! kubernetes.io/arch=arm64 in eastus-2".
 
-use crate::apis::labels::{self, LABEL_NODEPOOL, LABEL_ZONE};
-use crate::catalog::selection::{allowed_offerings, type_allowed};
-use crate::scheduling::model::Rule;
-use crate::scheduling::requirements::Requirements;
-use crate::scheduling::resources::format_resource_quantity;
+use crate::model::labels::{self, LABEL_NODEPOOL, LABEL_ZONE};
+use crate::model::requirements::Requirements;
+use crate::model::resources::format_resource_quantity;
+use crate::model::selection::{allowed_offerings, type_allowed};
+use crate::scheduling::shapes::Rule;
 use crate::scheduling::solve::Solver;
 use crate::scheduling::templates::{pool_order, pool_rejects};
 

@@ -20,7 +20,7 @@ pub(crate) fn knapsack_items(
         .filter(|&c| usable(c))
         .map(|c| {
             let class = &solver.classes[c];
-            let fit = crate::scheduling::model::copies_that_fit(&class.traits.demand, capacity);
+            let fit = crate::scheduling::shapes::copies_that_fit(&class.traits.demand, capacity);
             let most = fit.min(counts[c]).min(class.per_node_limit.unwrap_or(u64::MAX));
             (c, most as f64)
         })
@@ -151,7 +151,7 @@ pub(crate) fn integer_knapsack(
             let joins =
                 item.mask & mask != 0 && self.chosen.iter().all(|&j| (self.compatible)(j, item.class));
             let fit = if joins {
-                crate::scheduling::model::copies_that_fit(item.demand, free).min(item.most)
+                crate::scheduling::shapes::copies_that_fit(item.demand, free).min(item.most)
             } else {
                 0
             };

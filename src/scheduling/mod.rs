@@ -1,5 +1,6 @@
-//! Pure scheduling code: the requirements algebra, resource vectors, the solver's input and output, and
-//! the solver itself. No I/O, no clock; deterministic (sorted maps and total-order tie-breaks).
+//! Pure scheduling code: the solver's input and output, the solver itself, its lower bounds and the
+//! feasibility checker. No I/O, no clock; deterministic (sorted maps and total-order tie-breaks). The
+//! requirements algebra and resource vectors it works with are in `crate::model`.
 
 pub mod bound;
 mod claims;
@@ -11,16 +12,12 @@ mod improve;
 pub mod input;
 mod knapsack;
 pub mod lp;
-pub mod model;
 pub mod node;
 pub mod pack;
 pub mod plan;
-pub mod requirements;
-pub mod resources;
+pub mod shapes;
 mod slots;
 mod solve;
-#[cfg(test)]
-mod solve_tests;
 mod spread;
 pub mod templates;
 pub mod topology;

@@ -4,9 +4,9 @@
 
 use crate::scheduling::colgen;
 use crate::scheduling::input::tolerates_all;
-use crate::scheduling::model::Rule;
 use crate::scheduling::node::NodeState;
 use crate::scheduling::pack::{repeats, Pattern};
+use crate::scheduling::shapes::Rule;
 use crate::scheduling::solve::{Slot, Solver};
 
 /// How many times column generation is re-run on the pods the previous round left.
@@ -200,7 +200,7 @@ impl Solver<'_> {
                 *x += d * n as i64;
             }
         }
-        if !crate::scheduling::model::fits(&total, &tpl.capacity) {
+        if !crate::scheduling::shapes::fits(&total, &tpl.capacity) {
             return false;
         }
         let mut state = NodeState::empty(tpl.capacity.clone(), self.selectors.list.len());

@@ -1,6 +1,6 @@
 //! The solver: from a [`SolveInput`] to a [`Plan`].
 //!
-//! 1. Pods are grouped into shapes ([`crate::scheduling::model`]); each shape is tried with all its
+//! 1. Pods are grouped into shapes ([`crate::scheduling::shapes`]); each shape is tried with all its
 //!    preferences honoured first (relaxation level 0).
 //! 2. Zone- and capacity-type-scoped topology rules pin each pod to a domain
 //!    ([`crate::scheduling::topology`]); pods of a shape with the same domain form a class.
@@ -18,16 +18,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::apis::labels::{LABEL_CAPACITY_TYPE, LABEL_ZONE};
+use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_ZONE};
+use crate::model::requirements::{Requirement, Requirements};
 use crate::scheduling::bound::{self, BoundClass};
 use crate::scheduling::claims;
 use crate::scheduling::explain;
 use crate::scheduling::improve;
 use crate::scheduling::input::{tolerates_all, SolveInput};
-use crate::scheduling::model::{build_shapes, Dims, Rule, Scope, Selectors, Shape};
 use crate::scheduling::node::{NodeState, PodTraits};
 use crate::scheduling::plan::{Plan, Unschedulable};
-use crate::scheduling::requirements::{Requirement, Requirements};
+use crate::scheduling::shapes::{build_shapes, Dims, Rule, Scope, Selectors, Shape};
 use crate::scheduling::templates::{self, Template};
 use crate::scheduling::topology::{Assignment, Domains};
 
@@ -36,7 +36,7 @@ type PendingPod = (usize, usize, usize);
 /// A pod that could not be placed this round, with the reason.
 type Failure = (usize, usize, usize, String);
 /// A shape's constraints at one level: effective rules, the term chosen, eligible zones and capacity types.
-type ShapeAtLevel = (crate::scheduling::model::Effective, usize, Vec<String>, Vec<String>);
+type ShapeAtLevel = (crate::scheduling::shapes::Effective, usize, Vec<String>, Vec<String>);
 
 /// A group of identical pods with one domain assignment at one relaxation level.
 pub(crate) struct Class {
@@ -89,7 +89,7 @@ pub(crate) struct Solver<'a> {
     pub matching_anywhere: Vec<u32>,
     pub domains: Domains,
     /// Remaining limits per pool (resources of instance-type capacity, plus `nodes`).
-    pub remaining: Vec<Option<crate::scheduling::resources::Resources>>,
+    pub remaining: Vec<Option<crate::model::resources::Resources>>,
     pub(crate) pair_memo: HashMap<(usize, usize), bool>,
     compat_memo: HashMap<(usize, Requirements), Vec<u32>>,
 }
@@ -148,9 +148,9 @@ impl<'a> Solver<'a> {
             let rules: Vec<Rule> = pod
                 .anti_affinity
                 .iter()
-                .filter(|t| t.topology_key == crate::apis::labels::LABEL_HOSTNAME)
+                .filter(|t| t.topology_key == crate::model::labels::LABEL_HOSTNAME)
                 .filter_map(|t| {
-                    let sel = crate::scheduling::model::Selector {
+                    let sel = crate::scheduling::shapes::Selector {
                         namespaces: t.namespaces.clone(),
                         labels: t.selector.clone(),
                     };

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::scheduling::model::{Rule, Scope};
+use crate::scheduling::shapes::{Rule, Scope};
 use crate::scheduling::solve::Solver;
 
 impl Solver<'_> {

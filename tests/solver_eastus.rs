@@ -1,17 +1,18 @@
-//! Scenario tests of the solver on the real eastus catalog.
+//! Scenario tests of the solver on the real eastus catalog. Integration tests: the catalog is a layer
+//! beside the solver, not below it, so only a test outside both may join them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::apis::labels;
-use crate::catalog::{instance_types, CapacityOptions, PriceTable, UnavailableOfferings};
-use crate::scheduling::input::{NodePoolInput, Pod, SolveInput};
-use crate::scheduling::requirements::{Requirement, Requirements};
-use crate::scheduling::resources::Resources;
-use crate::scheduling::solve;
+use karpenter_azure::catalog::{instance_types, CapacityOptions, PriceTable, UnavailableOfferings};
+use karpenter_azure::model::labels;
+use karpenter_azure::model::requirements::{Requirement, Requirements};
+use karpenter_azure::model::resources::Resources;
+use karpenter_azure::scheduling::input::{NodePoolInput, Pod, SolveInput};
+use karpenter_azure::scheduling::solve;
 
-pub(crate) fn eastus_pool(name: &str, weight: i32) -> NodePoolInput {
+fn eastus_pool(name: &str, weight: i32) -> NodePoolInput {
     let types = instance_types(
         "eastus",
         &CapacityOptions::default(),
@@ -34,7 +35,7 @@ pub(crate) fn eastus_pool(name: &str, weight: i32) -> NodePoolInput {
     }
 }
 
-pub(crate) fn pod(name: &str, cpu_m: i64, mem_mi: i64) -> Pod {
+fn pod(name: &str, cpu_m: i64, mem_mi: i64) -> Pod {
     Pod {
         namespace: "default".into(),
         name: name.into(),
