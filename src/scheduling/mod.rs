@@ -18,10 +18,13 @@ pub mod plan;
 pub mod shapes;
 mod slots;
 mod solve;
+#[cfg(test)]
+mod solve_tests;
 mod spread;
 pub mod templates;
 pub mod topology;
+mod working;
 
 pub use input::{ExistingNode, NodePoolInput, Pod, PodId, SolveInput, SolveOptions};
 pub use plan::{NewNodeClaim, Plan, Unschedulable};
-pub use solve::solve;
+pub use solve::{solve, solve_with_cancel, Cancelled, ShouldCancel};
