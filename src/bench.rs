@@ -14,17 +14,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::apis::labels::{
+use crate::catalog::{instance_types, CapacityOptions, PriceTable, UnavailableOfferings};
+use crate::model::labels::{
     LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_OS,
     LABEL_ZONE,
 };
-use crate::catalog::{
-    instance_types, CapacityOptions, CapacityType, InstanceType, Offering, Overhead, PriceTable,
-    UnavailableOfferings,
-};
+use crate::model::requirements::{Requirement, Requirements};
+use crate::model::resources::{Resources, CPU, MEMORY, NVIDIA_GPU, PODS};
+use crate::model::{CapacityType, InstanceType, Offering, Overhead};
 use crate::scheduling::input::{PodAffinityTerm, TopologySpread, WhenUnsatisfiable};
-use crate::scheduling::requirements::{Requirement, Requirements};
-use crate::scheduling::resources::{Resources, CPU, MEMORY, NVIDIA_GPU, PODS};
 use crate::scheduling::{NodePoolInput, Plan, Pod, SolveInput, SolveOptions};
 
 const MI: i64 = 1 << 20;

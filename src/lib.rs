@@ -1,13 +1,46 @@
 //! karpenter-azure: a Kubernetes node autoscaler for Azure.
 //!
-//! The crate is laid out as in the design document: `apis` holds the CRD types, `scheduling` the pure
-//! decision code, `catalog` the Azure VM sizes with their allocatable resources and prices.
+//! # Layers
+//!
+//! ```text
+//! model ← apis ← {catalog, scheduling, disruption} ← state ← operator ← {cloud, controllers, sim}
+//! ```
+//!
+//! An arrow points from a lower layer to the modules that may use it; a module never uses one above
+//! it, catalog and scheduling never use each other, and controllers may use cloud (not the reverse).
+//! `bench` and the binary sit on top. `tests/layering.rs` checks this, and that the pure modules
+//! (`model`, `scheduling`, `disruption`) name no I/O, async runtime, client or clock.
+//!
+//! - `model`: labels, the requirements algebra, resources, instance types and offerings, selection.
+//! - `apis`: the CRD types, their validation and their requirements in the model's terms; crdgen.
+//! - `catalog`: Azure VM sizes, allocatable, prices, the unavailable-offerings cache.
+//! - `scheduling`: the solver, its lower bounds and the feasibility checker (pure).
+//! - `state`: the cluster index fed by watches, and its snapshot as solver input (synchronous).
+//! - `operator`: settings, leader election, metrics and the health server.
+//! - `cloud`: the CloudProvider trait and its Azure implementation; `controllers`: the controller
+//!   command; `sim`: the simulator.
+//!
+//! # Data path of one provisioning decision
+//!
+//! 1. Watch: `controllers/watch.rs` streams Pods, Nodes, NodeClaims, NodePools, AKSNodeClasses,
+//!    DaemonSets and PDBs into the index.
+//! 2. State index: `state/cluster.rs` keeps compact records (`state/records.rs`) of what decisions read.
+//! 3. Snapshot: `state/snapshot.rs` turns the index into a `scheduling::SolveInput`, with instance types
+//!    from `catalog/instancetype.rs`.
+//! 4. Solve: `scheduling/solve.rs` (working state in `scheduling/working.rs`) returns a `Plan`.
+//! 5. NodeClaim: `controllers/provisioning.rs` creates one NodeClaim per planned claim, built by
+//!    `controllers/nodeclaim.rs`.
+//! 6. Launch: `controllers/lifecycle.rs` turns the NodeClaim into a launch request for the cloud
+//!    provider, `cloud/azure/provider.rs` (NIC and VM over ARM).
+
+#![forbid(unsafe_code)]
 
 pub mod apis;
 pub mod bench;
 pub mod catalog;
 pub mod cloud;
 pub mod controllers;
+pub mod model;
 pub mod operator;
 pub mod scheduling;
 pub mod sim;

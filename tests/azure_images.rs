@@ -12,13 +12,14 @@ use std::time::{Duration, Instant};
 use fake_arm::gallery::{AZURE_LINUX_GALLERY, DEFAULT_NEWEST_VERSION, UBUNTU_GALLERY};
 use fake_arm::{FakeArm, FakeArmConfig, FakeSubnet, Fault, GalleryImageVersion};
 use karpenter_azure::apis::{AKSNodeClass, NodeClaim};
-use karpenter_azure::catalog::{CapacityOptions, InstanceType, PriceTable, UnavailableOfferings};
+use karpenter_azure::catalog::{CapacityOptions, PriceTable, UnavailableOfferings};
 use karpenter_azure::cloud::azure::subnet::SubnetId;
 use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, RetrySettings};
 use karpenter_azure::cloud::{CloudError, CloudProvider};
 use karpenter_azure::controllers::nodeclaim::launch_request;
 use karpenter_azure::controllers::nodeclass::NodeClassChecks;
 use karpenter_azure::controllers::nodeclass_status::{nodeclass_status, ImagesCheck, SubnetCheck};
+use karpenter_azure::model::InstanceType;
 
 async fn harness(config: FakeArmConfig) -> (FakeArm, AzureCloudProvider) {
     let fake = FakeArm::start(config).await.expect("fake ARM starts");

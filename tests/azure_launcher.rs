@@ -12,13 +12,14 @@ use std::time::Duration;
 use fake_arm::{CreateError, Delivery, FakeArm, FakeArmConfig, Fault, QuotaScope, Target};
 use karpenter_azure::apis::common::{Taint, TaintEffect};
 use karpenter_azure::catalog::unavailable::OfferingRef;
-use karpenter_azure::catalog::{embedded_sku, CapacityType, Timestamp, UnavailableOfferings};
+use karpenter_azure::catalog::{embedded_sku, Timestamp, UnavailableOfferings};
 use karpenter_azure::cloud::azure::{
     ArmClients, ArmSettings, AzureCloudProvider, LaunchSettings, RetrySettings,
 };
 use karpenter_azure::cloud::{
     CloudError, CloudProvider, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice,
 };
+use karpenter_azure::model::CapacityType;
 
 const NOW: Timestamp = Duration::from_secs(1_000_000);
 /// A version the fake's default gallery publishes, bootable by the gen2 amd64 sizes these tests use.

@@ -15,7 +15,7 @@ use fake_arm::{FakeArm, FakeArmConfig, FakeSubnet};
 use karpenter_azure::apis::conditions::{self, ConditionStatus};
 use karpenter_azure::apis::{AKSNodeClass, NodeClaim};
 use karpenter_azure::catalog::{
-    embedded_sku, CapacityOptions, InstanceType, NodeSecurity, PriceTable, UnavailableOfferings,
+    embedded_sku, CapacityOptions, NodeSecurity, PriceTable, UnavailableOfferings,
 };
 use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, RetrySettings};
 use karpenter_azure::cloud::{CloudProvider, LaunchRequest};
@@ -23,6 +23,7 @@ use karpenter_azure::controllers::catalog::Catalog;
 use karpenter_azure::controllers::nodeclaim::launch_request;
 use karpenter_azure::controllers::nodeclass::NodeClassChecks;
 use karpenter_azure::controllers::nodeclass_status::{nodeclass_status, ImagesCheck};
+use karpenter_azure::model::InstanceType;
 
 const KUBERNETES_VERSION: &str = "1.34.4";
 const SECURE: &str = "{security: {encryptionAtHost: true, trustedLaunch: {vtpm: true}}}";

@@ -46,7 +46,7 @@ fn allocatable_checked_by_hand() {
     }
     // D4s_v5: 16Gi − 1288490189 − 2662Mi − 750Mi = 12313637683 bytes.
     let memory = row(&rows, "Standard_D4s_v5")["allocatable"]["memory"].as_str().unwrap().to_string();
-    let bytes = karpenter_azure::scheduling::resources::parse_resource_quantity("memory", &memory).unwrap();
+    let bytes = karpenter_azure::model::resources::parse_resource_quantity("memory", &memory).unwrap();
     assert!((12313637683 - bytes).abs() < 1024, "{memory}");
     assert_eq!(row(&rows, "Standard_D4s_v5")["allocatable"]["pods"], "250");
 }

@@ -3,13 +3,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use karpenter_azure::apis::labels;
 use karpenter_azure::catalog::instancetype::{build_instance_types, passes_global_filters};
 use karpenter_azure::catalog::{
-    embedded_sku, instance_types, render, CapacityOptions, CapacityType, CatalogError, InstanceType,
-    OutputFormat, PriceTable, SkuRecord, UnavailableOfferings, UnavailableReason,
+    embedded_sku, instance_types, render, CapacityOptions, CatalogError, OutputFormat, PriceTable, SkuRecord,
+    UnavailableOfferings, UnavailableReason,
 };
-use karpenter_azure::scheduling::resources::{CPU, NVIDIA_GPU, PODS};
+use karpenter_azure::model::labels;
+use karpenter_azure::model::resources::{CPU, NVIDIA_GPU, PODS};
+use karpenter_azure::model::{CapacityType, InstanceType};
 
 const NOW: Duration = Duration::from_secs(1_700_000_000);
 

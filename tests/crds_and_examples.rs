@@ -7,7 +7,6 @@ use karpenter_azure::apis::aksnodeclass::ImageFamily;
 use karpenter_azure::apis::crdgen::{render_all, OUTPUT_DIRS};
 use karpenter_azure::apis::nodepool::ConsolidationPolicy;
 use karpenter_azure::apis::{AKSNodeClass, NodeClaim, NodePool};
-use karpenter_azure::scheduling::requirements::Requirements;
 
 fn repo_file(path: &str) -> String {
     let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
@@ -49,7 +48,7 @@ fn seed_nodepool_example_deserializes_with_defaults() {
     let limits = pool.spec.limits.as_ref().unwrap();
     assert_eq!(limits["cpu"].as_str(), "200");
     assert_eq!(limits["memory"].as_str(), "400Gi");
-    let reqs = Requirements::from_api(&spec.requirements).unwrap();
+    let reqs = karpenter_azure::apis::requirements::from_api(&spec.requirements).unwrap();
     assert!(reqs.get("karpenter.sh/capacity-type").unwrap().admits(Some("spot")));
     assert!(!reqs.get("kubernetes.io/arch").unwrap().admits(Some("arm64")));
 }

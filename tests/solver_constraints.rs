@@ -5,11 +5,11 @@
 mod fixtures;
 
 use fixtures::*;
-use karpenter_azure::apis::labels::{LABEL_ARCH, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_ZONE};
-use karpenter_azure::catalog::CapacityType;
+use karpenter_azure::model::labels::{LABEL_ARCH, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_ZONE};
+use karpenter_azure::model::requirements::Requirement;
+use karpenter_azure::model::resources::{Resources, CPU, MEMORY, NVIDIA_GPU, PODS};
+use karpenter_azure::model::CapacityType;
 use karpenter_azure::scheduling::input::Weighted;
-use karpenter_azure::scheduling::requirements::Requirement;
-use karpenter_azure::scheduling::resources::{Resources, CPU, MEMORY, NVIDIA_GPU, PODS};
 use karpenter_azure::scheduling::{solve, Plan, SolveInput};
 
 fn solved(input: &SolveInput) -> Plan {
@@ -19,7 +19,7 @@ fn solved(input: &SolveInput) -> Plan {
 }
 
 /// Three general types, cheapest per core first: 2, 4 and 8 cores at 0.1 $/core/h.
-fn general() -> Vec<karpenter_azure::catalog::InstanceType> {
+fn general() -> Vec<karpenter_azure::model::InstanceType> {
     vec![
         zonal_type("c2", 2000, 8 * GI, 0.2),
         zonal_type("c4", 4000, 16 * GI, 0.4),

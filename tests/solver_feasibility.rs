@@ -13,11 +13,11 @@ mod fixtures;
 use std::sync::OnceLock;
 
 use fixtures::*;
-use karpenter_azure::apis::labels::{LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZONE};
-use karpenter_azure::catalog::{CapacityType, InstanceType};
+use karpenter_azure::model::labels::{LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZONE};
+use karpenter_azure::model::requirements::Requirement;
+use karpenter_azure::model::resources::{Resources, CPU, MEMORY, PODS};
+use karpenter_azure::model::{CapacityType, InstanceType};
 use karpenter_azure::scheduling::input::Weighted;
-use karpenter_azure::scheduling::requirements::Requirement;
-use karpenter_azure::scheduling::resources::{Resources, CPU, MEMORY, PODS};
 use karpenter_azure::scheduling::{solve, Pod, SolveInput};
 use proptest::prelude::*;
 

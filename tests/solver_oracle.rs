@@ -9,9 +9,9 @@
 mod fixtures;
 
 use fixtures::*;
-use karpenter_azure::apis::labels::LABEL_HOSTNAME;
-use karpenter_azure::catalog::{CapacityType, InstanceType};
-use karpenter_azure::scheduling::resources::Resources;
+use karpenter_azure::model::labels::LABEL_HOSTNAME;
+use karpenter_azure::model::resources::Resources;
+use karpenter_azure::model::{CapacityType, InstanceType};
 use karpenter_azure::scheduling::{solve, Pod, SolveInput};
 
 /// The solver's price may exceed the optimum by at most this factor.

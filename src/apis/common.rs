@@ -16,16 +16,9 @@ pub const NODE_CLASS_GROUP: &str = "karpenter.azure.com";
 /// The kind of [`crate::apis::AKSNodeClass`], the default for `nodeClassRef.kind`.
 pub const NODE_CLASS_KIND: &str = "AKSNodeClass";
 
-/// A node selector operator, as in `corev1.NodeSelectorOperator`.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
-pub enum Operator {
-    In,
-    NotIn,
-    Exists,
-    DoesNotExist,
-    Gt,
-    Lt,
-}
+/// The operator of a requirement is a field type of the CRDs, so it is part of this module's public
+/// API even though it is defined with the requirements algebra it belongs to.
+pub use crate::model::requirements::Operator;
 
 /// A node selector requirement with an optional minimum number of distinct values
 /// (`NodeSelectorRequirementWithMinValues` upstream).
@@ -111,7 +104,7 @@ impl NodeClassReference {
 
 /// A resource quantity as the API server stores it: `cpu: 200` and `cpu: "200"` are both valid.
 ///
-/// It is kept as text; parsing into base units is done by [`crate::scheduling::resources`].
+/// It is kept as text; parsing into base units is done by [`crate::model::resources`].
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Quantity(pub String);
 

@@ -1,16 +1,17 @@
 //! The Kubernetes API types of the project: `NodePool` and `NodeClaim` (karpenter.sh/v1) and
-//! `AKSNodeClass` (karpenter.azure.com/v1beta1), their validation, the well-known label keys, and
-//! the CRD manifests generated from them (`karpenter-azure crdgen`).
+//! `AKSNodeClass` (karpenter.azure.com/v1beta1), their validation, the conversion of their requirements
+//! to the model's requirements algebra, and the CRD manifests generated from them (`karpenter-azure
+//! crdgen`).
 
 pub mod aksnodeclass;
 pub mod common;
 pub mod conditions;
 pub mod crdgen;
 pub mod duration;
-pub mod labels;
 pub mod manifest;
 pub mod nodeclaim;
 pub mod nodepool;
+pub mod requirements;
 pub mod sysctls;
 pub mod validate;
 pub mod validation;

@@ -3,9 +3,9 @@
 //! API server would refuse is refused here too, with the field path in the message.
 
 use crate::apis::duration;
-use crate::apis::labels::restricted_label_reason;
 use crate::apis::{AKSNodeClass, NodePool};
-use crate::scheduling::requirements::Requirement;
+use crate::model::labels::restricted_label_reason;
+use crate::model::requirements::Requirement;
 
 /// A field of an object is invalid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,7 +29,7 @@ pub fn nodepool(pool: &NodePool) -> Result<(), ValidationError> {
         if let Some(reason) = restricted_label_reason(&r.key) {
             return Err(invalid(format!("{field}.key"), reason));
         }
-        if r.key == crate::apis::labels::LABEL_NODEPOOL {
+        if r.key == crate::model::labels::LABEL_NODEPOOL {
             return Err(invalid(format!("{field}.key"), "label \"karpenter.sh/nodepool\" is restricted"));
         }
         let min_values = r.min_values.map(|m| m.max(0) as u32);

@@ -3,13 +3,13 @@
 //! The rules are written once here and attached to the schemas through `#[schemars(transform = ...)]`
 //! and `#[schemars(extend(...))]` on the API types, so that invalid objects are rejected by the API
 //! server itself with a message that names the field and what is allowed. Label-domain rules are
-//! generated from the lists in [`crate::apis::labels`], so the CEL rules and the Rust check
-//! [`crate::apis::labels::restricted_label_reason`] cannot drift apart.
+//! generated from the lists in [`crate::model::labels`], so the CEL rules and the Rust check
+//! [`crate::model::labels::restricted_label_reason`] cannot drift apart.
 
 use schemars::Schema;
 use serde_json::{json, Value};
 
-use crate::apis::labels::{
+use crate::model::labels::{
     ALLOWED_K8S_IO_SUBDOMAINS, ALLOWED_KARPENTER_AZURE_LABELS, ALLOWED_KARPENTER_SH_LABELS,
     ALLOWED_KUBERNETES_AZURE_LABELS, ALLOWED_KUBERNETES_IO_LABELS, ALLOWED_KUBERNETES_IO_SUBDOMAINS,
     LABEL_HOSTNAME, LABEL_NODEPOOL,

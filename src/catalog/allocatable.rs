@@ -5,7 +5,8 @@
 //! size and the max-pods default per network plugin. Pure: plain numbers in, `Resources` out.
 
 use super::sku::SkuRecord;
-use crate::scheduling::resources::{Resources, AMD_GPU, CPU, EPHEMERAL_STORAGE, MEMORY, NVIDIA_GPU, PODS};
+use crate::model::resources::{Resources, AMD_GPU, CPU, EPHEMERAL_STORAGE, MEMORY, NVIDIA_GPU, PODS};
+use crate::model::Overhead;
 
 use super::sku::GpuVendor;
 
@@ -93,21 +94,6 @@ impl CapacityOptions {
 
     pub fn os_disk_size_gb(&self) -> u32 {
         self.os_disk_size_gb.unwrap_or(DEFAULT_OS_DISK_SIZE_GB)
-    }
-}
-
-/// What the node keeps for itself; allocatable = capacity − (kube-reserved + system-reserved + eviction).
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
-pub struct Overhead {
-    pub kube_reserved: Resources,
-    /// Always zero on AKS, kept so the accounting reads like the kubelet's.
-    pub system_reserved: Resources,
-    pub eviction_threshold: Resources,
-}
-
-impl Overhead {
-    pub fn total(&self) -> Resources {
-        self.kube_reserved.add(&self.system_reserved).add(&self.eviction_threshold)
     }
 }
 

@@ -3,10 +3,9 @@
 
 use serde_json::{json, Value};
 
-use super::instancetype::InstanceType;
-use super::unavailable::CapacityType;
-use crate::apis::labels;
-use crate::scheduling::resources::{format_resource_quantity, CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
+use crate::model::labels;
+use crate::model::resources::{format_resource_quantity, CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
+use crate::model::{CapacityType, InstanceType};
 
 /// Output format of the catalog command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -98,7 +97,7 @@ fn render_json(types: &[&InstanceType]) -> String {
 
 /// The JSON shape of one instance type (stable keys; quantities as Kubernetes strings).
 pub fn json_entry(t: &InstanceType) -> Value {
-    let quantities = |r: &crate::scheduling::resources::Resources| {
+    let quantities = |r: &crate::model::resources::Resources| {
         let mut q = r.to_quantities();
         // Always present, even when zero, so consumers need no defaults.
         for name in [CPU, MEMORY, PODS, EPHEMERAL_STORAGE] {

@@ -1,6 +1,6 @@
 //! The `karpenter-azure catalog` command: the sizes a NodePool allows in a region, with allocatable
 //! resources and prices, cheapest first. Reads the NodePool and AKSNodeClass files; the selection
-//! itself is the pure [`crate::catalog::selection`].
+//! itself is the pure [`crate::model::selection`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,10 +11,10 @@ use crate::apis::{AKSNodeClass, NodePool};
 use crate::catalog::cli::{render, OutputFormat};
 use crate::catalog::instancetype::{instance_types, CatalogError};
 use crate::catalog::pricing::PriceTable;
-use crate::catalog::selection;
 use crate::catalog::unavailable::UnavailableOfferings;
 use crate::catalog::CapacityOptions;
-use crate::scheduling::requirements::{MinValuesError, RequirementError, Requirements};
+use crate::model::requirements::{MinValuesError, RequirementError};
+use crate::model::selection;
 
 /// What the command was asked for.
 #[derive(Debug, Clone)]
@@ -69,9 +69,9 @@ pub fn run(args: &CatalogArgs) -> Result<String, CommandError> {
                 error,
             })?;
             let requirements =
-                Requirements::from_api(&pool.spec.template.spec.requirements).map_err(|error| {
-                    CommandError::Requirement { file: file.clone(), object: object.clone(), error }
-                })?;
+                crate::apis::requirements::from_api(&pool.spec.template.spec.requirements).map_err(
+                    |error| CommandError::Requirement { file: file.clone(), object: object.clone(), error },
+                )?;
             selection::select(&types, &requirements).map_err(|error| CommandError::MinValues {
                 file,
                 object,

@@ -1,4 +1,5 @@
-//! Instance types: the VM sizes a region can launch, with labels, capacity, allocatable and offerings.
+//! Building instance types: the VM sizes a region can launch, with labels, capacity, allocatable and
+//! offerings (the types themselves are `crate::model::instancetype`).
 //!
 //! Owns the global size filters, the well-known labels per size (reference §2), and the offerings per
 //! zone and capacity type with their prices and availability. Pure: prices, the unavailable-offerings
@@ -7,14 +8,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
-use super::allocatable::{self, CapacityOptions, Overhead};
+use super::allocatable::{self, CapacityOptions};
 use super::pricing::PriceTable;
 use super::sku::{embedded_skus, embedded_zones, SkuRecord};
-use super::unavailable::{CapacityType, OfferingRef, Timestamp, UnavailableOfferings};
-use crate::apis::labels;
-use crate::scheduling::resources::Resources;
+use super::unavailable::{OfferingRef, Timestamp, UnavailableOfferings};
+use crate::model::labels;
+use crate::model::{CapacityType, InstanceType, Offering};
 
 /// Sizes below these are filtered out everywhere (upstream provider instancetypes.go): the AKS node
 /// components alone would leave too little for pods.
@@ -35,60 +34,6 @@ impl CatalogError {
         match self {
             CatalogError::UnknownRegion { .. } => "UnknownRegion",
         }
-    }
-}
-
-/// One way to buy a size: a zone and a capacity type, with its hourly price.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Offering {
-    /// `<region>-<n>`, the `topology.kubernetes.io/zone` value.
-    pub zone: String,
-    pub capacity_type: CapacityType,
-    /// USD per hour.
-    pub price: f64,
-    /// False while the unavailable-offerings cache blocks it.
-    pub available: bool,
-}
-
-/// A launchable VM size in one region.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct InstanceType {
-    pub name: String,
-    pub vcpus: u32,
-    pub memory_mib: u64,
-    /// Single-valued labels every node of this size carries (zone and capacity type are per offering).
-    pub labels: BTreeMap<String, String>,
-    pub capacity: Resources,
-    pub overhead: Overhead,
-    pub allocatable: Resources,
-    /// Sorted by price, then zone, then capacity type.
-    pub offerings: Vec<Offering>,
-}
-
-impl InstanceType {
-    /// The cheapest available offering, if any.
-    pub fn cheapest_available(&self) -> Option<&Offering> {
-        self.offerings.iter().find(|o| o.available)
-    }
-
-    /// Lowest price of any offering of `capacity_type`, available or not.
-    pub fn price(&self, capacity_type: CapacityType) -> Option<f64> {
-        self.offerings.iter().filter(|o| o.capacity_type == capacity_type).map(|o| o.price).reduce(f64::min)
-    }
-
-    /// Zones with at least one available offering, sorted.
-    pub fn available_zones(&self) -> Vec<&str> {
-        let mut zones: Vec<&str> =
-            self.offerings.iter().filter(|o| o.available).map(|o| o.zone.as_str()).collect();
-        zones.sort_unstable();
-        zones.dedup();
-        zones
-    }
-
-    /// Cheapest offering price, for sorting; types without offerings sort last.
-    /// The price that orders types cheapest first: the first (cheapest) offering's.
-    pub fn sort_price(&self) -> f64 {
-        self.offerings.first().map_or(f64::INFINITY, |o| o.price)
     }
 }
 

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Serialize;
+use crate::model::CapacityType;
 
 /// A point in time as a duration since the caller's epoch.
 pub type Timestamp = Duration;
@@ -22,25 +22,6 @@ pub const LONG_TTL: Duration = Duration::from_secs(3600);
 pub const FAMILY_QUOTA_PARTIAL_TTL: Duration = Duration::from_secs(10 * 60);
 /// On-demand SkuNotAvailable is a regional capacity restriction that Azure lifts on the order of a day.
 pub const SKU_NOT_AVAILABLE_ON_DEMAND_TTL: Duration = Duration::from_secs(23 * 3600);
-
-/// Karpenter capacity type of an offering.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum CapacityType {
-    OnDemand,
-    Spot,
-}
-
-impl CapacityType {
-    pub const ALL: [CapacityType; 2] = [CapacityType::OnDemand, CapacityType::Spot];
-
-    /// The `karpenter.sh/capacity-type` value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CapacityType::OnDemand => "on-demand",
-            CapacityType::Spot => "spot",
-        }
-    }
-}
 
 /// The Azure error classes that mark offerings unavailable (reference §3.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 use super::azure::naming;
 use super::azure::subnet::SubnetId;
 use super::{CloudError, CloudProvider, Instance, LaunchRequest, RefusedOffering};
-use crate::catalog::CapacityType;
+use crate::model::CapacityType;
 
 /// The fake's subscription and resource group, used in provider IDs.
 const FAKE_SUBSCRIPTION: &str = "00000000-0000-0000-0000-000000000000";

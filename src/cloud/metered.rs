@@ -103,9 +103,9 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::catalog::CapacityType;
     use crate::cloud::fake::FakeCloud;
     use crate::cloud::{InstanceTypeOption, KubeletSettings, OfferingChoice};
+    use crate::model::CapacityType;
     use crate::operator::metrics::controller;
 
     fn request(claim: &str) -> LaunchRequest {

@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::apis::common::Taint;
-use crate::catalog::{CapacityType, NodeSecurity, SkuRecord, Timestamp};
+use crate::catalog::{NodeSecurity, SkuRecord, Timestamp};
 use crate::cloud::azure::subnet::SubnetId;
+use crate::model::CapacityType;
 
 /// Reads "now" for the unavailable-offerings cache; injected so tests and the simulator control time.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;

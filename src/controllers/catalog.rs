@@ -14,13 +14,14 @@ use std::time::Duration;
 use crate::apis::aksnodeclass::NodeImage;
 use crate::apis::AKSNodeClass;
 use crate::catalog::{
-    self, embedded_sku, CapacityOptions, CatalogError, InstanceType, NodeSecurity, PriceTable, SkuRecord,
+    self, embedded_sku, CapacityOptions, CatalogError, NodeSecurity, PriceTable, SkuRecord,
     UnavailableOfferings,
 };
 use crate::cloud::azure::client::ArmClients;
 use crate::cloud::azure::imagefamily::image_for;
 use crate::cloud::azure::skus::{list_region_skus, RegionSku};
 use crate::cloud::Clock;
+use crate::model::InstanceType;
 
 /// How often the region's sizes are listed again (upstream refreshes instance types every 12 hours).
 pub const SKU_REFRESH_INTERVAL: Duration = Duration::from_secs(12 * 3600);

@@ -8,8 +8,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
 use crate::apis::duration;
-use crate::apis::labels::{ANNOTATION_DO_NOT_DISRUPT, TAINT_DISRUPTED};
 use crate::apis::NodeClaim;
+use crate::model::labels::{ANNOTATION_DO_NOT_DISRUPT, TAINT_DISRUPTED};
 use crate::state::records::ANNOTATION_MIRROR_POD;
 
 /// A pod terminating this long past its deletionTimestamp no longer holds up the drain (upstream).

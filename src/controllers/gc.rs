@@ -226,7 +226,7 @@ async fn delete_orphan_nodes<C>(shared: &Shared<C>, provider_id: &str) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::CapacityType;
+    use crate::model::CapacityType;
 
     const RG: &str = "mc_rg";
     const SUB: &str = "00000000-0000-0000-0000-000000000001";

@@ -29,10 +29,10 @@ use super::nodeclaim::{self, resource_list};
 use super::registration::{initialize, register};
 use super::{termination, ControllerError, Shared};
 use crate::apis::conditions::{self, ConditionStatus};
-use crate::apis::labels::FINALIZER_TERMINATION;
 use crate::apis::NodeClaim;
 use crate::cloud::azure::naming;
 use crate::cloud::{CloudError, CloudProvider};
+use crate::model::labels::FINALIZER_TERMINATION;
 use crate::operator::metrics::{controller, in_controller};
 
 /// Upstream liveness: a claim not launched within 5 minutes is deleted.

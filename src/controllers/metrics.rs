@@ -13,13 +13,13 @@ use kube::ResourceExt;
 
 use super::Shared;
 use crate::apis::duration;
-use crate::apis::labels::{
+use crate::apis::NodeClaim;
+use crate::model::labels::{
     LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_OS, LABEL_ZONE,
 };
-use crate::apis::NodeClaim;
+use crate::model::resources::{parse_resource_quantity, Resources, CPU};
 use crate::operator::metrics::Metrics;
 use crate::operator::server::Probes;
-use crate::scheduling::resources::{parse_resource_quantity, Resources, CPU};
 use crate::scheduling::Plan;
 use crate::state::{Cluster, NotSynced, PodPhase};
 

@@ -9,16 +9,16 @@ use kube::Resource;
 use crate::apis::aksnodeclass::DEFAULT_OS_DISK_SIZE_GB;
 use crate::apis::common::{Operator, Quantity, ResourceList};
 use crate::apis::conditions::{self, Condition, ConditionStatus};
-use crate::apis::labels::{self, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
 use crate::apis::nodeclaim::ResourceRequirements;
 use crate::apis::{AKSNodeClass, NodeClaim, NodeClaimSpec, NodePool};
-use crate::catalog::selection::{allowed_offerings, offering_labels, type_allowed};
-use crate::catalog::{embedded_sku, InstanceType, NodeSecurity};
+use crate::catalog::{embedded_sku, NodeSecurity};
 use crate::cloud::azure::customdata::kubelet_config_flags;
 use crate::cloud::azure::imagefamily::image_for;
 use crate::cloud::{InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice};
-use crate::scheduling::requirements::Requirements;
-use crate::scheduling::resources::Resources;
+use crate::model::labels::{self, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
+use crate::model::resources::Resources;
+use crate::model::selection::{allowed_offerings, offering_labels, type_allowed};
+use crate::model::InstanceType;
 use crate::scheduling::NewNodeClaim;
 
 /// The kubelet's own default, used only if a catalog entry lacks a pod count.
@@ -52,7 +52,7 @@ pub fn build(planned: &NewNodeClaim, pool: &NodePool) -> NodeClaim {
         block_owner_deletion: Some(true),
         controller: None,
     };
-    let mut requirements = planned.requirements.to_api();
+    let mut requirements = crate::apis::requirements::to_api(&planned.requirements);
     for r in requirements.iter_mut().filter(|r| r.key == LABEL_INSTANCE_TYPE && r.operator == Operator::In) {
         r.values = ranked(&r.values, &planned.instance_type_options);
     }
@@ -134,7 +134,7 @@ pub fn launch_request(
     if status.images.is_empty() {
         return Err(LaunchRequestError::NoImage(class_name.clone()));
     }
-    let requirements = Requirements::from_api(&claim.spec.requirements)
+    let requirements = crate::apis::requirements::from_api(&claim.spec.requirements)
         .map_err(|e| LaunchRequestError::Requirements(e.to_string()))?;
     let mut ranked: Vec<(f64, &InstanceType, Vec<OfferingChoice>)> = types
         .iter()
@@ -225,12 +225,12 @@ pub fn launched_labels(
     claim_labels: &BTreeMap<String, String>,
     instance_type: Option<&InstanceType>,
     zone: Option<&str>,
-    capacity_type: crate::catalog::CapacityType,
+    capacity_type: crate::model::CapacityType,
 ) -> BTreeMap<String, String> {
     let mut out: BTreeMap<String, String> = BTreeMap::new();
     if let Some(t) = instance_type {
         out.extend(t.labels.clone());
-        let offering = crate::catalog::Offering {
+        let offering = crate::model::Offering {
             zone: zone.unwrap_or_default().to_string(),
             capacity_type,
             price: 0.0,

@@ -4,9 +4,10 @@ use std::time::Duration;
 use super::*;
 use crate::apis::aksnodeclass::AKSNodeClassStatus;
 use crate::apis::conditions::{Condition, ConditionStatus};
-use crate::catalog::{CapacityOptions, CapacityType, PriceTable, UnavailableOfferings};
+use crate::catalog::{CapacityOptions, PriceTable, UnavailableOfferings};
 use crate::cloud::azure::imagefamily::{distro_definitions, node_image, Distro};
-use crate::scheduling::requirements::Requirements;
+use crate::model::requirements::Requirements;
+use crate::model::CapacityType;
 
 fn pool() -> NodePool {
     serde_yaml::from_str(
@@ -62,7 +63,7 @@ fn ready(status: ConditionStatus, reason: &str, message: &str) -> Condition {
 
 fn requirements(list: &str) -> Requirements {
     let api: Vec<crate::apis::NodeSelectorRequirementWithMinValues> = serde_yaml::from_str(list).unwrap();
-    Requirements::from_api(&api).unwrap()
+    crate::apis::requirements::from_api(&api).unwrap()
 }
 
 fn planned() -> NewNodeClaim {

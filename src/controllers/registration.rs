@@ -15,10 +15,10 @@ use super::lifecycle::{now, patch_status, set_condition, RESYNC, WAIT_POLL};
 use super::metrics;
 use super::{ControllerError, Shared};
 use crate::apis::conditions::{self, ConditionStatus};
-use crate::apis::labels::{
+use crate::apis::{NodeClaim, Taint};
+use crate::model::labels::{
     FINALIZER_TERMINATION, LABEL_INITIALIZED, LABEL_NODEPOOL, LABEL_REGISTERED, TAINT_UNREGISTERED,
 };
-use crate::apis::{NodeClaim, Taint};
 use crate::state::records::{is_ephemeral_taint, is_ready};
 
 /// Registered once the Node with the claim's providerID exists and carries the claim's labels, taints and

@@ -33,9 +33,9 @@ use serde_json::json;
 
 use super::drain::{eviction_outcome, plan, termination_deadline, DrainPlan, DrainPod, EvictionOutcome};
 use super::{events, ControllerError, Shared};
-use crate::apis::labels::TAINT_DISRUPTED;
 use crate::apis::NodeClaim;
 use crate::cloud::{CloudError, CloudProvider};
+use crate::model::labels::TAINT_DISRUPTED;
 use crate::operator::metrics::{controller, in_controller};
 
 /// Upstream excludes a draining node from external load balancers.

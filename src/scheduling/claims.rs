@@ -4,39 +4,39 @@
 
 use std::collections::BTreeMap;
 
-use crate::apis::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE};
-use crate::catalog::selection::offering_labels;
-use crate::catalog::Offering;
+use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE};
+use crate::model::requirements::{Requirement, Requirements};
+use crate::model::selection::offering_labels;
+use crate::model::Offering;
 use crate::scheduling::plan::{NewNodeClaim, Plan, Unschedulable};
-use crate::scheduling::requirements::{Requirement, Requirements};
-use crate::scheduling::solve::{Slot, Solver};
+use crate::scheduling::working::{Slot, Solver};
 
 /// Builds the plan; `unschedulable` comes from the relaxation rounds.
 pub(crate) fn build_plan(solver: &mut Solver, mut unschedulable: Vec<Unschedulable>) -> Plan {
-    let mut placed = vec![0u64; solver.classes.len()];
-    for slot in &solver.slots {
-        for &(c, n) in &slot.classes {
+    let mut placed = vec![0u64; solver.classes().len()];
+    for slot in solver.slots() {
+        for &(c, n) in slot.classes() {
             placed[c] += n;
         }
     }
     let configuration_bound = crate::scheduling::colgen::certified_bound(solver, &placed);
     let solver: &Solver = solver;
     let mut plan = Plan::default();
-    let mut cursor = vec![0usize; solver.classes.len()];
-    let mut per_pool = vec![0usize; solver.input.nodepools.len()];
+    let mut cursor = vec![0usize; solver.classes().len()];
+    let mut per_pool = vec![0usize; solver.input().nodepools.len()];
     let mut zone_use: BTreeMap<String, usize> = BTreeMap::new();
-    for slot in &solver.slots {
+    for slot in solver.slots() {
         let mut pods = vec![];
-        for &(c, n) in &slot.classes {
-            let list = &solver.classes[c].pods;
+        for &(c, n) in slot.classes() {
+            let list = &solver.classes()[c].pods;
             for &p in &list[cursor[c]..cursor[c] + n as usize] {
-                pods.push(solver.input.pods[p].id());
+                pods.push(solver.input().pods[p].id());
             }
             cursor[c] += n as usize;
         }
-        match (slot.existing, slot.template) {
+        match (slot.existing(), slot.template()) {
             (Some(i), _) if !pods.is_empty() => {
-                plan.existing.entry(solver.input.nodes[i].name.clone()).or_default().extend(pods);
+                plan.existing.entry(solver.input().nodes[i].name.clone()).or_default().extend(pods);
             }
             (None, Some(_)) if !pods.is_empty() => {
                 match new_claim(solver, slot, pods.clone(), &mut per_pool, &mut zone_use) {
@@ -52,7 +52,7 @@ pub(crate) fn build_plan(solver: &mut Solver, mut unschedulable: Vec<Unschedulab
     plan.unschedulable = unschedulable;
     // `+ 0.0`: an empty float sum is -0.0, which would print as "-0.0000".
     plan.price_per_hour = plan.nodeclaims.iter().map(|c| c.price_per_hour).sum::<f64>() + 0.0;
-    let ids: Vec<usize> = (0..solver.classes.len()).collect();
+    let ids: Vec<usize> = (0..solver.classes().len()).collect();
     let (bound, _) = solver.bound_for(&ids, &placed);
     // Both bounds are valid; the configuration LP's is usually the tighter one.
     plan.lower_bound_per_hour = bound.per_hour.max(configuration_bound.unwrap_or(0.0));
@@ -62,23 +62,23 @@ pub(crate) fn build_plan(solver: &mut Solver, mut unschedulable: Vec<Unschedulab
 /// Templates of the slot's pool and tier that hold its pods, cheapest first (ties by name), limited
 /// so that a pool with limits never gets an option larger than the chosen node.
 fn options(solver: &Solver, slot: &Slot) -> Vec<(usize, u32, f64)> {
-    let chosen = slot.template.expect("new slots have a template");
-    let pool = solver.templates[chosen].pool;
-    let limits = solver.input.nodepools[pool].remaining.as_ref();
+    let chosen = slot.template().expect("new slots have a template");
+    let pool = solver.templates()[chosen].pool;
+    let limits = solver.input().nodepools[pool].remaining.as_ref();
     let chosen_capacity =
-        &solver.input.nodepools[pool].instance_types[solver.templates[chosen].instance_type].capacity;
+        &solver.input().nodepools[pool].instance_types[solver.templates()[chosen].instance_type].capacity;
     let mut out: Vec<(usize, u32, f64)> = solver
-        .templates
+        .templates()
         .iter()
         .enumerate()
         .filter(|(_, t)| t.pool == pool)
         .filter_map(|(t, tpl)| {
-            let mask = solver.joint_mask(&slot.classes, t);
-            if mask == 0 || !solver.holds(&slot.classes, t) {
+            let mask = solver.joint_mask(slot.classes(), t);
+            if mask == 0 || !solver.holds(slot.classes(), t) {
                 return None;
             }
             if let Some(limits) = limits {
-                let capacity = &solver.input.nodepools[pool].instance_types[tpl.instance_type].capacity;
+                let capacity = &solver.input().nodepools[pool].instance_types[tpl.instance_type].capacity;
                 if limits
                     .iter()
                     .any(|(name, _)| name != "nodes" && capacity.get(name) > chosen_capacity.get(name))
@@ -94,8 +94,8 @@ fn options(solver: &Solver, slot: &Slot) -> Vec<(usize, u32, f64)> {
 }
 
 fn type_name<'s>(solver: &'s Solver, t: usize) -> &'s str {
-    let tpl = &solver.templates[t];
-    &solver.input.nodepools[tpl.pool].instance_types[tpl.instance_type].name
+    let tpl = &solver.templates()[t];
+    &solver.input().nodepools[tpl.pool].instance_types[tpl.instance_type].name
 }
 
 fn new_claim(
@@ -108,13 +108,13 @@ fn new_claim(
     let mut options = options(solver, slot);
     if options.is_empty() {
         // Cannot happen: the slot's own template holds its pods; keep it as the only option.
-        let t = slot.template.expect("new slot");
-        options.push((t, slot.mask, solver.templates[t].price(slot.mask)));
+        let t = slot.template().expect("new slot");
+        options.push((t, slot.mask(), solver.templates()[t].price(slot.mask())));
     }
     // Right-size: the cheapest option wins.
     let (t, mask, price) = options[0];
-    let tpl = &solver.templates[t];
-    let pool = &solver.input.nodepools[tpl.pool];
+    let tpl = &solver.templates()[t];
+    let pool = &solver.input().nodepools[tpl.pool];
     let it = &pool.instance_types[tpl.instance_type];
     // Among equally cheap offerings prefer spot, then the zone with the fewest new nodes so far.
     let offering = tpl
@@ -135,17 +135,17 @@ fn new_claim(
     let mut all_options: Vec<String> =
         options.iter().map(|&(o, ..)| type_name(solver, o).to_string()).collect();
     let mut requirements = pool.requirements.clone();
-    for &(c, _) in &slot.classes {
-        requirements = requirements.intersect(&solver.classes[c].requirements);
+    for &(c, _) in slot.classes() {
+        requirements = requirements.intersect(&solver.classes()[c].requirements);
     }
     // minValues is judged on every type that would do, then the list is truncated for the claim.
     check_min_values(solver, &requirements, &options)?;
-    all_options.truncate(solver.input.options.max_instance_type_options.max(1));
+    all_options.truncate(solver.input().options.max_instance_type_options.max(1));
     let listed = &options[..all_options.len()];
     let mut capacity_types: Vec<&str> = listed
         .iter()
         .flat_map(|&(o, m, _)| {
-            solver.templates[o]
+            solver.templates()[o]
                 .offerings
                 .iter()
                 .enumerate()
@@ -175,8 +175,8 @@ fn new_claim(
         labels.insert(k.to_string(), v.to_string());
     }
     let mut requests = tpl.daemon_overhead.clone();
-    for &(c, n) in &slot.classes {
-        let demand = solver.dims.resources(&solver.classes[c].traits.demand);
+    for &(c, n) in slot.classes() {
+        let demand = solver.dims().resources(&solver.classes()[c].traits.demand);
         for _ in 0..n {
             requests.add_assign(&demand);
         }
@@ -211,8 +211,8 @@ fn check_min_values(
     }
     let mut label_sets: Vec<BTreeMap<String, String>> = vec![];
     for &(t, mask, _) in options {
-        let tpl = &solver.templates[t];
-        let it = &solver.input.nodepools[tpl.pool].instance_types[tpl.instance_type];
+        let tpl = &solver.templates()[t];
+        let it = &solver.input().nodepools[tpl.pool].instance_types[tpl.instance_type];
         for (i, o) in tpl.offerings.iter().enumerate() {
             if mask & (1 << i) == 0 {
                 continue;

@@ -9,13 +9,11 @@
 //! of the lower bound: the greedy alone tends to exhaust the complementary classes (CPU-heavy next to
 //! memory-heavy) early and strand the rest on poorly matched nodes.
 
-use std::cell::RefCell;
-
 use crate::scheduling::knapsack::{integer_knapsack, knapsack_bound, knapsack_items};
 use crate::scheduling::lp::CoveringLp;
-use crate::scheduling::model::Rule;
-use crate::scheduling::pack::{PackClass, Packer, Pattern};
-use crate::scheduling::solve::Solver;
+use crate::scheduling::pack::Pattern;
+use crate::scheduling::shapes::Rule;
+use crate::scheduling::working::Solver;
 
 /// Column generation is skipped above this many classes (the master LP's tableau grows with them);
 /// the greedy packer handles such batches alone.
@@ -32,8 +30,8 @@ fn eligible_classes(solver: &Solver, order: &[usize], counts: &[u64]) -> Vec<usi
         .iter()
         .copied()
         .filter(|&c| counts[c] > 0)
-        .filter(|&c| !solver.classes[c].traits.rules.iter().any(|r| matches!(r, Rule::Affinity { .. })))
-        .filter(|&c| solver.classes[c].masks.iter().any(|m| *m != 0))
+        .filter(|&c| !solver.classes()[c].traits.rules.iter().any(|r| matches!(r, Rule::Affinity { .. })))
+        .filter(|&c| solver.classes()[c].masks.iter().any(|m| *m != 0))
         .collect()
 }
 
@@ -51,7 +49,7 @@ fn generate(
     templates: &[usize],
     demand: &[u64],
 ) -> Option<Generated> {
-    let mut worth: Vec<f64> = vec![0.0; solver.classes.len()];
+    let mut worth: Vec<f64> = vec![0.0; solver.classes().len()];
     let (bound, _) = solver.bound_for(classes, demand);
     for (k, &c) in classes.iter().enumerate() {
         worth[c] = bound.values[k].max(1e-9);
@@ -59,7 +57,7 @@ fn generate(
     let mut columns: Vec<Pattern> = vec![];
     // Start from the best homogeneous pattern of each class, so the master LP is feasible.
     for &c in classes {
-        let best = with_packer(solver, &worth, vec![0.0; solver.dims.len()], |packer| {
+        let best = solver.with_packer(&worth, vec![0.0; solver.dims().len()], |packer| {
             templates
                 .iter()
                 .filter(|&&t| packer.classes[c].masks[t] != 0)
@@ -115,7 +113,7 @@ pub(crate) fn plan(solver: &mut Solver, order: &[usize], remaining: &[u64]) -> V
     let mut templates: Vec<usize> = classes.iter().flat_map(|&c| solver.candidates(c)).collect();
     templates.sort_unstable();
     templates.dedup();
-    let mut demand = vec![0u64; solver.classes.len()];
+    let mut demand = vec![0u64; solver.classes().len()];
     for &c in &classes {
         demand[c] = remaining[c];
     }
@@ -163,15 +161,15 @@ pub(crate) fn plan(solver: &mut Solver, order: &[usize], remaining: &[u64]) -> V
 /// weak duality then bounds any plan placing `counts` pods of each class. `None` when column
 /// generation does not apply.
 pub(crate) fn certified_bound(solver: &mut Solver, counts: &[u64]) -> Option<f64> {
-    let all: Vec<usize> = (0..solver.classes.len()).collect();
+    let all: Vec<usize> = (0..solver.classes().len()).collect();
     let classes = eligible_classes(solver, &all, counts);
     let total: u64 = counts.iter().sum();
     let covered: u64 = classes.iter().map(|&c| counts[c]).sum();
     if classes.is_empty() || classes.len() > MAX_CLASSES || covered < total {
         return None;
     }
-    let templates: Vec<usize> = (0..solver.templates.len())
-        .filter(|&t| classes.iter().any(|&c| solver.classes[c].masks[t] != 0))
+    let templates: Vec<usize> = (0..solver.templates().len())
+        .filter(|&t| classes.iter().any(|&c| solver.classes()[c].masks[t] != 0))
         .collect();
     let generated = generate(solver, &classes, &templates, counts)?;
     let worth = &generated.worth.clone();
@@ -187,16 +185,16 @@ pub(crate) fn certified_bound(solver: &mut Solver, counts: &[u64]) -> Option<f64
     let compatible = |a: usize, b: usize| a == b || pairs.contains(&(a.min(b), a.max(b)));
     let mut scale = f64::INFINITY;
     for &t in &templates {
-        let tpl = &solver.templates[t];
+        let tpl = &solver.templates()[t];
         let price = tpl.price(tpl.full_mask());
         let items =
-            knapsack_items(solver, &classes, counts, &tpl.capacity, |c| solver.classes[c].masks[t] != 0);
+            knapsack_items(solver, &classes, counts, &tpl.capacity, |c| solver.classes()[c].masks[t] != 0);
         let mut upper = knapsack_bound(solver, &tpl.capacity, &items, worth).0;
         // The LP relaxation counts fractions of pods, which matters on small nodes; where it is the
         // binding template, search the integer patterns exactly (a bounded search; the LP value
         // stands when the search runs out of budget).
         if upper > price {
-            let masks: Vec<u32> = items.iter().map(|(c, _)| solver.classes[*c].masks[t]).collect();
+            let masks: Vec<u32> = items.iter().map(|(c, _)| solver.classes()[*c].masks[t]).collect();
             if let Some(exact) = integer_knapsack(solver, &tpl.capacity, &items, &masks, worth, &compatible) {
                 upper = upper.min(exact);
             }
@@ -209,16 +207,16 @@ pub(crate) fn certified_bound(solver: &mut Solver, counts: &[u64]) -> Option<f64
         return None;
     }
     let mut existing_worth = 0.0;
-    for slot in solver.slots.iter().filter(|s| s.existing.is_some()) {
-        let node = &solver.input.nodes[slot.existing.expect("filtered")];
-        let mut free = slot.state.free.clone();
-        for &(c, n) in &slot.classes {
-            for (x, d) in free.iter_mut().zip(&solver.classes[c].traits.demand) {
+    for slot in solver.slots().iter().filter(|s| s.existing().is_some()) {
+        let node = &solver.input().nodes[slot.existing().expect("filtered")];
+        let mut free = slot.state().free.clone();
+        for &(c, n) in slot.classes() {
+            for (x, d) in free.iter_mut().zip(&solver.classes()[c].traits.demand) {
                 *x += d * n as i64;
             }
         }
         let items = knapsack_items(solver, &classes, counts, &free, |c| {
-            solver.classes[c].requirements.matches(&node.labels)
+            solver.classes()[c].requirements.matches(&node.labels)
         });
         existing_worth += knapsack_bound(solver, &free, &items, worth).0;
     }
@@ -241,19 +239,19 @@ fn price_columns(
 ) -> Vec<Pattern> {
     let mut plans: Vec<PricingPlan> = vec![];
     for &t in templates {
-        let tpl = &solver.templates[t];
+        let tpl = &solver.templates()[t];
         let price = tpl.price(tpl.full_mask());
         let items =
-            knapsack_items(solver, classes, demand, &tpl.capacity, |c| solver.classes[c].masks[t] != 0);
+            knapsack_items(solver, classes, demand, &tpl.capacity, |c| solver.classes()[c].masks[t] != 0);
         // Cheap screen: with one resource alone, no node can be worth more than this.
         let screen = (0..tpl.capacity.len())
             .filter(|&r| {
-                tpl.capacity[r] > 0 && items.iter().all(|(c, _)| solver.classes[*c].traits.demand[r] > 0)
+                tpl.capacity[r] > 0 && items.iter().all(|(c, _)| solver.classes()[*c].traits.demand[r] > 0)
             })
             .map(|r| {
                 let best = items
                     .iter()
-                    .map(|(c, _)| worth[*c] / solver.classes[*c].traits.demand[r] as f64)
+                    .map(|(c, _)| worth[*c] / solver.classes()[*c].traits.demand[r] as f64)
                     .fold(0.0, f64::max);
                 best * tpl.capacity[r] as f64
             })
@@ -273,7 +271,7 @@ fn price_columns(
             .collect();
         planned.sort_by(|a, b| b.2.total_cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
         let density = |c: usize| {
-            let size = tpl.dominant_share(&solver.classes[c].traits.demand);
+            let size = tpl.dominant_share(&solver.classes()[c].traits.demand);
             if size > 0.0 {
                 worth[c] / size
             } else {
@@ -284,49 +282,15 @@ fn price_columns(
         order.sort_by(|&a, &b| density(b).total_cmp(&density(a)).then_with(|| a.cmp(&b)));
         plans.push((t, planned.into_iter().map(|(c, n, _)| (c, n)).collect(), order));
     }
-    let mut found: Vec<(f64, Pattern)> = with_packer(solver, worth, vec![0.0; solver.dims.len()], |packer| {
-        plans
-            .iter()
-            .filter_map(|(t, planned, order)| packer.fill_planned(*t, planned, order, demand))
-            .filter(|p| p.value > p.price * (1.0 + 1e-9))
-            .map(|p| ((p.value - p.price) / p.price.max(1e-12), p))
-            .collect()
-    });
+    let mut found: Vec<(f64, Pattern)> =
+        solver.with_packer(worth, vec![0.0; solver.dims().len()], |packer| {
+            plans
+                .iter()
+                .filter_map(|(t, planned, order)| packer.fill_planned(*t, planned, order, demand))
+                .filter(|p| p.value > p.price * (1.0 + 1e-9))
+                .map(|p| ((p.value - p.price) / p.price.max(1e-12), p))
+                .collect()
+        });
     found.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.template.cmp(&b.1.template)));
     found.into_iter().take(COLUMNS_PER_ROUND).map(|(_, p)| p).collect()
-}
-
-/// Runs `f` with a packer over the solver's classes whose pattern values are `worth` and whose
-/// resources are priced at `resource_prices` (zeros: patterns are valued by `worth` alone).
-pub(crate) fn with_packer<R>(
-    solver: &mut Solver,
-    worth: &[f64],
-    resource_prices: Vec<f64>,
-    f: impl FnOnce(&Packer) -> R,
-) -> R {
-    let classes: Vec<PackClass> = (0..solver.classes.len())
-        .map(|c| PackClass {
-            traits: &solver.classes[c].traits,
-            masks: &solver.classes[c].masks,
-            value: worth[c],
-        })
-        .collect();
-    let pair_memo = RefCell::new(&mut solver.pair_memo);
-    let class_reqs: Vec<_> = solver.classes.iter().map(|c| &c.requirements).collect();
-    let compatible = |a: usize, b: usize| {
-        let key = (a.min(b), a.max(b));
-        let mut memo = pair_memo.borrow_mut();
-        *memo.entry(key).or_insert_with(|| class_reqs[a].intersect(class_reqs[b]).first_empty().is_none())
-    };
-    let matching = &solver.matching_anywhere;
-    let bootstrap = |s: usize| matching[s] == 0;
-    let packer = Packer {
-        templates: &solver.templates,
-        classes,
-        selectors: &solver.selectors,
-        compatible: &compatible,
-        bootstrap: &bootstrap,
-        resource_prices,
-    };
-    f(&packer)
 }

@@ -3,18 +3,18 @@
 //! rule), for example "nodepool general: no instance type has 96Gi memory with
 //! kubernetes.io/arch=arm64 in eastus-2".
 
-use crate::apis::labels::{self, LABEL_NODEPOOL, LABEL_ZONE};
-use crate::catalog::selection::{allowed_offerings, type_allowed};
-use crate::scheduling::model::Rule;
-use crate::scheduling::requirements::Requirements;
-use crate::scheduling::resources::format_resource_quantity;
-use crate::scheduling::solve::Solver;
+use crate::model::labels::{self, LABEL_NODEPOOL, LABEL_ZONE};
+use crate::model::requirements::Requirements;
+use crate::model::resources::format_resource_quantity;
+use crate::model::selection::{allowed_offerings, type_allowed};
+use crate::scheduling::shapes::Rule;
 use crate::scheduling::templates::{pool_order, pool_rejects};
+use crate::scheduling::working::Solver;
 
 /// Why the pods of class `c` could not be placed.
 pub(crate) fn why_not(solver: &Solver, c: usize) -> String {
-    let class = &solver.classes[c];
-    let input = solver.input;
+    let class = &solver.classes()[c];
+    let input = solver.input();
     if input.nodepools.is_empty() {
         return "no NodePool exists, and no existing node can take the pod".to_string();
     }
@@ -23,7 +23,7 @@ pub(crate) fn why_not(solver: &Solver, c: usize) -> String {
     if !usable.is_empty() {
         if usable.iter().all(|&t| solver.limit_copies(t) == 0) {
             let mut pools: Vec<&str> =
-                usable.iter().map(|&t| input.nodepools[solver.templates[t].pool].name.as_str()).collect();
+                usable.iter().map(|&t| input.nodepools[solver.templates()[t].pool].name.as_str()).collect();
             pools.dedup();
             return pools
                 .iter()
@@ -49,7 +49,7 @@ pub(crate) fn why_not(solver: &Solver, c: usize) -> String {
         }
         let joint = pool.requirements.intersect(&class.requirements);
         // Name what narrows the choice, whether the pod or the pool asked for it.
-        let context = describe(&joint, &solver.input.options.region);
+        let context = describe(&joint, &solver.input().options.region);
         let matching: Vec<_> = pool
             .instance_types
             .iter()
@@ -60,12 +60,12 @@ pub(crate) fn why_not(solver: &Solver, c: usize) -> String {
             continue;
         }
         // Which requested resources no matching type has room for (after DaemonSets).
-        let dims = &solver.dims;
+        let dims = solver.dims();
         let mut short = vec![];
         for (r, name) in dims.names.iter().enumerate() {
             let need = class.traits.demand[r];
             let best =
-                solver.templates.iter().filter(|t| t.pool == p).map(|t| t.capacity[r]).max().unwrap_or(0);
+                solver.templates().iter().filter(|t| t.pool == p).map(|t| t.capacity[r]).max().unwrap_or(0);
             if need > best {
                 short.push(format!("{} {name}", format_resource_quantity(name, need)));
             }

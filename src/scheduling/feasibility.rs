@@ -22,14 +22,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::apis::labels::{LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_ZONE};
 use crate::apis::Taint;
-use crate::catalog::selection::{allowed_offerings, offering_labels, type_allowed};
-use crate::catalog::{InstanceType, Offering};
+use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_ZONE};
+use crate::model::requirements::Requirements;
+use crate::model::resources::Resources;
+use crate::model::selection::{allowed_offerings, offering_labels, type_allowed};
+use crate::model::{InstanceType, Offering};
 use crate::scheduling::input::{tolerates_all, NodePoolInput, Pod, PodId, SolveInput, WhenUnsatisfiable};
 use crate::scheduling::plan::{NewNodeClaim, Plan};
-use crate::scheduling::requirements::Requirements;
-use crate::scheduling::resources::Resources;
 
 /// Which rule a plan breaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -3,15 +3,15 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::apis::labels::LABEL_ARCH;
 use crate::apis::TaintEffect;
-use crate::catalog::{CapacityType, Overhead};
+use crate::model::labels::LABEL_ARCH;
+use crate::model::requirements::Requirement;
+use crate::model::resources::{CPU, MEMORY, PODS};
+use crate::model::{CapacityType, Overhead};
 use crate::scheduling::input::{
     ExistingNode, HostPort, PodAffinityTerm, Toleration, TolerationOperator, TopologySpread,
 };
 use crate::scheduling::plan::Unschedulable;
-use crate::scheduling::requirements::Requirement;
-use crate::scheduling::resources::{CPU, MEMORY, PODS};
 
 const GI: i64 = 1 << 30;
 
@@ -29,7 +29,7 @@ fn types() -> Vec<InstanceType> {
         name: name.into(),
         vcpus: cpus as u32,
         memory_mib: (cpus * 2048) as u64,
-        labels: [(crate::apis::labels::LABEL_INSTANCE_TYPE, name), (LABEL_ARCH, "amd64")]
+        labels: [(crate::model::labels::LABEL_INSTANCE_TYPE, name), (LABEL_ARCH, "amd64")]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
@@ -80,7 +80,7 @@ fn claim(input: &SolveInput, n: usize, type_name: &str, zone: &str, pods: &[&str
     let it = pool.instance_types.iter().find(|t| t.name == type_name).unwrap();
     let o = find_offering(it, zone, "on-demand").unwrap();
     let mut requirements = pool.requirements.clone();
-    requirements.add(Requirement::is_in(crate::apis::labels::LABEL_INSTANCE_TYPE, [type_name]));
+    requirements.add(Requirement::is_in(crate::model::labels::LABEL_INSTANCE_TYPE, [type_name]));
     requirements.add(Requirement::is_in(LABEL_ZONE, [zone]));
     requirements.add(Requirement::is_in(LABEL_CAPACITY_TYPE, ["on-demand"]));
     let placed: Vec<&Pod> =

@@ -10,12 +10,12 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 
-use crate::apis::labels::LABEL_NODEPOOL;
 use crate::apis::{NodePool, Operator, Taint, TaintEffect};
-use crate::catalog::InstanceType;
+use crate::model::labels::LABEL_NODEPOOL;
+use crate::model::requirements::{Requirement, RequirementError, Requirements};
+use crate::model::resources::{Resources, ResourcesError};
+use crate::model::InstanceType;
 use crate::scheduling::input::{ExistingNode, NodePoolInput};
-use crate::scheduling::requirements::{Requirement, RequirementError, Requirements};
-use crate::scheduling::resources::{Resources, ResourcesError};
 
 mod pod;
 #[cfg(test)]
@@ -192,9 +192,10 @@ pub fn nodepool(
     let name = pool.metadata.name.clone().unwrap_or_default();
     let template = &pool.spec.template;
     let template_labels = template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default();
-    let mut requirements = Requirements::from_api(&template.spec.requirements).map_err(|source| {
-        FromK8sError::Requirement { field: "spec.template.spec.requirements".into(), source }
-    })?;
+    let mut requirements =
+        crate::apis::requirements::from_api(&template.spec.requirements).map_err(|source| {
+            FromK8sError::Requirement { field: "spec.template.spec.requirements".into(), source }
+        })?;
     requirements.add(Requirement::is_in(LABEL_NODEPOOL, [name.clone()]));
     for (key, value) in &template_labels {
         requirements.add(Requirement::is_in(key, [value.clone()]));

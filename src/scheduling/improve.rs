@@ -6,14 +6,16 @@
 //! until none pays off. Right-sizing a single node to the cheapest size that still holds its pods is
 //! done when NodeClaims are written ([`crate::scheduling::claims`]).
 
-use crate::scheduling::solve::Solver;
+use crate::scheduling::solve::Cancelled;
+use crate::scheduling::working::Solver;
 
 /// How many of the least-used new nodes the pairwise search looks at (it is quadratic).
 const MERGE_CANDIDATES: usize = 48;
 
 /// Merges new nodes while that lowers the total price.
-pub(crate) fn merge_nodes(solver: &mut Solver) {
+pub(crate) fn merge_nodes(solver: &mut Solver) -> Result<(), Cancelled> {
     loop {
+        solver.check_cancel()?;
         let candidates = least_used_new_slots(solver);
         let mut best: Option<(f64, usize, usize, usize, u32)> = None; // (saving, i, j, template, mask)
         for (a, &i) in candidates.iter().enumerate() {
@@ -25,37 +27,22 @@ pub(crate) fn merge_nodes(solver: &mut Solver) {
                 }
             }
         }
-        let Some((_, i, j, t, mask)) = best else { return };
-        let mut classes = solver.slots[i].classes.clone();
-        for &(c, n) in &solver.slots[j].classes.clone() {
-            match classes.iter_mut().find(|(k, _)| *k == c) {
-                Some(e) => e.1 += n,
-                None => classes.push((c, n)),
-            }
-        }
-        let state = solver.state_for(&classes, t);
-        let merged = &mut solver.slots[i];
-        merged.template = Some(t);
-        merged.mask = mask;
-        merged.state = state;
-        merged.classes = classes;
-        let emptied = &mut solver.slots[j];
-        emptied.classes.clear();
-        emptied.template = None;
+        let Some((_, i, j, t, mask)) = best else { return Ok(()) };
+        solver.merge_slots(i, j, t, mask);
     }
 }
 
 /// New slots with pods, least used (by the largest share of any resource) first.
 fn least_used_new_slots(solver: &Solver) -> Vec<usize> {
     let mut slots: Vec<(f64, usize)> = solver
-        .slots
+        .slots()
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.existing.is_none() && s.template.is_some() && !s.classes.is_empty())
+        .filter(|(_, s)| s.existing().is_none() && s.template().is_some() && !s.classes().is_empty())
         .map(|(i, s)| {
-            let capacity = &solver.templates[s.template.expect("filtered")].capacity;
+            let capacity = &solver.templates()[s.template().expect("filtered")].capacity;
             let used = s
-                .state
+                .state()
                 .free
                 .iter()
                 .zip(capacity)
@@ -71,15 +58,15 @@ fn least_used_new_slots(solver: &Solver) -> Vec<usize> {
 
 /// The cheapest template that holds both slots' pods, if it costs less than the two together.
 fn merge_option(solver: &mut Solver, i: usize, j: usize) -> Option<(usize, u32, f64)> {
-    let (ti, tj) = (solver.slots[i].template?, solver.slots[j].template?);
-    let tier = solver.templates[ti].tier;
-    if solver.templates[tj].tier != tier {
+    let (ti, tj) = (solver.slots()[i].template()?, solver.slots()[j].template()?);
+    let tier = solver.templates()[ti].tier;
+    if solver.templates()[tj].tier != tier {
         return None;
     }
-    let current =
-        solver.templates[ti].price(solver.slots[i].mask) + solver.templates[tj].price(solver.slots[j].mask);
-    let members_i: Vec<usize> = solver.slots[i].classes.iter().map(|(c, _)| *c).collect();
-    let members_j: Vec<usize> = solver.slots[j].classes.iter().map(|(c, _)| *c).collect();
+    let current = solver.templates()[ti].price(solver.slots()[i].mask())
+        + solver.templates()[tj].price(solver.slots()[j].mask());
+    let members_i: Vec<usize> = solver.slots()[i].classes().iter().map(|(c, _)| *c).collect();
+    let members_j: Vec<usize> = solver.slots()[j].classes().iter().map(|(c, _)| *c).collect();
     for &a in &members_i {
         for &b in &members_j {
             if a != b && !solver.pair_ok(a, b) {
@@ -87,16 +74,16 @@ fn merge_option(solver: &mut Solver, i: usize, j: usize) -> Option<(usize, u32, 
             }
         }
     }
-    let mut classes = solver.slots[i].classes.clone();
-    for &(c, n) in &solver.slots[j].classes {
+    let mut classes = solver.slots()[i].classes().to_vec();
+    for &(c, n) in solver.slots()[j].classes() {
         match classes.iter_mut().find(|(k, _)| *k == c) {
             Some(e) => e.1 += n,
             None => classes.push((c, n)),
         }
     }
     let mut best: Option<(usize, u32, f64)> = None;
-    for t in 0..solver.templates.len() {
-        let tpl = &solver.templates[t];
+    for t in 0..solver.templates().len() {
+        let tpl = &solver.templates()[t];
         if tpl.tier != tier || !within_limits(solver, t, ti, tj) {
             continue;
         }
@@ -117,13 +104,13 @@ fn merge_option(solver: &mut Solver, i: usize, j: usize) -> Option<(usize, u32, 
 
 /// A pool with limits may not grow: the merged node's capacity must not exceed the two it replaces.
 fn within_limits(solver: &Solver, t: usize, ti: usize, tj: usize) -> bool {
-    let pool = solver.templates[t].pool;
-    let Some(limits) = &solver.input.nodepools[pool].remaining else { return true };
+    let pool = solver.templates()[t].pool;
+    let Some(limits) = &solver.input().nodepools[pool].remaining else { return true };
     let capacity = |x: usize| {
-        let tpl = &solver.templates[x];
-        &solver.input.nodepools[tpl.pool].instance_types[tpl.instance_type].capacity
+        let tpl = &solver.templates()[x];
+        &solver.input().nodepools[tpl.pool].instance_types[tpl.instance_type].capacity
     };
-    let same_pool = solver.templates[ti].pool == pool && solver.templates[tj].pool == pool;
+    let same_pool = solver.templates()[ti].pool == pool && solver.templates()[tj].pool == pool;
     same_pool
         && limits
             .iter()

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::apis::{Taint, TaintEffect};
-use crate::catalog::InstanceType;
-use crate::scheduling::requirements::Requirements;
-use crate::scheduling::resources::Resources;
+use crate::model::requirements::Requirements;
+use crate::model::resources::Resources;
+use crate::model::InstanceType;
 
 /// `namespace/name`, the identity of a pod in plans and messages.
 pub type PodId = String;

@@ -3,8 +3,8 @@
 //! upper bound) and an exact, budgeted branch and bound over integer pod counts.
 
 use crate::scheduling::lp::CoveringLp;
-use crate::scheduling::solve::Solver;
 use crate::scheduling::templates::dominant_share;
+use crate::scheduling::working::Solver;
 
 /// `(class, most pods of it one node of this capacity can hold)` for the classes `usable` allows.
 pub(crate) fn knapsack_items(
@@ -19,8 +19,8 @@ pub(crate) fn knapsack_items(
         .copied()
         .filter(|&c| usable(c))
         .map(|c| {
-            let class = &solver.classes[c];
-            let fit = crate::scheduling::model::copies_that_fit(&class.traits.demand, capacity);
+            let class = &solver.classes()[c];
+            let fit = crate::scheduling::shapes::copies_that_fit(&class.traits.demand, capacity);
             let most = fit.min(counts[c]).min(class.per_node_limit.unwrap_or(u64::MAX));
             (c, most as f64)
         })
@@ -44,7 +44,8 @@ pub(crate) fn knapsack_bound(
     // Dual: min Σ λ'_r + Σ most·μ  s.t.  Σ_r (demand_r / cap_r)·λ'_r + μ_i ≥ worth_i — a covering LP
     // in resources normalised by the node's capacity (λ'_r = cap_r·λ_r), which keeps it well scaled.
     let dims: Vec<usize> = (0..capacity.len()).filter(|&r| capacity[r] > 0).collect();
-    let share = |i: usize, r: usize| solver.classes[items[i].0].traits.demand[r] as f64 / capacity[r] as f64;
+    let share =
+        |i: usize, r: usize| solver.classes()[items[i].0].traits.demand[r] as f64 / capacity[r] as f64;
     let mut columns: Vec<(f64, Vec<f64>)> =
         dims.iter().map(|&r| (1.0, rows.iter().map(|&i| share(i, r)).collect())).collect();
     for (k, &i) in rows.iter().enumerate() {
@@ -100,7 +101,7 @@ pub(crate) fn integer_knapsack(
         .filter(|((c, _), _)| worth[*c] > 0.0)
         .map(|(&(c, most), &mask)| Item {
             class: c,
-            demand: &solver.classes[c].traits.demand,
+            demand: &solver.classes()[c].traits.demand,
             worth: worth[c],
             most: most as u64,
             mask,
@@ -151,7 +152,7 @@ pub(crate) fn integer_knapsack(
             let joins =
                 item.mask & mask != 0 && self.chosen.iter().all(|&j| (self.compatible)(j, item.class));
             let fit = if joins {
-                crate::scheduling::model::copies_that_fit(item.demand, free).min(item.most)
+                crate::scheduling::shapes::copies_that_fit(item.demand, free).min(item.most)
             } else {
                 0
             };

@@ -1,5 +1,6 @@
-//! Pure scheduling code: the requirements algebra, resource vectors, the solver's input and output, and
-//! the solver itself. No I/O, no clock; deterministic (sorted maps and total-order tie-breaks).
+//! Pure scheduling code: the solver's input and output, the solver itself, its lower bounds and the
+//! feasibility checker. No I/O, no clock; deterministic (sorted maps and total-order tie-breaks). The
+//! requirements algebra and resource vectors it works with are in `crate::model`.
 
 pub mod bound;
 mod claims;
@@ -11,12 +12,10 @@ mod improve;
 pub mod input;
 mod knapsack;
 pub mod lp;
-pub mod model;
 pub mod node;
 pub mod pack;
 pub mod plan;
-pub mod requirements;
-pub mod resources;
+pub mod shapes;
 mod slots;
 mod solve;
 #[cfg(test)]
@@ -24,7 +23,8 @@ mod solve_tests;
 mod spread;
 pub mod templates;
 pub mod topology;
+mod working;
 
 pub use input::{ExistingNode, NodePoolInput, Pod, PodId, SolveInput, SolveOptions};
 pub use plan::{NewNodeClaim, Plan, Unschedulable};
-pub use solve::solve;
+pub use solve::{solve, solve_with_cancel, Cancelled, ShouldCancel};

@@ -1,11 +1,11 @@
 //! A node being filled by the solver (existing, in flight, or new) and the per-node rules: capacity,
 //! hostname-scoped pod affinity, anti-affinity (both directions) and topology spread, and host ports.
 //!
-//! Counters are per interned selector ([`crate::scheduling::model::Selectors`]), so a check costs a
+//! Counters are per interned selector ([`crate::scheduling::shapes::Selectors`]), so a check costs a
 //! few vector reads whatever the number of pods on the node.
 
 use crate::scheduling::input::HostPort;
-use crate::scheduling::model::{copies_that_fit, Rule, Scope};
+use crate::scheduling::shapes::{copies_that_fit, Rule, Scope};
 
 /// What a class of pods brings to a node, as far as per-node rules go.
 #[derive(Clone, Debug, Default)]

@@ -9,8 +9,8 @@
 //! The winning fill is then repeated for as many nodes as the remaining pods allow, which is what
 //! makes 20,000 pods a few hundred decisions instead of 20,000.
 
-use crate::scheduling::model::Selectors;
 use crate::scheduling::node::{NodeState, PodTraits};
+use crate::scheduling::shapes::Selectors;
 use crate::scheduling::templates::Template;
 
 /// What the packer needs to know about a class.

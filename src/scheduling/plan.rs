@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 
 use crate::apis::Taint;
-use crate::catalog::CapacityType;
+use crate::model::requirements::Requirements;
+use crate::model::resources::Resources;
+use crate::model::CapacityType;
 use crate::scheduling::input::PodId;
-use crate::scheduling::requirements::Requirements;
-use crate::scheduling::resources::Resources;
 
 /// A complete scheduling decision for one batch of pods.
 #[derive(Clone, Debug, Default, PartialEq)]

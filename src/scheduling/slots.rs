@@ -4,10 +4,10 @@
 
 use crate::scheduling::colgen;
 use crate::scheduling::input::tolerates_all;
-use crate::scheduling::model::Rule;
 use crate::scheduling::node::NodeState;
-use crate::scheduling::pack::{repeats, Pattern};
-use crate::scheduling::solve::{Slot, Solver};
+use crate::scheduling::pack::repeats;
+use crate::scheduling::shapes::Rule;
+use crate::scheduling::working::Solver;
 
 /// How many times column generation is re-run on the pods the previous round left.
 const COLUMN_GENERATION_ROUNDS: usize = 6;
@@ -16,15 +16,16 @@ impl Solver<'_> {
     /// First fit onto existing and already planned nodes.
     pub(crate) fn fill_existing(&mut self, order: &[usize], remaining: &mut [u64]) {
         for &c in order {
-            for i in 0..self.slots.len() {
+            for i in 0..self.slots().len() {
                 if remaining[c] == 0 {
                     break;
                 }
                 if !self.slot_accepts(i, c) {
                     continue;
                 }
-                let bootstrap = |s: usize| self.matching_anywhere[s] == 0;
-                let n = self.slots[i].state.max_addable(&self.classes[c].traits, remaining[c], bootstrap);
+                let bootstrap = |s: usize| self.matching_anywhere(s) == 0;
+                let n =
+                    self.slots()[i].state().max_addable(&self.classes()[c].traits, remaining[c], bootstrap);
                 if n > 0 {
                     self.commit(i, c, n);
                     remaining[c] -= n;
@@ -34,20 +35,21 @@ impl Solver<'_> {
     }
 
     pub(crate) fn slot_accepts(&mut self, i: usize, c: usize) -> bool {
-        match (self.slots[i].existing, self.slots[i].template) {
+        match (self.slots()[i].existing(), self.slots()[i].template()) {
             (Some(n), _) => {
-                let node = &self.input.nodes[n];
-                let pod = &self.input.pods[self.classes[c].pods[0]];
+                let node = &self.input().nodes[n];
+                let pod = &self.input().pods[self.classes()[c].pods[0]];
                 let taints: Vec<_> =
                     node.taints.iter().filter(|t| !node.startup_taints.contains(t)).cloned().collect();
-                self.classes[c].requirements.matches(&node.labels) && tolerates_all(&pod.tolerations, &taints)
+                self.classes()[c].requirements.matches(&node.labels)
+                    && tolerates_all(&pod.tolerations, &taints)
             }
             (None, Some(t)) => {
-                let m = self.classes[c].masks[t] & self.slots[i].mask;
+                let m = self.classes()[c].masks[t] & self.slots()[i].mask();
                 if m == 0 {
                     return false;
                 }
-                let members: Vec<usize> = self.slots[i].classes.iter().map(|(k, _)| *k).collect();
+                let members: Vec<usize> = self.slots()[i].classes().iter().map(|(k, _)| *k).collect();
                 if !members.iter().all(|&k| k == c || self.pair_ok(c, k)) {
                     return false;
                 }
@@ -57,22 +59,8 @@ impl Solver<'_> {
         }
     }
 
-    pub(crate) fn commit(&mut self, slot: usize, c: usize, n: u64) {
-        let traits = self.classes[c].traits.clone();
-        self.slots[slot].state.add(&traits, n);
-        if let Some(t) = self.slots[slot].template {
-            self.slots[slot].mask &= self.classes[c].masks[t];
-        }
-        match self.slots[slot].classes.iter_mut().find(|(k, _)| *k == c) {
-            Some(e) => e.1 += n,
-            None => self.slots[slot].classes.push((c, n)),
-        }
-        for &s in &traits.matched_by {
-            self.matching_anywhere[s] += n as u32;
-        }
-    }
-
-    /// Opens new nodes for what is left, highest-weight pools first.
+    /// Opens new nodes for what is left, highest-weight pools first. Stops early, leaving pods in
+    /// `remaining`, when the cancel hook says so; the caller then discards the round.
     pub(crate) fn pack_new(
         &mut self,
         order: &[usize],
@@ -83,6 +71,9 @@ impl Solver<'_> {
         // Whole copies of the column-generation patterns first, re-solving what remains a few times
         // (rounding down, then diving); the greedy packs what is left.
         for _ in 0..COLUMN_GENERATION_ROUNDS {
+            if self.cancel_requested() {
+                return;
+            }
             let mut opened = 0;
             for (pattern, copies) in colgen::plan(self, order, remaining) {
                 // Limits are checked per copy: the LP does not know them.
@@ -99,14 +90,17 @@ impl Solver<'_> {
         }
         // Classes no new node can take (no template, limits reached); their pods stay in `remaining`
         // and are explained by the caller.
-        let mut parked = vec![false; self.classes.len()];
+        let mut parked = vec![false; self.classes().len()];
         while let Some(&head) = order.iter().find(|&&c| remaining[c] > 0 && !parked[c]) {
+            if self.cancel_requested() {
+                return;
+            }
             let candidates = self.candidates(head);
             if candidates.is_empty() {
                 parked[head] = true;
                 continue;
             }
-            let pattern = colgen::with_packer(self, values, resource_prices.to_vec(), |packer| {
+            let pattern = self.with_packer(values, resource_prices.to_vec(), |packer| {
                 packer.best_pattern(head, &candidates, order, remaining)
             });
             let Some(pattern) = pattern else {
@@ -124,31 +118,31 @@ impl Solver<'_> {
     }
 
     pub(crate) fn bootstraps(&self, c: usize) -> bool {
-        self.classes[c]
+        self.classes()[c]
             .traits
             .rules
             .iter()
-            .any(|r| matches!(r, Rule::Affinity { selector, .. } if self.matching_anywhere[*selector] == 0))
+            .any(|r| matches!(r, Rule::Affinity { selector, .. } if self.matching_anywhere(*selector) == 0))
     }
 
     /// Templates the class may use now: its lowest tier with a template whose pool has room.
     pub(crate) fn candidates(&self, c: usize) -> Vec<usize> {
-        let usable: Vec<usize> = self.classes[c]
+        let usable: Vec<usize> = self.classes()[c]
             .masks
             .iter()
             .enumerate()
             .filter(|(t, m)| **m != 0 && self.limit_copies(*t) > 0)
             .map(|(t, _)| t)
             .collect();
-        let Some(tier) = usable.iter().map(|&t| self.templates[t].tier).min() else { return vec![] };
-        usable.into_iter().filter(|&t| self.templates[t].tier == tier).collect()
+        let Some(tier) = usable.iter().map(|&t| self.templates()[t].tier).min() else { return vec![] };
+        usable.into_iter().filter(|&t| self.templates()[t].tier == tier).collect()
     }
 
     /// How many nodes of a template the pool's limits still allow.
     pub(crate) fn limit_copies(&self, t: usize) -> u64 {
-        let tpl = &self.templates[t];
-        let Some(remaining) = &self.remaining[tpl.pool] else { return u64::MAX };
-        let capacity = &self.input.nodepools[tpl.pool].instance_types[tpl.instance_type].capacity;
+        let tpl = &self.templates()[t];
+        let Some(remaining) = self.pool_remaining(tpl.pool) else { return u64::MAX };
+        let capacity = &self.input().nodepools[tpl.pool].instance_types[tpl.instance_type].capacity;
         let mut copies = u64::MAX;
         for (name, left) in remaining.iter() {
             let per_node = if name == "nodes" { 1 } else { capacity.get(name) };
@@ -158,55 +152,30 @@ impl Solver<'_> {
         }
         copies
     }
-
-    pub(crate) fn open(&mut self, pattern: &Pattern, remaining: &mut [u64]) {
-        let tpl = &self.templates[pattern.template];
-        if let Some(left) = &mut self.remaining[tpl.pool] {
-            let capacity = &self.input.nodepools[tpl.pool].instance_types[tpl.instance_type].capacity;
-            let names: Vec<String> = left.iter().map(|(n, _)| n.to_string()).collect();
-            for name in names {
-                let per_node = if name == "nodes" { 1 } else { capacity.get(&name) };
-                left.set(&name, left.get(&name) - per_node);
-            }
-        }
-        for &(c, n) in &pattern.counts {
-            remaining[c] -= n;
-            for &s in &self.classes[c].traits.matched_by {
-                self.matching_anywhere[s] += n as u32;
-            }
-        }
-        self.slots.push(Slot {
-            existing: None,
-            template: Some(pattern.template),
-            mask: pattern.mask,
-            state: pattern.state.clone(),
-            classes: pattern.counts.clone(),
-        });
-    }
 }
 
 impl Solver<'_> {
     /// The joint offering mask of `classes` on template `t` (0 when one of them cannot use it).
     pub(crate) fn joint_mask(&self, classes: &[(usize, u64)], t: usize) -> u32 {
-        classes.iter().fold(self.templates[t].full_mask(), |m, &(c, _)| m & self.classes[c].masks[t])
+        classes.iter().fold(self.templates()[t].full_mask(), |m, &(c, _)| m & self.classes()[c].masks[t])
     }
 
     /// Whether `classes` (with counts), with their per-node rules, all fit one fresh node of `t`.
     pub(crate) fn holds(&self, classes: &[(usize, u64)], t: usize) -> bool {
-        let tpl = &self.templates[t];
+        let tpl = &self.templates()[t];
         let mut total = vec![0i64; tpl.capacity.len()];
         for &(c, n) in classes {
-            for (x, d) in total.iter_mut().zip(&self.classes[c].traits.demand) {
+            for (x, d) in total.iter_mut().zip(&self.classes()[c].traits.demand) {
                 *x += d * n as i64;
             }
         }
-        if !crate::scheduling::model::fits(&total, &tpl.capacity) {
+        if !crate::scheduling::shapes::fits(&total, &tpl.capacity) {
             return false;
         }
-        let mut state = NodeState::empty(tpl.capacity.clone(), self.selectors.list.len());
+        let mut state = NodeState::empty(tpl.capacity.clone(), self.selectors().list.len());
         for &(c, n) in classes {
             // A hostname affinity group on this node is satisfied by its own members.
-            let traits = &self.classes[c].traits;
+            let traits = &self.classes()[c].traits;
             if state.max_addable(traits, n, |_| true) < n {
                 return false;
             }
@@ -217,9 +186,9 @@ impl Solver<'_> {
 
     /// Rebuilds a slot's node state for template `t` from its classes.
     pub(crate) fn state_for(&self, classes: &[(usize, u64)], t: usize) -> NodeState {
-        let mut state = NodeState::empty(self.templates[t].capacity.clone(), self.selectors.list.len());
+        let mut state = NodeState::empty(self.templates()[t].capacity.clone(), self.selectors().list.len());
         for &(c, n) in classes {
-            state.add(&self.classes[c].traits, n);
+            state.add(&self.classes()[c].traits, n);
         }
         state
     }

@@ -1,6 +1,6 @@
 //! The solver: from a [`SolveInput`] to a [`Plan`].
 //!
-//! 1. Pods are grouped into shapes ([`crate::scheduling::model`]); each shape is tried with all its
+//! 1. Pods are grouped into shapes ([`crate::scheduling::shapes`]); each shape is tried with all its
 //!    preferences honoured first (relaxation level 0).
 //! 2. Zone- and capacity-type-scoped topology rules pin each pod to a domain
 //!    ([`crate::scheduling::topology`]); pods of a shape with the same domain form a class.
@@ -15,189 +15,100 @@
 //! 6. Pairs of new nodes are merged where one cheaper node holds both ([`crate::scheduling::improve`]);
 //!    new nodes are right-sized and turned into NodeClaims ([`crate::scheduling::claims`]), and the
 //!    plan reports the larger of two certified lower bounds.
+//!
+//! The working state and its invariants are in [`crate::scheduling::working`]; this file drives the
+//! rounds. [`solve_with_cancel`] asks a caller's hook at safe points (each relaxation round, each node
+//! pattern opened, each merge) whether to stop: disruption runs many solves per pass and needs a
+//! deadline, but pure code cannot read the clock, so the caller decides.
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::apis::labels::{LABEL_CAPACITY_TYPE, LABEL_ZONE};
+use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_ZONE};
+use crate::model::requirements::{Requirement, Requirements};
 use crate::scheduling::bound::{self, BoundClass};
 use crate::scheduling::claims;
 use crate::scheduling::explain;
 use crate::scheduling::improve;
 use crate::scheduling::input::{tolerates_all, SolveInput};
-use crate::scheduling::model::{build_shapes, Dims, Rule, Scope, Selectors, Shape};
-use crate::scheduling::node::{NodeState, PodTraits};
+use crate::scheduling::node::PodTraits;
 use crate::scheduling::plan::{Plan, Unschedulable};
-use crate::scheduling::requirements::{Requirement, Requirements};
-use crate::scheduling::templates::{self, Template};
-use crate::scheduling::topology::{Assignment, Domains};
+use crate::scheduling::shapes::Rule;
+use crate::scheduling::topology::Assignment;
+use crate::scheduling::working::{Class, Solver};
 
 /// A pod waiting to be placed: (shape, pod index, relaxation level).
 type PendingPod = (usize, usize, usize);
 /// A pod that could not be placed this round, with the reason.
 type Failure = (usize, usize, usize, String);
 /// A shape's constraints at one level: effective rules, the term chosen, eligible zones and capacity types.
-type ShapeAtLevel = (crate::scheduling::model::Effective, usize, Vec<String>, Vec<String>);
+type ShapeAtLevel = (crate::scheduling::shapes::Effective, usize, Vec<String>, Vec<String>);
 
-/// A group of identical pods with one domain assignment at one relaxation level.
-pub(crate) struct Class {
-    pub shape: usize,
-    pub level: usize,
-    pub pods: Vec<usize>,
-    pub requirements: Requirements,
-    pub traits: PodTraits,
-    /// Offering mask per template (0 = cannot use).
-    pub masks: Vec<u32>,
-    /// At most this many pods of the class fit on one node because of its own per-node rules.
-    pub per_node_limit: Option<u64>,
-    /// The domains its pods were given, and the rules that chose them (to undo for unplaced pods).
-    pub assignment: Assignment,
-    pub rules: Vec<Rule>,
-    /// The zones and capacity types its pods could have been given.
-    pub eligible_zones: Vec<String>,
-    pub eligible_capacity_types: Vec<String>,
+/// Asked at the solver's safe points whether to stop. Any `Fn() -> bool` is one.
+pub trait ShouldCancel {
+    fn should_cancel(&self) -> bool;
 }
 
-impl Class {
-    pub fn eligible(&self, scope: Scope) -> &[String] {
-        match scope {
-            Scope::Zone => &self.eligible_zones,
-            _ => &self.eligible_capacity_types,
-        }
+impl<F: Fn() -> bool> ShouldCancel for F {
+    fn should_cancel(&self) -> bool {
+        self()
     }
 }
 
-/// A node being planned: an existing node, or a new one from a template.
-pub(crate) struct Slot {
-    pub existing: Option<usize>,
-    pub template: Option<usize>,
-    pub mask: u32,
-    pub state: NodeState,
-    /// `(class, count)` in placement order.
-    pub classes: Vec<(usize, u64)>,
-}
-
-/// The solver's working state across relaxation rounds.
-pub(crate) struct Solver<'a> {
-    pub input: &'a SolveInput,
-    pub dims: Dims,
-    pub selectors: Selectors,
-    pub shapes: Vec<Shape>,
-    pub templates: Vec<Template>,
-    pub classes: Vec<Class>,
-    pub slots: Vec<Slot>,
-    /// Pods matching each selector anywhere (for hostname affinity bootstrapping).
-    pub matching_anywhere: Vec<u32>,
-    pub domains: Domains,
-    /// Remaining limits per pool (resources of instance-type capacity, plus `nodes`).
-    pub remaining: Vec<Option<crate::scheduling::resources::Resources>>,
-    pub(crate) pair_memo: HashMap<(usize, usize), bool>,
-    compat_memo: HashMap<(usize, Requirements), Vec<u32>>,
-}
+/// The cancel hook stopped the solve; there is no partial plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the solve was cancelled")]
+pub struct Cancelled;
 
 /// Solves one batch. Pure and deterministic.
 pub fn solve(input: &SolveInput) -> Plan {
-    let mut solver = Solver::new(input);
-    let unschedulable = solver.run();
-    improve::merge_nodes(&mut solver);
-    claims::build_plan(&mut solver, unschedulable)
+    match solve_with_cancel(input, &|| false) {
+        Ok(plan) => plan,
+        Err(Cancelled) => unreachable!("a hook that never cancels"),
+    }
 }
 
-impl<'a> Solver<'a> {
-    fn new(input: &'a SolveInput) -> Self {
-        let dims = Dims::for_input(input);
-        let mut selectors = Selectors::default();
-        let shapes = build_shapes(input, &dims, &mut selectors);
-        let templates = templates::build(input, &dims);
-        let domains = Domains::from_running(input, &selectors);
-        let mut solver = Solver {
-            input,
-            dims,
-            selectors,
-            shapes,
-            templates,
-            classes: vec![],
-            slots: vec![],
-            matching_anywhere: vec![],
-            domains,
-            remaining: input.nodepools.iter().map(|p| p.remaining.clone()).collect(),
-            pair_memo: HashMap::new(),
-            compat_memo: HashMap::new(),
-        };
-        solver.matching_anywhere = vec![0; solver.selectors.list.len()];
-        solver.init_existing();
-        solver
-    }
+/// [`solve`], stopped with [`Cancelled`] at the first safe point where `cancel` says so. While the hook
+/// says no, the plan is exactly [`solve`]'s: the hook is only asked, it changes nothing.
+pub fn solve_with_cancel(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
+    let mut solver = Solver::new(input, cancel);
+    let unschedulable = solver.run()?;
+    improve::merge_nodes(&mut solver)?;
+    solver.check_cancel()?;
+    Ok(claims::build_plan(&mut solver, unschedulable))
+}
 
-    /// Existing nodes with what their running pods use and count.
-    fn init_existing(&mut self) {
-        let index: BTreeMap<&str, usize> =
-            self.input.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
-        let nsel = self.selectors.list.len();
-        let mut states: Vec<NodeState> = self
-            .input
-            .nodes
-            .iter()
-            .map(|n| NodeState::empty(self.dims.vector(&n.allocatable), nsel))
-            .collect();
-        for pod in &self.input.running {
-            let matched = self.selectors.matching(pod);
-            for &s in &matched {
-                self.matching_anywhere[s] += 1;
-            }
-            let Some(&i) = pod.node_name.as_deref().and_then(|n| index.get(n)) else { continue };
-            let rules: Vec<Rule> = pod
-                .anti_affinity
-                .iter()
-                .filter(|t| t.topology_key == crate::apis::labels::LABEL_HOSTNAME)
-                .filter_map(|t| {
-                    let sel = crate::scheduling::model::Selector {
-                        namespaces: t.namespaces.clone(),
-                        labels: t.selector.clone(),
-                    };
-                    self.selectors.list.iter().position(|x| *x == sel)
-                })
-                .map(|selector| Rule::AntiAffinity { scope: Scope::Hostname, selector })
-                .collect();
-            let traits =
-                PodTraits::new(self.dims.vector(&pod.requests), matched, &rules, pod.host_ports.clone());
-            states[i].add(&traits, 1);
-        }
-        for (i, state) in states.into_iter().enumerate() {
-            self.slots.push(Slot { existing: Some(i), template: None, mask: 0, state, classes: vec![] });
-        }
-    }
-
+impl Solver<'_> {
     /// Runs relaxation rounds until every pod is placed or has nothing left to relax.
-    fn run(&mut self) -> Vec<Unschedulable> {
+    fn run(&mut self) -> Result<Vec<Unschedulable>, Cancelled> {
         let mut pending: Vec<PendingPod> = vec![];
-        for (s, shape) in self.shapes.iter().enumerate() {
+        for (s, shape) in self.shapes().iter().enumerate() {
             for &p in &shape.pods {
                 pending.push((s, p, 0));
             }
         }
         let mut failed: Vec<Unschedulable> = vec![];
         while !pending.is_empty() {
+            self.check_cancel()?;
             let (batch, topology_failures) = self.classify(&pending);
             let mut unplaced: Vec<Failure> = topology_failures;
-            let before = self.classes.len();
-            self.classes.extend(batch);
-            let ids: Vec<usize> = (before..self.classes.len()).collect();
+            let ids: Vec<usize> = self.add_classes(batch).collect();
             let mut remaining = self.place(&ids);
+            // Packing may have stopped early for a cancel; what it left is not a result.
+            self.check_cancel()?;
             let mut reasons: BTreeMap<usize, String> = BTreeMap::new();
             for &class in &ids {
                 if remaining[class] == 0 {
                     continue;
                 }
                 reasons.insert(class, explain::why_not(self, class));
-                let c = &self.classes[class];
                 for _ in 0..remaining[class] {
                     // The pod's domain counted for topology; it is not there after all.
-                    self.domains.unassign(&self.shapes[c.shape].matched_by, &c.rules, &c.assignment);
+                    self.release_domain(class);
                 }
             }
             self.enforce_spread(&ids, &mut remaining, &mut reasons);
             for &class in &ids {
-                let c = &self.classes[class];
+                let c = &self.classes()[class];
                 let placed = c.pods.len() - remaining[class] as usize;
                 for &p in &c.pods[placed..] {
                     unplaced.push((c.shape, p, c.level, reasons[&class].clone()));
@@ -205,16 +116,16 @@ impl<'a> Solver<'a> {
             }
             pending.clear();
             for (shape, pod, level, reason) in unplaced {
-                if level < self.shapes[shape].relaxable_steps {
+                if level < self.shapes()[shape].relaxable_steps {
                     pending.push((shape, pod, level + 1));
                 } else {
-                    failed.push(Unschedulable { pod: self.input.pods[pod].id(), reason });
+                    failed.push(Unschedulable { pod: self.input().pods[pod].id(), reason });
                 }
             }
             pending.sort();
         }
         failed.sort_by(|a, b| a.pod.cmp(&b.pod));
-        failed
+        Ok(failed)
     }
 
     /// Builds the classes of a round: effective constraints, domains, template masks.
@@ -227,7 +138,7 @@ impl<'a> Solver<'a> {
                 slot.insert(self.effective_for(s, level));
             }
             let (effective, term, zones, capacity_types) = &cache[&(s, level)];
-            match self.domains.assign(&self.shapes[s].matched_by, &effective.rules, zones, capacity_types) {
+            match self.assign_domains(s, &effective.rules, zones, capacity_types) {
                 Ok(assignment) => groups.entry((s, level, *term, assignment)).or_default().push(p),
                 Err(reason) => failures.push((s, p, level, reason)),
             }
@@ -244,8 +155,8 @@ impl<'a> Solver<'a> {
             if let Some(c) = &assignment.capacity_type {
                 requirements.add(Requirement::is_in(LABEL_CAPACITY_TYPE, [c.clone()]));
             }
-            let shape = &self.shapes[s];
-            let pod = &self.input.pods[shape.pods[0]];
+            let shape = &self.shapes()[s];
+            let pod = &self.input().pods[shape.pods[0]];
             let traits = PodTraits::new(
                 shape.demand.clone(),
                 shape.matched_by.clone(),
@@ -275,11 +186,11 @@ impl<'a> Solver<'a> {
     /// The effective constraints of a shape at a level, the required term chosen, and the zones and
     /// capacity types its pods may be assigned to.
     fn effective_for(&mut self, s: usize, level: usize) -> ShapeAtLevel {
-        let pod = &self.input.pods[self.shapes[s].pods[0]];
+        let pod = &self.input().pods[self.shapes()[s].pods[0]];
         let terms = pod.required_terms.len().max(1);
         let mut chosen = None;
         for term in 0..terms {
-            let effective = self.shapes[s].effective(pod, level, term, &self.selectors);
+            let effective = self.shapes()[s].effective(pod, level, term, self.selectors());
             let requirements = with_volume_zones(&effective.requirements, pod);
             let masks = self.masks(s, &requirements);
             let homes = masks.iter().any(|m| *m != 0) || self.existing_homes(s, &requirements);
@@ -297,8 +208,8 @@ impl<'a> Solver<'a> {
     }
 
     fn existing_homes(&self, s: usize, requirements: &Requirements) -> bool {
-        let pod = &self.input.pods[self.shapes[s].pods[0]];
-        self.input
+        let pod = &self.input().pods[self.shapes()[s].pods[0]];
+        self.input()
             .nodes
             .iter()
             .any(|n| requirements.matches(&n.labels) && tolerates_all(&pod.tolerations, &n.taints))
@@ -309,14 +220,14 @@ impl<'a> Solver<'a> {
         let mut zones = std::collections::BTreeSet::new();
         let mut capacity_types = std::collections::BTreeSet::new();
         for (t, &mask) in masks.iter().enumerate() {
-            for (i, o) in self.templates[t].offerings.iter().enumerate() {
+            for (i, o) in self.templates()[t].offerings.iter().enumerate() {
                 if mask & (1 << i) != 0 {
                     zones.insert(o.zone.clone());
                     capacity_types.insert(o.capacity_type.as_str().to_string());
                 }
             }
         }
-        for n in &self.input.nodes {
+        for n in &self.input().nodes {
             if requirements.matches(&n.labels) {
                 if let Some(z) = n.labels.get(LABEL_ZONE) {
                     zones.insert(z.clone());
@@ -329,44 +240,12 @@ impl<'a> Solver<'a> {
         (zones.into_iter().collect(), capacity_types.into_iter().collect())
     }
 
-    /// Offering masks of every template for a shape's tolerations and demand with `requirements`.
-    pub(crate) fn masks(&mut self, s: usize, requirements: &Requirements) -> Vec<u32> {
-        if let Some(m) = self.compat_memo.get(&(s, requirements.clone())) {
-            return m.clone();
-        }
-        let pod = &self.input.pods[self.shapes[s].pods[0]];
-        let mut masks = vec![0u32; self.templates.len()];
-        for (t, mask) in templates::compatible(
-            self.input,
-            &self.templates,
-            requirements,
-            &pod.tolerations,
-            &self.shapes[s].demand,
-        ) {
-            masks[t] = mask;
-        }
-        self.compat_memo.insert((s, requirements.clone()), masks.clone());
-        masks
-    }
-
-    /// Whether two classes may share a node: their requirements have a common outcome for every key.
-    pub(crate) fn pair_ok(&mut self, a: usize, b: usize) -> bool {
-        let key = (a.min(b), a.max(b));
-        if let Some(&ok) = self.pair_memo.get(&key) {
-            return ok;
-        }
-        let joint = self.classes[a].requirements.intersect(&self.classes[b].requirements);
-        let ok = joint.first_empty().is_none();
-        self.pair_memo.insert(key, ok);
-        ok
-    }
-
     /// Places the classes of a round; returns the pods that found no node, per class.
     fn place(&mut self, ids: &[usize]) -> Vec<u64> {
         let mut order: Vec<usize> = ids.to_vec();
-        let mut remaining: Vec<u64> = vec![0; self.classes.len()];
+        let mut remaining: Vec<u64> = vec![0; self.classes().len()];
         for &c in ids {
-            remaining[c] = self.classes[c].pods.len() as u64;
+            remaining[c] = self.classes()[c].pods.len() as u64;
         }
         let (bound, _) = self.bound_for(ids, &remaining);
         let values = self.values(ids, &bound);
@@ -379,7 +258,7 @@ impl<'a> Solver<'a> {
 
     /// Per-pod values from the lower bound's duals, with a fallback for classes the LP leaves at 0.
     fn values(&self, ids: &[usize], bound: &bound::Bound) -> Vec<f64> {
-        let mut values = vec![0.0; self.classes.len()];
+        let mut values = vec![0.0; self.classes().len()];
         for (k, &c) in ids.iter().enumerate() {
             // A tiny share of the cheapest node that could hold it keeps zero-valued pods ordered.
             let fallback = self.cheapest_share(c) * 1e-6;
@@ -389,14 +268,14 @@ impl<'a> Solver<'a> {
     }
 
     fn cheapest_share(&self, c: usize) -> f64 {
-        let class = &self.classes[c];
+        let class = &self.classes()[c];
         class
             .masks
             .iter()
             .enumerate()
             .filter(|(_, m)| **m != 0)
             .map(|(t, m)| {
-                let tpl = &self.templates[t];
+                let tpl = &self.templates()[t];
                 let share = tpl.dominant_share(&class.traits.demand);
                 tpl.price(*m) * share
             })
@@ -410,7 +289,7 @@ impl<'a> Solver<'a> {
         let bound_classes: Vec<BoundClass> = ids
             .iter()
             .map(|&c| {
-                let class = &self.classes[c];
+                let class = &self.classes()[c];
                 BoundClass {
                     demand: &class.traits.demand,
                     count: counts[c],
@@ -425,17 +304,17 @@ impl<'a> Solver<'a> {
                 }
             })
             .collect();
-        let existing = self.input.nodes.len() as u64;
-        (bound::compute(&bound_classes, &self.templates, &free, existing), free)
+        let existing = self.input().nodes.len() as u64;
+        (bound::compute(&bound_classes, self.templates(), &free, existing), free)
     }
 
     /// Free capacity summed over existing nodes before this solve placed anything.
     fn existing_free(&self) -> Vec<i64> {
-        let mut free = vec![0i64; self.dims.len()];
-        for slot in self.slots.iter().filter(|s| s.existing.is_some()) {
-            let mut f = slot.state.free.clone();
-            for &(c, n) in &slot.classes {
-                for (x, d) in f.iter_mut().zip(&self.classes[c].traits.demand) {
+        let mut free = vec![0i64; self.dims().len()];
+        for slot in self.slots().iter().filter(|s| s.existing().is_some()) {
+            let mut f = slot.state().free.clone();
+            for &(c, n) in slot.classes() {
+                for (x, d) in f.iter_mut().zip(&self.classes()[c].traits.demand) {
                     *x += d * n as i64;
                 }
             }

@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::scheduling::model::{Rule, Scope};
-use crate::scheduling::solve::Solver;
+use crate::scheduling::shapes::{Rule, Scope};
+use crate::scheduling::working::Solver;
 
 impl Solver<'_> {
     /// Zone and capacity-type spread was decided pod by pod, assuming every pod would be placed.
@@ -23,7 +23,7 @@ impl Solver<'_> {
     ) {
         let mut rules: Vec<(Scope, usize, u32, Option<u32>)> = vec![];
         for &c in ids {
-            for rule in &self.classes[c].rules {
+            for rule in &self.classes()[c].rules {
                 if let Rule::Spread { scope, selector, max_skew, min_domains } = *rule {
                     if scope != Scope::Hostname && !rules.contains(&(scope, selector, max_skew, min_domains))
                     {
@@ -37,18 +37,18 @@ impl Solver<'_> {
                 .iter()
                 .copied()
                 .filter(|&c| {
-                    self.classes[c].rules.iter().any(|r| {
+                    self.classes()[c].rules.iter().any(|r| {
                         matches!(*r, Rule::Spread { scope: s, selector: x, .. } if s == scope && x == selector)
                     })
                 })
                 .collect();
             let mut eligible: Vec<String> =
-                members.iter().flat_map(|&c| self.classes[c].eligible(scope).iter().cloned()).collect();
+                members.iter().flat_map(|&c| self.classes()[c].eligible(scope).iter().cloned()).collect();
             eligible.sort();
             eligible.dedup();
             loop {
                 let counts: Vec<(u32, &String)> =
-                    eligible.iter().map(|d| (self.domains.count(scope, selector, d), d)).collect();
+                    eligible.iter().map(|d| (self.domain_count(scope, selector, d), d)).collect();
                 let Some(&(high, fullest)) =
                     counts.iter().max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)))
                 else {
@@ -67,7 +67,7 @@ impl Solver<'_> {
                 let fullest = fullest.clone();
                 let emptiest = emptiest.clone();
                 let Some(c) = members.iter().copied().rev().find(|&c| {
-                    let class = &self.classes[c];
+                    let class = &self.classes()[c];
                     (class.pods.len() as u64) > remaining[c]
                         && class.assignment.domain(scope) == Some(&fullest)
                 }) else {
@@ -75,8 +75,7 @@ impl Solver<'_> {
                 };
                 self.take_back(c);
                 remaining[c] += 1;
-                let class = &self.classes[c];
-                self.domains.unassign(&self.shapes[class.shape].matched_by, &class.rules, &class.assignment);
+                self.release_domain(c);
                 reasons.entry(c).or_insert_with(|| {
                     format!(
                         "topology spread on {} (maxSkew {max_skew}) cannot be met: {emptiest} cannot take more matching pods",
@@ -84,27 +83,6 @@ impl Solver<'_> {
                     )
                 });
             }
-        }
-    }
-
-    /// Removes the last placed pod of class `c` from the last slot holding it.
-    pub(crate) fn take_back(&mut self, c: usize) {
-        let Some(i) = self.slots.iter().rposition(|s| s.classes.iter().any(|(k, n)| *k == c && *n > 0))
-        else {
-            return;
-        };
-        let traits = self.classes[c].traits.clone();
-        let slot = &mut self.slots[i];
-        slot.state.remove(&traits, 1);
-        if let Some(entry) = slot.classes.iter_mut().find(|(k, _)| *k == c) {
-            entry.1 -= 1;
-        }
-        slot.classes.retain(|(_, n)| *n > 0);
-        if slot.existing.is_none() && slot.classes.is_empty() {
-            slot.template = None;
-        }
-        for &s in &traits.matched_by {
-            self.matching_anywhere[s] -= 1;
         }
     }
 }

@@ -2,12 +2,12 @@
 //! after the pool's DaemonSets, the offerings the pool allows, and the pool's priority tier; and the
 //! test of whether a class of pods can use a template (taints, requirements, offerings, fit).
 
-use crate::catalog::selection::{offering_labels, type_allowed};
-use crate::catalog::CapacityType;
+use crate::model::requirements::Requirements;
+use crate::model::resources::Resources;
+use crate::model::selection::{offering_labels, type_allowed};
+use crate::model::CapacityType;
 use crate::scheduling::input::{tolerates_all, NodePoolInput, Pod, SolveInput, Toleration};
-use crate::scheduling::model::{fits, Dims};
-use crate::scheduling::requirements::Requirements;
-use crate::scheduling::resources::Resources;
+use crate::scheduling::shapes::{fits, Dims};
 
 /// One offering a template may launch as.
 #[derive(Clone, Debug)]
@@ -96,15 +96,15 @@ fn type_admits(
 ) -> bool {
     requirements.iter().all(|r| {
         let key = r.key();
-        !crate::apis::labels::is_well_known(key)
+        !crate::model::labels::is_well_known(key)
             || is_offering_key(key)
-            || key == crate::apis::labels::LABEL_NODEPOOL
+            || key == crate::model::labels::LABEL_NODEPOOL
             || r.admits(type_labels.get(key).map(String::as_str))
     })
 }
 
 fn is_offering_key(key: &str) -> bool {
-    use crate::apis::labels::*;
+    use crate::model::labels::*;
     [LABEL_ZONE, LABEL_CAPACITY_TYPE, LABEL_AKS_SCALESET_PRIORITY, LABEL_AKS_PRIORITY].contains(&key)
 }
 
@@ -189,7 +189,7 @@ pub fn pool_rejects(
 
 /// The offerings of `template` a class with `requirements` may use, as a bit mask (0 = none).
 pub fn offering_mask(template: &Template, requirements: &Requirements) -> u32 {
-    use crate::apis::labels::*;
+    use crate::model::labels::*;
     let zone = requirements.get(LABEL_ZONE);
     let capacity_type = requirements.get(LABEL_CAPACITY_TYPE);
     let priorities = [requirements.get(LABEL_AKS_SCALESET_PRIORITY), requirements.get(LABEL_AKS_PRIORITY)];
@@ -228,9 +228,9 @@ pub fn compatible(
     let type_keys: Vec<_> = requirements
         .iter()
         .filter(|r| {
-            crate::apis::labels::is_well_known(r.key())
+            crate::model::labels::is_well_known(r.key())
                 && !is_offering_key(r.key())
-                && r.key() != crate::apis::labels::LABEL_NODEPOOL
+                && r.key() != crate::model::labels::LABEL_NODEPOOL
         })
         .collect();
     let mut out = vec![];

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::scheduling::input::{ExistingNode, SolveInput};
-use crate::scheduling::model::{Rule, Scope, Selectors};
+use crate::scheduling::shapes::{Rule, Scope, Selectors};
 
 /// Matching-pod counts per selector and domain, for one scope.
 #[derive(Clone, Debug, Default)]
@@ -77,7 +77,7 @@ impl Domains {
                 }
                 for t in &pod.anti_affinity {
                     if Scope::of(&t.topology_key) == Some(scope) {
-                        let sel = crate::scheduling::model::Selector {
+                        let sel = crate::scheduling::shapes::Selector {
                             namespaces: t.namespaces.clone(),
                             labels: t.selector.clone(),
                         };

@@ -17,9 +17,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::apis::labels;
-use crate::catalog::{CapacityType, InstanceType, Offering, Overhead};
-use crate::scheduling::resources::{Resources, CPU, MEMORY, PODS};
+use crate::model::labels;
+use crate::model::resources::{Resources, CPU, MEMORY, PODS};
+use crate::model::{CapacityType, InstanceType, Offering, Overhead};
 
 /// Max pods when the file does not say (the kubelet default).
 const DEFAULT_PODS: i64 = 110;

@@ -13,5 +13,7 @@ pub mod command;
 pub mod load;
 pub mod report;
 pub mod scenario;
+#[cfg(test)]
+mod snapshot_tests;
 
 pub use command::{run, SimulateArgs, SimulateError};

@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use crate::catalog::OutputFormat;
-use crate::scheduling::resources::{format_resource_quantity, CPU, MEMORY};
+use crate::model::resources::{format_resource_quantity, CPU, MEMORY};
 use crate::scheduling::{Plan, SolveInput};
 
 /// What the command measured and decided, ready to print.
@@ -165,7 +165,7 @@ fn table(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::CapacityType;
+    use crate::model::CapacityType;
     use crate::scheduling::{NewNodeClaim, Unschedulable};
 
     fn claim() -> NewNodeClaim {

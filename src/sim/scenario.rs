@@ -21,9 +21,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::load::{Objects, Sourced};
 use crate::apis::validate::{self, ValidationError};
-use crate::catalog::{self, CapacityOptions, CatalogError, InstanceType, PriceTable, UnavailableOfferings};
+use crate::catalog::{self, CapacityOptions, CatalogError, PriceTable, UnavailableOfferings};
+use crate::model::resources::Resources;
+use crate::model::InstanceType;
 use crate::scheduling::from_k8s::{self, FromK8sError, PodContext};
-use crate::scheduling::resources::Resources;
 use crate::scheduling::{SolveInput, SolveOptions};
 
 /// The label the API server puts on every namespace.
@@ -222,7 +223,7 @@ fn nodepools(
     let mut used: BTreeMap<String, Resources> = BTreeMap::new();
     for n in &objects.nodes {
         let labels = n.object.metadata.labels.as_ref();
-        if let Some(pool) = labels.and_then(|l| l.get(crate::apis::labels::LABEL_NODEPOOL)) {
+        if let Some(pool) = labels.and_then(|l| l.get(crate::model::labels::LABEL_NODEPOOL)) {
             let capacity = from_k8s::node_capacity(&n.object).map_err(convert(n))?;
             used.entry(pool.clone()).or_default().add_assign(&capacity);
         }

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use crate::apis::conditions;
 use crate::apis::{AKSNodeClass, NodePool};
+use crate::model::resources::Resources;
 use crate::scheduling::from_k8s::{self, FromK8sError, PodContext};
-use crate::scheduling::resources::Resources;
 use crate::scheduling::Pod;
 
 use super::records::{NodeClaimRecord, NodeRecord, PdbRecord, PodRecord};

@@ -15,8 +15,9 @@
 mod cluster;
 pub mod records;
 mod snapshot;
+// The simulator's tests reuse the small cluster fixture to compare their assembly with the snapshot.
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};

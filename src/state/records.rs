@@ -9,11 +9,13 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::apis::conditions::{self, ConditionStatus};
-use crate::apis::labels::{ANNOTATION_DO_NOT_DISRUPT, LABEL_INITIALIZED, LABEL_NODEPOOL, TAINT_UNREGISTERED};
 use crate::apis::{NodeClaim, Taint};
+use crate::model::labels::{
+    ANNOTATION_DO_NOT_DISRUPT, LABEL_INITIALIZED, LABEL_NODEPOOL, TAINT_UNREGISTERED,
+};
+use crate::model::requirements::Requirements;
+use crate::model::resources::Resources;
 use crate::scheduling::from_k8s::{self, FromK8sError, PodContext};
-use crate::scheduling::requirements::Requirements;
-use crate::scheduling::resources::Resources;
 use crate::scheduling::{ExistingNode, Pod};
 
 /// Set by the kubelet on the API copy of a static pod.
@@ -205,7 +207,7 @@ impl NodeClaimRecord {
             Resources::parse(&to_text(list))
                 .map_err(|source| FromK8sError::Quantity { field: field.to_string(), source })
         };
-        let requirements = Requirements::from_api(&c.spec.requirements)
+        let requirements = crate::apis::requirements::from_api(&c.spec.requirements)
             .map_err(|source| FromK8sError::Requirement { field: "spec.requirements".into(), source })?;
         Ok(Self {
             name: c.metadata.name.clone().unwrap_or_default(),

@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::apis::{AKSNodeClass, NodePool, Taint};
-use crate::catalog::InstanceType;
+use crate::model::InstanceType;
 use crate::scheduling::from_k8s;
 use crate::scheduling::{ExistingNode, SolveInput, SolveOptions};
 

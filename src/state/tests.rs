@@ -1,5 +1,6 @@
 //! Tests of the cluster index: which pods are provisionable, the synced gate, relists, and the
-//! snapshot of a small cluster, checked field by field and against the simulator's own assembly.
+//! snapshot of a small cluster, checked field by field (the simulator's tests compare it with their own
+//! assembly of the same objects).
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -10,13 +11,11 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::*;
-use crate::apis::labels::LABEL_INSTANCE_TYPE;
 use crate::apis::{NodeClaim, TaintEffect};
-use crate::catalog::InstanceType;
-use crate::scheduling::resources::{Resources, CPU};
+use crate::model::labels::LABEL_INSTANCE_TYPE;
+use crate::model::resources::{Resources, CPU};
+use crate::model::InstanceType;
 use crate::scheduling::SolveOptions;
-use crate::sim::load::{self, Source};
-use crate::sim::scenario::{self, Catalog};
 
 fn yaml<T: DeserializeOwned>(text: &str) -> T {
     serde_yaml::from_str(text).expect("test object parses")
@@ -32,7 +31,7 @@ fn pod(name: &str, extra_meta: &str, extra_spec: &str, status: &str) -> core::Po
     ))
 }
 
-fn all_synced(cluster: &mut Cluster) {
+pub(crate) fn all_synced(cluster: &mut Cluster) {
     for kind in Kind::ALL {
         cluster.mark_synced(kind);
     }
@@ -166,7 +165,7 @@ fn pods_follow_their_node_when_bound_and_deleted() {
 /// A NodePool with a cpu limit, a pool that is not Ready, two registered nodes (one not yet
 /// initialized, with a startup taint and not-ready), one in-flight claim, pods bound and pending, a
 /// DaemonSet, and a PDB.
-const CLUSTER: &str = r#"
+pub(crate) const CLUSTER: &str = r#"
 apiVersion: karpenter.sh/v1
 kind: NodePool
 metadata: {name: general}
@@ -300,7 +299,7 @@ fn documents(text: &str) -> Vec<serde_yaml::Value> {
 }
 
 /// Applies every document of `text` to the index.
-fn apply_all(cluster: &mut Cluster, text: &str) {
+pub(crate) fn apply_all(cluster: &mut Cluster, text: &str) {
     for doc in documents(text) {
         let kind = doc["kind"].as_str().unwrap().to_string();
         match kind.as_str() {
@@ -414,41 +413,6 @@ fn deleting_nodes_leave_the_snapshot_but_still_count_against_limits() {
     assert_eq!(input.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), vec!["node-b", "general-c"]);
     assert_eq!(input.running.iter().map(|p| p.id()).collect::<Vec<_>>(), vec!["kube-system/agent-x"]);
     assert_eq!(input.nodepools[0].remaining, Some(Resources::new().with(CPU, 6000)));
-}
-
-/// The controller and the simulator build the same input from the same objects (without claims,
-/// which the simulator does not read).
-#[test]
-fn snapshot_agrees_with_the_simulator() {
-    let mut cluster = Cluster::new();
-    apply_all(&mut cluster, CLUSTER);
-    all_synced(&mut cluster);
-    let objects = load::load(&[Source::Text { name: "cluster.yaml".into(), text: CLUSTER.into() }]).unwrap();
-    let types = Arc::new(Vec::<InstanceType>::new());
-    let sim = scenario::build(&objects, "eastus", &Catalog::Fixed(types.clone())).unwrap().input;
-    let ours = cluster.snapshot(
-        &|_: &crate::apis::NodePool, _: Option<&crate::apis::AKSNodeClass>| types.clone(),
-        SolveOptions { region: "eastus".into(), ..Default::default() },
-    );
-    assert_eq!(ours.pods, sim.pods);
-    let mut sim_running = sim.running.clone();
-    sim_running.sort_by_key(|p| (p.node_name.clone(), p.id()));
-    let mut our_running = ours.running.clone();
-    our_running.sort_by_key(|p| (p.node_name.clone(), p.id()));
-    assert_eq!(our_running, sim_running);
-    assert_eq!(ours.daemonsets, sim.daemonsets);
-    // Without claims, node-b's startup taints are unknown to both.
-    assert_eq!(ours.nodes, sim.nodes);
-    // The simulator plans with every pool; the controller only with Ready ones.
-    let sim_general = sim.nodepools.iter().find(|p| p.name == "general").unwrap();
-    let ours_general = &ours.nodepools[0];
-    assert_eq!(ours.nodepools.len(), 1);
-    assert_eq!(ours_general.name, sim_general.name);
-    assert_eq!(ours_general.requirements, sim_general.requirements);
-    assert_eq!(ours_general.labels, sim_general.labels);
-    assert_eq!(ours_general.taints, sim_general.taints);
-    assert_eq!(ours_general.remaining, sim_general.remaining);
-    assert_eq!(ours_general.weight, sim_general.weight);
 }
 
 #[test]

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
-use karpenter_azure::scheduling::resources::parse_resource_quantity;
+use karpenter_azure::model::resources::parse_resource_quantity;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 

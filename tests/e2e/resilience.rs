@@ -10,11 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
-use karpenter_azure::catalog::{embedded_sku, CapacityType, UnavailableOfferings};
+use karpenter_azure::catalog::{embedded_sku, UnavailableOfferings};
 use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, LaunchSettings, RetrySettings};
 use karpenter_azure::cloud::{
     wall_clock, CloudProvider, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice,
 };
+use karpenter_azure::model::CapacityType;
 use kube::{Api, Client};
 use serde_json::Value;
 

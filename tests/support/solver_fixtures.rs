@@ -6,21 +6,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use karpenter_azure::apis::labels::{
+use karpenter_azure::apis::{Taint, TaintEffect};
+use karpenter_azure::catalog::{instance_types, CapacityOptions, PriceTable, UnavailableOfferings};
+use karpenter_azure::model::labels::{
     LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_OS,
     LABEL_SKU_GPU_COUNT, LABEL_ZONE,
 };
-use karpenter_azure::apis::{Taint, TaintEffect};
-use karpenter_azure::catalog::{
-    instance_types, CapacityOptions, CapacityType, InstanceType, Offering, Overhead, PriceTable,
-    UnavailableOfferings,
-};
+use karpenter_azure::model::requirements::{Requirement, Requirements};
+use karpenter_azure::model::resources::{Resources, CPU, MEMORY, NVIDIA_GPU, PODS};
+use karpenter_azure::model::{CapacityType, InstanceType, Offering, Overhead};
 use karpenter_azure::scheduling::feasibility;
 use karpenter_azure::scheduling::input::{
     HostPort, PodAffinityTerm, Toleration, TolerationOperator, TopologySpread, WhenUnsatisfiable,
 };
-use karpenter_azure::scheduling::requirements::{Requirement, Requirements};
-use karpenter_azure::scheduling::resources::{Resources, CPU, MEMORY, NVIDIA_GPU, PODS};
 use karpenter_azure::scheduling::{ExistingNode, NewNodeClaim, NodePoolInput, Plan, Pod, SolveInput};
 
 pub const MI: i64 = 1 << 20;

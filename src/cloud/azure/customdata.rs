@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use crate::apis::aksnodeclass::KubeletConfiguration;
 use crate::apis::common::{Taint, TaintEffect};
-use crate::apis::labels;
+use crate::model::labels;
 
 /// Hard eviction threshold the allocatable computation reserves (reference §6: 750Mi).
 pub const EVICTION_HARD: &str = "memory.available<750Mi";

@@ -15,11 +15,10 @@
 
 use crate::apis::aksnodeclass::{FipsMode, ImageFamily, NodeImage};
 use crate::apis::common::{NodeSelectorRequirementWithMinValues, Operator};
-use crate::apis::labels::{LABEL_ARCH, LABEL_SKU_HYPERV_GENERATION};
 use crate::apis::AKSNodeClass;
 use crate::catalog::sku::{Arch, SkuRecord};
 use crate::catalog::NodeSecurity;
-use crate::scheduling::requirements::Requirements;
+use crate::model::labels::{LABEL_ARCH, LABEL_SKU_HYPERV_GENERATION};
 
 /// Public name of the community gallery AKS publishes its Ubuntu node images to.
 pub const UBUNTU_GALLERY: &str = "AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2";
@@ -219,7 +218,7 @@ pub fn node_image(definition: &ImageDefinition, version: &str) -> NodeImage {
 pub fn image_for<'a>(images: &'a [NodeImage], sku: &SkuRecord) -> Option<&'a NodeImage> {
     let generations = sku.hyperv_generation_numbers();
     images.iter().find(|image| {
-        let Ok(requirements) = Requirements::from_api(&image.requirements) else {
+        let Ok(requirements) = crate::apis::requirements::from_api(&image.requirements) else {
             return false;
         };
         // Bound to a name so the iterator borrowing `requirements` is dropped before it.

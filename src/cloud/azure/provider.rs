@@ -18,13 +18,13 @@ use super::customdata::{self, NodeBootstrap};
 use super::errors::{self, ArmFailure, CapacityClass};
 use super::subnet::SubnetId;
 use super::{imagefamily, lookups, naming, network, nic, vm, LaunchSettings};
-use crate::apis::labels;
 use crate::catalog::unavailable::OfferingRef;
 use crate::catalog::UnavailableOfferings;
 use crate::cloud::{
     logical_zone, Clock, CloudError, CloudProvider, Instance, InstanceTypeOption, LaunchRequest,
     OfferingChoice, RefusedOffering,
 };
+use crate::model::labels;
 use crate::operator::metrics::{self, VmCreate};
 
 /// Reason reported for offerings skipped because the cache already blocks them.

@@ -17,8 +17,9 @@ use serde_json::{json, Value};
 use super::client::ArmClients;
 use super::errors::ArmFailure;
 use super::{naming, LaunchSettings};
-use crate::catalog::{CapacityType, NodeSecurity};
+use crate::catalog::NodeSecurity;
 use crate::cloud::{EphemeralOsDisk, Instance};
+use crate::model::CapacityType;
 
 /// Tag keys (upstream launchtemplate/tags.go; Azure tag keys may not contain '/').
 pub const TAG_CLUSTER: &str = "karpenter.azure.com_cluster";

@@ -7,12 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1 as core;
 
 use super::{label_selector, operator, owner_of, resource_list, FromK8sError};
+use crate::model::requirements::{Requirement, Requirements};
+use crate::model::resources::{Resources, PODS};
 use crate::scheduling::input::{
     HostPort, Pod, PodAffinityTerm, Toleration, TolerationOperator, TopologySpread, Weighted,
     WhenUnsatisfiable,
 };
-use crate::scheduling::requirements::{Requirement, Requirements};
-use crate::scheduling::resources::{Resources, PODS};
 
 /// What the conversion needs to know beyond the pod itself.
 #[derive(Clone, Debug, Default)]

@@ -1,9 +1,9 @@
 //! Unit tests of the Kubernetes-to-solver conversion, on pods written as YAML.
 
 use super::*;
-use crate::apis::labels::LABEL_ZONE;
+use crate::model::labels::LABEL_ZONE;
+use crate::model::resources::{CPU, MEMORY, PODS};
 use crate::scheduling::input::{HostPort, TolerationOperator, WhenUnsatisfiable};
-use crate::scheduling::resources::{CPU, MEMORY, PODS};
 
 fn pod_yaml(spec: &str) -> crate::scheduling::Pod {
     let text = format!(

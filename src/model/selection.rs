@@ -3,12 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::apis::labels::{
+use crate::model::labels::{
     self, LABEL_AKS_PRIORITY, LABEL_AKS_SCALESET_PRIORITY, LABEL_CAPACITY_TYPE, LABEL_ZONE,
 };
-use crate::catalog::instancetype::{InstanceType, Offering};
-use crate::catalog::unavailable::CapacityType;
-use crate::scheduling::requirements::{MinValuesError, Requirements};
+use crate::model::requirements::{MinValuesError, Requirements};
+use crate::model::CapacityType;
+use crate::model::{InstanceType, Offering};
 
 /// The labels an offering adds to its instance type's labels.
 pub fn offering_labels(offering: &Offering) -> [(&'static str, &str); 4] {

@@ -7,12 +7,12 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::apis::labels::{LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZONE};
+use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZONE};
+use crate::model::requirements::Requirements;
+use crate::model::resources::{Resources, CPU, MEMORY, PODS};
 use crate::scheduling::input::{
     HostPort, Pod, PodAffinityTerm, SolveInput, Toleration, TopologySpread, Weighted, WhenUnsatisfiable,
 };
-use crate::scheduling::requirements::Requirements;
-use crate::scheduling::resources::{Resources, CPU, MEMORY, PODS};
 
 /// The resource dimensions that matter in one solve, in a fixed order.
 #[derive(Clone, Debug)]

@@ -19,8 +19,21 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::apis::labels;
-use crate::apis::{NodeSelectorRequirementWithMinValues, Operator};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::model::labels;
+
+/// A node selector operator, as in `corev1.NodeSelectorOperator`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+pub enum Operator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+    Gt,
+    Lt,
+}
 
 /// Which values a requirement admits, before integer bounds are applied.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -237,31 +250,25 @@ impl Requirement {
         out
     }
 
-    /// The operator form closest to this set, for writing NodeClaim requirements back to the API.
-    pub fn to_api(&self) -> Vec<NodeSelectorRequirementWithMinValues> {
-        let min_values = self.min_values.map(|m| m as i32);
-        let make = |operator, values: Vec<String>| NodeSelectorRequirementWithMinValues {
-            key: self.key.clone(),
-            operator,
-            values,
-            min_values,
-        };
+    /// The operator form closest to this set, one or more `(operator, values)` entries, for writing
+    /// NodeClaim requirements back to the API.
+    pub fn operator_form(&self) -> Vec<(Operator, Vec<String>)> {
         match &self.values {
-            Values::Only(set) if set.is_empty() => vec![make(Operator::DoesNotExist, vec![])],
-            Values::Only(set) => vec![make(Operator::In, set.iter().cloned().collect())],
+            Values::Only(set) if set.is_empty() => vec![(Operator::DoesNotExist, vec![])],
+            Values::Only(set) => vec![(Operator::In, set.iter().cloned().collect())],
             Values::AllBut(set) => {
                 let mut out = vec![];
                 if !set.is_empty() || self.absent_allowed {
-                    out.push(make(Operator::NotIn, set.iter().cloned().collect()));
+                    out.push((Operator::NotIn, set.iter().cloned().collect()));
                 }
                 if let Some(g) = self.greater_than {
-                    out.push(make(Operator::Gt, vec![g.to_string()]));
+                    out.push((Operator::Gt, vec![g.to_string()]));
                 }
                 if let Some(l) = self.less_than {
-                    out.push(make(Operator::Lt, vec![l.to_string()]));
+                    out.push((Operator::Lt, vec![l.to_string()]));
                 }
                 if out.is_empty() || (!self.absent_allowed && !set.is_empty()) {
-                    out.push(make(Operator::Exists, vec![]));
+                    out.push((Operator::Exists, vec![]));
                 }
                 out
             }
@@ -286,11 +293,11 @@ fn min_option<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
 impl fmt::Display for Requirement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let parts: Vec<String> = self
-            .to_api()
+            .operator_form()
             .iter()
-            .map(|r| match r.operator {
-                Operator::Exists | Operator::DoesNotExist => format!("{} {:?}", r.key, r.operator),
-                _ => format!("{} {:?} [{}]", r.key, r.operator, r.values.join(", ")),
+            .map(|(operator, values)| match operator {
+                Operator::Exists | Operator::DoesNotExist => format!("{} {operator:?}", self.key),
+                _ => format!("{} {operator:?} [{}]", self.key, values.join(", ")),
             })
             .collect();
         write!(f, "{}", parts.join(" and "))
@@ -333,16 +340,6 @@ impl Requirements {
             out.add(Requirement::is_in(k, [v.clone()]));
         }
         out
-    }
-
-    /// Requirements from the API form (NodePool template, NodeClaim spec).
-    pub fn from_api(list: &[NodeSelectorRequirementWithMinValues]) -> Result<Self, RequirementError> {
-        let mut out = Self::new();
-        for r in list {
-            let min_values = r.min_values.and_then(|m| u32::try_from(m).ok());
-            out.add(Requirement::from_operator(&r.key, r.operator, &r.values, min_values)?);
-        }
-        Ok(out)
     }
 
     /// Adds a requirement, intersecting it with what is already known about its key.
@@ -446,11 +443,6 @@ impl Requirements {
             }
         }
         Ok(())
-    }
-
-    /// The API form, one or more entries per key, sorted by key.
-    pub fn to_api(&self) -> Vec<NodeSelectorRequirementWithMinValues> {
-        self.by_key.values().flat_map(Requirement::to_api).collect()
     }
 }
 

@@ -1,0 +1,424 @@
+//! The solver's working state across relaxation rounds: the classes of pods, the nodes being filled
+//! (slots), the NodePools' remaining limits, the topology counts and the memos.
+//!
+//! Every field is private and every change goes through a method here, because the pieces are tied
+//! together and a change to one must update the others in the same step:
+//! - a slot's node state is its capacity minus what its classes use, and its mask is the offerings
+//!   every class on it can use (`commit`, `open`, `take_back`, `merge_slots`);
+//! - `matching_anywhere[s]` counts the pods matching selector `s` over running pods and all slots;
+//! - a pool's remaining limits shrink by one node's capacity for every new node opened;
+//! - the topology counts hold the domains given to pods not yet taken back (`assign_domains`,
+//!   `release_domain`);
+//! - classes are never changed once added, so the memos keyed by class stay valid.
+//!
+//! The rest of the solver reads through the accessors and orchestrates.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+
+use crate::model::labels::LABEL_HOSTNAME;
+use crate::model::requirements::Requirements;
+use crate::model::resources::Resources;
+use crate::scheduling::input::SolveInput;
+use crate::scheduling::node::{NodeState, PodTraits};
+use crate::scheduling::pack::{PackClass, Packer, Pattern};
+use crate::scheduling::shapes::{build_shapes, Dims, Rule, Scope, Selector, Selectors, Shape};
+use crate::scheduling::solve::{Cancelled, ShouldCancel};
+use crate::scheduling::templates::{self, Template};
+use crate::scheduling::topology::{Assignment, Domains};
+
+/// A group of identical pods with one domain assignment at one relaxation level.
+///
+/// Its fields are public to read: the solver hands classes out only by shared reference, so they
+/// cannot change after [`Solver::add_classes`].
+pub(crate) struct Class {
+    pub shape: usize,
+    pub level: usize,
+    pub pods: Vec<usize>,
+    pub requirements: Requirements,
+    pub traits: PodTraits,
+    /// Offering mask per template (0 = cannot use).
+    pub masks: Vec<u32>,
+    /// At most this many pods of the class fit on one node because of its own per-node rules.
+    pub per_node_limit: Option<u64>,
+    /// The domains its pods were given, and the rules that chose them (to undo for unplaced pods).
+    pub assignment: Assignment,
+    pub rules: Vec<Rule>,
+    /// The zones and capacity types its pods could have been given.
+    pub eligible_zones: Vec<String>,
+    pub eligible_capacity_types: Vec<String>,
+}
+
+impl Class {
+    pub fn eligible(&self, scope: Scope) -> &[String] {
+        match scope {
+            Scope::Zone => &self.eligible_zones,
+            _ => &self.eligible_capacity_types,
+        }
+    }
+}
+
+/// A node being planned: an existing node, or a new one from a template.
+pub(crate) struct Slot {
+    existing: Option<usize>,
+    template: Option<usize>,
+    mask: u32,
+    state: NodeState,
+    /// `(class, count)` in placement order.
+    classes: Vec<(usize, u64)>,
+}
+
+impl Slot {
+    /// The index of the existing node this slot is, if any.
+    pub fn existing(&self) -> Option<usize> {
+        self.existing
+    }
+
+    /// The template of a new node; None for an existing node and for a new one emptied by a merge.
+    pub fn template(&self) -> Option<usize> {
+        self.template
+    }
+
+    /// The offerings of the template that every class on the node can use.
+    pub fn mask(&self) -> u32 {
+        self.mask
+    }
+
+    pub fn state(&self) -> &NodeState {
+        &self.state
+    }
+
+    /// `(class, count)` in placement order.
+    pub fn classes(&self) -> &[(usize, u64)] {
+        &self.classes
+    }
+}
+
+/// The solver's working state across relaxation rounds.
+pub(crate) struct Solver<'a> {
+    input: &'a SolveInput,
+    dims: Dims,
+    selectors: Selectors,
+    shapes: Vec<Shape>,
+    templates: Vec<Template>,
+    classes: Vec<Class>,
+    slots: Vec<Slot>,
+    /// Pods matching each selector anywhere (for hostname affinity bootstrapping).
+    matching_anywhere: Vec<u32>,
+    domains: Domains,
+    /// Remaining limits per pool (resources of instance-type capacity, plus `nodes`).
+    remaining: Vec<Option<Resources>>,
+    pair_memo: HashMap<(usize, usize), bool>,
+    compat_memo: HashMap<(usize, Requirements), Vec<u32>>,
+    cancel: &'a dyn ShouldCancel,
+    /// Latched once the hook has said stop, so every later safe point stops too.
+    cancelled: bool,
+}
+
+impl<'a> Solver<'a> {
+    pub fn new(input: &'a SolveInput, cancel: &'a dyn ShouldCancel) -> Self {
+        let dims = Dims::for_input(input);
+        let mut selectors = Selectors::default();
+        let shapes = build_shapes(input, &dims, &mut selectors);
+        let templates = templates::build(input, &dims);
+        let domains = Domains::from_running(input, &selectors);
+        let mut solver = Solver {
+            input,
+            dims,
+            selectors,
+            shapes,
+            templates,
+            classes: vec![],
+            slots: vec![],
+            matching_anywhere: vec![],
+            domains,
+            remaining: input.nodepools.iter().map(|p| p.remaining.clone()).collect(),
+            pair_memo: HashMap::new(),
+            compat_memo: HashMap::new(),
+            cancel,
+            cancelled: false,
+        };
+        solver.matching_anywhere = vec![0; solver.selectors.list.len()];
+        solver.init_existing();
+        solver
+    }
+
+    /// Existing nodes with what their running pods use and count.
+    fn init_existing(&mut self) {
+        let index: BTreeMap<&str, usize> =
+            self.input.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect();
+        let nsel = self.selectors.list.len();
+        let mut states: Vec<NodeState> = self
+            .input
+            .nodes
+            .iter()
+            .map(|n| NodeState::empty(self.dims.vector(&n.allocatable), nsel))
+            .collect();
+        for pod in &self.input.running {
+            let matched = self.selectors.matching(pod);
+            for &s in &matched {
+                self.matching_anywhere[s] += 1;
+            }
+            let Some(&i) = pod.node_name.as_deref().and_then(|n| index.get(n)) else { continue };
+            let rules: Vec<Rule> = pod
+                .anti_affinity
+                .iter()
+                .filter(|t| t.topology_key == LABEL_HOSTNAME)
+                .filter_map(|t| {
+                    let sel = Selector { namespaces: t.namespaces.clone(), labels: t.selector.clone() };
+                    self.selectors.list.iter().position(|x| *x == sel)
+                })
+                .map(|selector| Rule::AntiAffinity { scope: Scope::Hostname, selector })
+                .collect();
+            let traits =
+                PodTraits::new(self.dims.vector(&pod.requests), matched, &rules, pod.host_ports.clone());
+            states[i].add(&traits, 1);
+        }
+        for (i, state) in states.into_iter().enumerate() {
+            self.slots.push(Slot { existing: Some(i), template: None, mask: 0, state, classes: vec![] });
+        }
+    }
+
+    /// Whether to stop at this safe point: asks the caller's hook until it once says yes.
+    pub fn cancel_requested(&mut self) -> bool {
+        if !self.cancelled && self.cancel.should_cancel() {
+            self.cancelled = true;
+        }
+        self.cancelled
+    }
+
+    /// [`Self::cancel_requested`] as an error, for `?` at the safe points of the driver.
+    pub fn check_cancel(&mut self) -> Result<(), Cancelled> {
+        if self.cancel_requested() {
+            Err(Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+
+    // --- Reading -------------------------------------------------------------------------------
+
+    pub fn input(&self) -> &'a SolveInput {
+        self.input
+    }
+
+    pub fn dims(&self) -> &Dims {
+        &self.dims
+    }
+
+    pub fn selectors(&self) -> &Selectors {
+        &self.selectors
+    }
+
+    pub fn shapes(&self) -> &[Shape] {
+        &self.shapes
+    }
+
+    pub fn templates(&self) -> &[Template] {
+        &self.templates
+    }
+
+    pub fn classes(&self) -> &[Class] {
+        &self.classes
+    }
+
+    pub fn slots(&self) -> &[Slot] {
+        &self.slots
+    }
+
+    /// How many pods matching selector `s` are placed or running anywhere.
+    pub fn matching_anywhere(&self, s: usize) -> u32 {
+        self.matching_anywhere[s]
+    }
+
+    /// What is left of a pool's limits (None: no limits).
+    pub fn pool_remaining(&self, pool: usize) -> Option<&Resources> {
+        self.remaining[pool].as_ref()
+    }
+
+    /// Pods counted in a topology domain for a selector.
+    pub fn domain_count(&self, scope: Scope, selector: usize, domain: &str) -> u32 {
+        self.domains.count(scope, selector, domain)
+    }
+
+    // --- Classes and topology domains -----------------------------------------------------------
+
+    /// Adds the classes of a round; returns their ids.
+    pub fn add_classes(&mut self, batch: Vec<Class>) -> Range<usize> {
+        let before = self.classes.len();
+        self.classes.extend(batch);
+        before..self.classes.len()
+    }
+
+    /// Gives a pod of shape `s` its zone and capacity-type domains under `rules`, counting it there.
+    pub fn assign_domains(
+        &mut self,
+        s: usize,
+        rules: &[Rule],
+        zones: &[String],
+        capacity_types: &[String],
+    ) -> Result<Assignment, String> {
+        self.domains.assign(&self.shapes[s].matched_by, rules, zones, capacity_types)
+    }
+
+    /// Uncounts one pod of class `c` from the domains it was given (it was not placed after all).
+    pub fn release_domain(&mut self, c: usize) {
+        let class = &self.classes[c];
+        self.domains.unassign(&self.shapes[class.shape].matched_by, &class.rules, &class.assignment);
+    }
+
+    // --- Memos ---------------------------------------------------------------------------------
+
+    /// Offering masks of every template for a shape's tolerations and demand with `requirements`.
+    pub fn masks(&mut self, s: usize, requirements: &Requirements) -> Vec<u32> {
+        if let Some(m) = self.compat_memo.get(&(s, requirements.clone())) {
+            return m.clone();
+        }
+        let pod = &self.input.pods[self.shapes[s].pods[0]];
+        let mut masks = vec![0u32; self.templates.len()];
+        for (t, mask) in templates::compatible(
+            self.input,
+            &self.templates,
+            requirements,
+            &pod.tolerations,
+            &self.shapes[s].demand,
+        ) {
+            masks[t] = mask;
+        }
+        self.compat_memo.insert((s, requirements.clone()), masks.clone());
+        masks
+    }
+
+    /// Whether two classes may share a node: their requirements have a common outcome for every key.
+    pub fn pair_ok(&mut self, a: usize, b: usize) -> bool {
+        let key = (a.min(b), a.max(b));
+        if let Some(&ok) = self.pair_memo.get(&key) {
+            return ok;
+        }
+        let joint = self.classes[a].requirements.intersect(&self.classes[b].requirements);
+        let ok = joint.first_empty().is_none();
+        self.pair_memo.insert(key, ok);
+        ok
+    }
+
+    /// Runs `f` with a packer over the solver's classes whose pattern values are `worth` and whose
+    /// resources are priced at `resource_prices` (zeros: patterns are valued by `worth` alone).
+    pub fn with_packer<R>(
+        &mut self,
+        worth: &[f64],
+        resource_prices: Vec<f64>,
+        f: impl FnOnce(&Packer) -> R,
+    ) -> R {
+        let classes: Vec<PackClass> = (0..self.classes.len())
+            .map(|c| PackClass {
+                traits: &self.classes[c].traits,
+                masks: &self.classes[c].masks,
+                value: worth[c],
+            })
+            .collect();
+        let pair_memo = std::cell::RefCell::new(&mut self.pair_memo);
+        let class_reqs: Vec<_> = self.classes.iter().map(|c| &c.requirements).collect();
+        let compatible = |a: usize, b: usize| {
+            let key = (a.min(b), a.max(b));
+            let mut memo = pair_memo.borrow_mut();
+            *memo.entry(key).or_insert_with(|| class_reqs[a].intersect(class_reqs[b]).first_empty().is_none())
+        };
+        let matching = &self.matching_anywhere;
+        let bootstrap = |s: usize| matching[s] == 0;
+        let packer = Packer {
+            templates: &self.templates,
+            classes,
+            selectors: &self.selectors,
+            compatible: &compatible,
+            bootstrap: &bootstrap,
+            resource_prices,
+        };
+        f(&packer)
+    }
+
+    // --- Placing and taking back ---------------------------------------------------------------
+
+    /// Puts `n` pods of class `c` on slot `slot`.
+    pub fn commit(&mut self, slot: usize, c: usize, n: u64) {
+        let traits = self.classes[c].traits.clone();
+        self.slots[slot].state.add(&traits, n);
+        if let Some(t) = self.slots[slot].template {
+            self.slots[slot].mask &= self.classes[c].masks[t];
+        }
+        match self.slots[slot].classes.iter_mut().find(|(k, _)| *k == c) {
+            Some(e) => e.1 += n,
+            None => self.slots[slot].classes.push((c, n)),
+        }
+        for &s in &traits.matched_by {
+            self.matching_anywhere[s] += n as u32;
+        }
+    }
+
+    /// Opens a new node filled as `pattern`, charging its pool's limits; its pods leave `remaining`.
+    pub fn open(&mut self, pattern: &Pattern, remaining: &mut [u64]) {
+        let tpl = &self.templates[pattern.template];
+        if let Some(left) = &mut self.remaining[tpl.pool] {
+            let capacity = &self.input.nodepools[tpl.pool].instance_types[tpl.instance_type].capacity;
+            let names: Vec<String> = left.iter().map(|(n, _)| n.to_string()).collect();
+            for name in names {
+                let per_node = if name == "nodes" { 1 } else { capacity.get(&name) };
+                left.set(&name, left.get(&name) - per_node);
+            }
+        }
+        for &(c, n) in &pattern.counts {
+            remaining[c] -= n;
+            for &s in &self.classes[c].traits.matched_by {
+                self.matching_anywhere[s] += n as u32;
+            }
+        }
+        self.slots.push(Slot {
+            existing: None,
+            template: Some(pattern.template),
+            mask: pattern.mask,
+            state: pattern.state.clone(),
+            classes: pattern.counts.clone(),
+        });
+    }
+
+    /// Removes the last placed pod of class `c` from the last slot holding it.
+    pub fn take_back(&mut self, c: usize) {
+        let Some(i) = self.slots.iter().rposition(|s| s.classes.iter().any(|(k, n)| *k == c && *n > 0))
+        else {
+            return;
+        };
+        let traits = self.classes[c].traits.clone();
+        let slot = &mut self.slots[i];
+        slot.state.remove(&traits, 1);
+        if let Some(entry) = slot.classes.iter_mut().find(|(k, _)| *k == c) {
+            entry.1 -= 1;
+        }
+        slot.classes.retain(|(_, n)| *n > 0);
+        if slot.existing.is_none() && slot.classes.is_empty() {
+            slot.template = None;
+        }
+        for &s in &traits.matched_by {
+            self.matching_anywhere[s] -= 1;
+        }
+    }
+
+    /// Moves the pods of new slot `j` onto new slot `i`, which becomes a node of template `t` with
+    /// offering mask `mask`; `j` is left empty.
+    pub fn merge_slots(&mut self, i: usize, j: usize, t: usize, mask: u32) {
+        let mut classes = self.slots[i].classes.clone();
+        for &(c, n) in &self.slots[j].classes {
+            match classes.iter_mut().find(|(k, _)| *k == c) {
+                Some(e) => e.1 += n,
+                None => classes.push((c, n)),
+            }
+        }
+        let state = self.state_for(&classes, t);
+        let merged = &mut self.slots[i];
+        merged.template = Some(t);
+        merged.mask = mask;
+        merged.state = state;
+        merged.classes = classes;
+        let emptied = &mut self.slots[j];
+        emptied.classes.clear();
+        emptied.template = None;
+    }
+}
