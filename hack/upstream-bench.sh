@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Upstream Karpenter's own scheduling benchmark (BenchmarkScheduling<N>), run by upstream's scheduler and
+# written out for `karpenter-azure simulate`, so both solvers can be compared on the same input.
+#
+#   hack/upstream-bench.sh build                    build (or reuse) the cached test binary; prints its path
+#   hack/upstream-bench.sh run <outdir> [sizes...]  for each pod count N (default 1000 5000 20000) write
+#                                                   <outdir>/<N>/{pods.yaml,nodepool.yaml,catalog.json,upstream.json}
+#   hack/upstream-bench.sh versions                 print the pinned version, the cache key and the binary
+#
+# The version is pinned by hack/upstream-bench/go.mod (+ go.sum). The only Go source of ours is
+# hack/upstream-bench/zz_dump_test.go, added to upstream's scheduling test package at build time with
+# `go test -overlay`. The binary is cached outside the repository in
+#   ${KARPENTER_AZURE_CACHE:-$HOME/.cache/karpenter-azure}/upstream-bench/<key>/scheduling.test
+# See hack/upstream-bench/README.md.
+set -euo pipefail
+
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+UB_DIR="$HACK_DIR/upstream-bench"
+
+log() { printf '[upstream-bench] %s\n' "$*" >&2; }
+die() { printf '[upstream-bench] ERROR: %s\n' "$*" >&2; exit 1; }
+
+MODULE=sigs.k8s.io/karpenter
+PKG=sigs.k8s.io/karpenter/pkg/controllers/provisioning/scheduling
+OVERLAY_FILE=zz_dump_test.go
+# test_performance: upstream's benchmark file (the helpers we call); upstream_bench_dump: our file.
+TAGS=test_performance,upstream_bench_dump
+
+VERSION="$(awk -v m="$MODULE" '($1 == m && $2 ~ /^v/) { print $2; exit } ($1 == "require" && $2 == m) { print $3; exit }' \
+  "$UB_DIR/go.mod")"
+[[ -n "$VERSION" ]] || die "cannot find $MODULE in $UB_DIR/go.mod"
+# The key changes with the pinned version, our overlay file and the pinned dependency graph.
+HASH="$(cat "$UB_DIR/$OVERLAY_FILE" "$UB_DIR/go.mod" "$UB_DIR/go.sum" | sha256sum | cut -c1-12)"
+CACHE_KEY="karpenter-${VERSION}_${HASH}"
+CACHE_ROOT="${KARPENTER_AZURE_CACHE:-$HOME/.cache/karpenter-azure}/upstream-bench"
+KEY_DIR="$CACHE_ROOT/$CACHE_KEY"
+BIN="$KEY_DIR/scheduling.test"
+
+# ---------------------------------------------------------------------------------------------
+# build
+# ---------------------------------------------------------------------------------------------
+cmd_build() {
+  if [[ ! -x "$BIN" ]]; then
+    command -v go >/dev/null || die "go is required to build the upstream benchmark"
+    mkdir -p "$KEY_DIR"
+    # serialise concurrent builds of the same key
+    exec 9>"$KEY_DIR/.build.lock"
+    flock 9
+    [[ -x "$BIN" ]] || build_binary
+    flock -u 9
+  fi
+  printf '%s\n' "$BIN"
+}
+
+build_binary() {
+  local log_file="$KEY_DIR/build.log" dir src t0 t1
+  t0=$(date +%s)
+  log "building upstream $MODULE@$VERSION scheduling benchmark (first build takes minutes) ..."
+  : >"$log_file"
+  # The module as the proxy serves it (go verifies it against go.sum).
+  dir="$(cd "$UB_DIR" && go mod download -json "$MODULE@$VERSION" 2>>"$log_file" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
+  [[ -d "$dir" ]] || die "go mod download $MODULE@$VERSION failed; see $log_file"
+  # go refuses overlays beneath GOMODCACHE, so build from a copy outside it (in the cache, never in
+  # the repository), selected by a replace in a private copy of our go.mod (-modfile).
+  src="$KEY_DIR/src/karpenter"
+  rm -rf "$KEY_DIR/src"
+  mkdir -p "$KEY_DIR/src"
+  cp -R "$dir" "$src"
+  chmod -R u+w "$src"
+  cp "$UB_DIR/go.mod" "$KEY_DIR/build.mod"
+  cp "$UB_DIR/go.sum" "$KEY_DIR/build.sum"
+  go mod edit -replace="$MODULE@$VERSION=$src" "$KEY_DIR/build.mod"
+  # Snapshot the overlay source that the key was computed from.
+  cp "$UB_DIR/$OVERLAY_FILE" "$KEY_DIR/$OVERLAY_FILE"
+  printf '{"Replace": {"%s/pkg/controllers/provisioning/scheduling/%s": "%s/%s"}}\n' \
+    "$src" "$OVERLAY_FILE" "$KEY_DIR" "$OVERLAY_FILE" >"$KEY_DIR/overlay.json"
+  (
+    cd "$UB_DIR"
+    nice -n "${UPSTREAM_BENCH_BUILD_NICE:-10}" go test -c -mod=readonly -modfile="$KEY_DIR/build.mod" \
+      -trimpath -tags="$TAGS" -overlay="$KEY_DIR/overlay.json" -o "$KEY_DIR/.scheduling.test.tmp" "$PKG"
+  ) >>"$log_file" 2>&1 || die "go test -c failed; see $log_file"
+  mv -f "$KEY_DIR/.scheduling.test.tmp" "$BIN"
+  t1=$(date +%s)
+  printf '%s scheduling.test %ss\n' "$(date -u +%FT%TZ)" "$((t1 - t0))" >>"$KEY_DIR/build-times.txt"
+  log "built $BIN in $((t1 - t0))s"
+}
+
+# ---------------------------------------------------------------------------------------------
+# run
+# ---------------------------------------------------------------------------------------------
+cmd_run() {
+  local out="${1:-}" n dir summary
+  [[ -n "$out" ]] || die "usage: $0 run <outdir> [sizes...]"
+  shift
+  local sizes=("$@")
+  ((${#sizes[@]})) || sizes=(1000 5000 20000)
+  for n in "${sizes[@]}"; do
+    [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "pod count $n: want a positive integer"
+  done
+  cmd_build >/dev/null
+  mkdir -p "$out"
+  out="$(cd "$out" && pwd)"
+  for n in "${sizes[@]}"; do
+    dir="$out/$n"
+    mkdir -p "$dir"
+    log "$n pods: generating and solving with upstream's scheduler (20,000 pods take minutes) ..."
+    # One process per size: the peak RSS (VmHWM) is then that size's. Not nice'd: it is timed.
+    (
+      cd "$dir"
+      UPSTREAM_BENCH_OUT="$dir" UPSTREAM_BENCH_PODS="$n" UPSTREAM_BENCH_REPEAT="${UPSTREAM_BENCH_REPEAT:-0}" \
+        "$BIN" -test.run '^TestDumpUpstreamBenchmark$' -test.count=1 -test.timeout=0 -test.v
+    ) >"$dir/upstream.log" 2>&1 || die "upstream run for $n pods failed; see $dir/upstream.log"
+    summary="$(sed -n 's/^SUMMARY //p' "$dir/upstream.log")"
+    [[ -n "$summary" ]] || die "no summary in $dir/upstream.log"
+    printf '%s -> %s\n' "$summary" "$dir"
+  done
+}
+
+case "${1:-}" in
+  build) cmd_build ;;
+  run) shift; cmd_run "$@" ;;
+  versions) printf '%s %s\nkey %s\nbin %s\n' "$MODULE" "$VERSION" "$CACHE_KEY" "$BIN" ;;
+  *) die "usage: $0 build | run <outdir> [sizes...] | versions" ;;
+esac
