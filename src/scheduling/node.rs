@@ -37,6 +37,11 @@ pub struct NodeState {
     pub matching: Vec<u32>,
     /// Pods on the node holding a hostname anti-affinity against each selector.
     pub repelling: Vec<u32>,
+    /// Pods on the node holding a hostname spread over each selector, and the smallest maxSkew among
+    /// them: every pod the selector selects counts toward that spread, whether or not it carries
+    /// it, so none may join past the cap.
+    pub spreading: Vec<u32>,
+    pub spread_cap: Vec<u32>,
     pub host_ports: Vec<HostPort>,
     pub pods: u32,
 }
@@ -47,6 +52,8 @@ impl NodeState {
             free,
             matching: vec![0; selectors],
             repelling: vec![0; selectors],
+            spreading: vec![0; selectors],
+            spread_cap: vec![u32::MAX; selectors],
             host_ports: vec![],
             pods: 0,
         }
@@ -63,6 +70,12 @@ impl NodeState {
             if self.repelling[s] > 0 {
                 return 0;
             }
+            if self.spreading[s] > 0 {
+                n = n.min(u64::from(self.spread_cap[s].saturating_sub(self.matching[s])));
+            }
+        }
+        if n == 0 {
+            return 0;
         }
         for rule in &pod.rules {
             match *rule {
@@ -80,6 +93,8 @@ impl NodeState {
                     if pod.matches(selector) {
                         let room = (max_skew as u64).saturating_sub(self.matching[selector] as u64);
                         n = n.min(room);
+                    } else if self.matching[selector] > max_skew {
+                        return 0;
                     }
                 }
                 Rule::Affinity { selector, self_matching, .. } => {
@@ -114,8 +129,13 @@ impl NodeState {
             self.matching[s] += count as u32;
         }
         for rule in &pod.rules {
-            if let Rule::AntiAffinity { selector, .. } = *rule {
-                self.repelling[selector] += count as u32;
+            match *rule {
+                Rule::AntiAffinity { selector, .. } => self.repelling[selector] += count as u32,
+                Rule::Spread { selector, max_skew, .. } => {
+                    self.spreading[selector] += count as u32;
+                    self.spread_cap[selector] = self.spread_cap[selector].min(max_skew);
+                }
+                Rule::Affinity { .. } => {}
             }
         }
         for _ in 0..count {
@@ -136,8 +156,17 @@ impl NodeState {
             self.matching[s] -= count as u32;
         }
         for rule in &pod.rules {
-            if let Rule::AntiAffinity { selector, .. } = *rule {
-                self.repelling[selector] -= count as u32;
+            match *rule {
+                Rule::AntiAffinity { selector, .. } => self.repelling[selector] -= count as u32,
+                Rule::Spread { selector, .. } => {
+                    self.spreading[selector] -= count as u32;
+                    // The cap stays at the smallest skew seen while any spreading pod remains
+                    // (conservative); it is lifted with the last one.
+                    if self.spreading[selector] == 0 {
+                        self.spread_cap[selector] = u32::MAX;
+                    }
+                }
+                Rule::Affinity { .. } => {}
             }
         }
         for port in &pod.host_ports {

@@ -9,6 +9,9 @@
 //! The winning fill is then repeated for as many nodes as the remaining pods allow, which is what
 //! makes 20,000 pods a few hundred decisions instead of 20,000.
 
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+
 use crate::scheduling::node::{NodeState, PodTraits};
 use crate::scheduling::shapes::Selectors;
 use crate::scheduling::templates::Template;
@@ -48,12 +51,17 @@ pub struct Packer<'a> {
     pub templates: &'a [Template],
     pub classes: Vec<PackClass<'a>>,
     pub selectors: &'a Selectors,
-    /// Whether two classes may share a node (their requirements intersect).
-    pub compatible: &'a dyn Fn(usize, usize) -> bool,
+    /// The requirements group of each class: classes with equal requirements share one.
+    pub group_of: &'a [usize],
+    /// Whether two groups may share a node (their requirements intersect).
+    pub group_compatible: &'a [Vec<bool>],
     /// Whether a self-matching pod may start a hostname affinity group (no matching pod yet).
     pub bootstrap: &'a dyn Fn(usize) -> bool,
     /// Dual price of each resource dimension, for the efficiency bound of a template.
     pub resource_prices: Vec<f64>,
+    /// The smallest demand of any class in each dimension: a node with less left in some dimension
+    /// takes no more pods.
+    pub smallest_demand: Vec<i64>,
 }
 
 /// How many proportional fills to try per decision (on the best greedy templates).
@@ -64,8 +72,23 @@ impl<'a> Packer<'a> {
         NodeState::empty(self.templates[template].capacity.clone(), self.selectors.list.len())
     }
 
-    fn can_join(&self, class: usize, members: &[(usize, u64)]) -> bool {
-        members.iter().all(|&(m, _)| m == class || (self.compatible)(class, m))
+    /// Whether `class` may join a node holding classes of `groups` (distinct); a node holds a few
+    /// groups however many classes it holds, so this is the cheap form of a pairwise check.
+    fn can_join(&self, class: usize, groups: &[usize]) -> bool {
+        let g = self.group_of[class];
+        groups.iter().all(|&h| h == g || self.group_compatible[g][h])
+    }
+
+    fn is_full(&self, state: &NodeState) -> bool {
+        state.free.iter().zip(&self.smallest_demand).any(|(free, least)| free < least)
+    }
+
+    /// Records that a class of `class`'s group is on the node.
+    fn joined(&self, class: usize, groups: &mut Vec<usize>) {
+        let g = self.group_of[class];
+        if !groups.contains(&g) {
+            groups.push(g);
+        }
     }
 
     /// Largest-first fill: the head as many times as it goes, then every other class in `order`.
@@ -88,19 +111,24 @@ impl<'a> Packer<'a> {
         }
         state.add(self.classes[head].traits, n);
         counts.push((head, n));
+        let mut groups = vec![self.group_of[head]];
         for &c in order {
             if c == head || remaining[c] == 0 {
                 continue;
             }
             let m = self.classes[c].masks[template] & mask;
-            if m == 0 || !self.can_join(c, &counts) {
+            if m == 0 || !self.can_join(c, &groups) {
                 continue;
             }
             let n = state.max_addable(self.classes[c].traits, remaining[c], self.bootstrap);
             if n > 0 {
                 state.add(self.classes[c].traits, n);
                 counts.push((c, n));
+                self.joined(c, &mut groups);
                 mask = m;
+                if self.is_full(&state) {
+                    break;
+                }
             }
         }
         Some(self.finish(template, mask, counts, state))
@@ -118,6 +146,7 @@ impl<'a> Packer<'a> {
         let mut mask = self.templates[template].full_mask();
         let mut state = self.empty_state(template);
         let mut counts: Vec<(usize, u64)> = vec![];
+        let mut groups = vec![];
         let steps = planned.iter().copied().chain(order.iter().map(|&c| (c, u64::MAX)));
         for (c, want) in steps {
             let already = counts.iter().find(|(k, _)| *k == c).map_or(0, |(_, n)| *n);
@@ -126,7 +155,7 @@ impl<'a> Packer<'a> {
                 continue;
             }
             let m = self.classes[c].masks[template] & mask;
-            if m == 0 || !self.can_join(c, &counts) {
+            if m == 0 || !self.can_join(c, &groups) {
                 continue;
             }
             let n = state.max_addable(self.classes[c].traits, left, self.bootstrap);
@@ -134,6 +163,7 @@ impl<'a> Packer<'a> {
                 continue;
             }
             state.add(self.classes[c].traits, n);
+            self.joined(c, &mut groups);
             mask = m;
             match counts.iter_mut().find(|(k, _)| *k == c) {
                 Some(e) => e.1 += n,
@@ -148,6 +178,11 @@ impl<'a> Packer<'a> {
 
     /// Proportional fill: one pod at a time, always from the class with the most pods left per pod
     /// already on the node, so complementary shapes (CPU-heavy next to memory-heavy) share nodes.
+    /// Ties go to the class earlier in `order`.
+    ///
+    /// Only the class just added changes its score, so the candidates sit in a max-heap with one
+    /// live entry per class: a node of `n` pods costs `n log(classes)`, not `n × classes` (a node
+    /// of the largest sizes holds thousands of pods).
     pub fn fill_proportional(
         &self,
         template: usize,
@@ -165,34 +200,61 @@ impl<'a> Packer<'a> {
         }
         state.add(self.classes[head].traits, 1);
         let mut counts: Vec<(usize, u64)> = vec![(head, 1)];
-        let mut blocked = vec![false; self.classes.len()];
-        loop {
-            let placed = |c: usize| counts.iter().find(|(k, _)| *k == c).map_or(0, |(_, n)| *n);
-            let mut best: Option<(usize, f64)> = None;
-            for &c in order {
-                let left = remaining[c].saturating_sub(placed(c));
-                if left == 0 || blocked[c] {
-                    continue;
-                }
-                let score = left as f64 / (placed(c) + 1) as f64;
-                if best.is_none_or(|(_, s)| score > s) {
-                    best = Some((c, score));
-                }
+        let mut groups = vec![self.group_of[head]];
+        // Position of each class in `counts`, and of each class in `order` (for ties).
+        let mut slot_of: HashMap<usize, usize> = HashMap::from([(head, 0)]);
+        let placed = |c: usize, counts: &[(usize, u64)], slot_of: &HashMap<usize, usize>| {
+            slot_of.get(&c).map_or(0, |&i| counts[i].1)
+        };
+        let score = |left: u64, placed: u64| left as f64 / (placed + 1) as f64;
+        let mut heap: BinaryHeap<Candidate> = order
+            .iter()
+            .enumerate()
+            .filter_map(|(position, &c)| {
+                let already = placed(c, &counts, &slot_of);
+                let left = remaining[c].saturating_sub(already);
+                (left > 0).then(|| Candidate {
+                    score: score(left, already),
+                    position,
+                    class: c,
+                    placed: already,
+                })
+            })
+            .collect();
+        while let Some(candidate) = heap.pop() {
+            let c = candidate.class;
+            if candidate.placed != placed(c, &counts, &slot_of) {
+                continue; // superseded by the entry pushed when a pod of `c` was added
             }
-            let Some((c, _)) = best else { break };
             let m = self.classes[c].masks[template] & mask;
             if m == 0
-                || !self.can_join(c, &counts)
+                || !self.can_join(c, &groups)
                 || state.max_addable(self.classes[c].traits, 1, self.bootstrap) == 0
             {
-                blocked[c] = true;
-                continue;
+                continue; // blocked for the rest of this node: its entry is not pushed again
             }
             state.add(self.classes[c].traits, 1);
+            self.joined(c, &mut groups);
             mask = m;
-            match counts.iter_mut().find(|(k, _)| *k == c) {
-                Some(entry) => entry.1 += 1,
-                None => counts.push((c, 1)),
+            let now = match slot_of.get(&c) {
+                Some(&i) => {
+                    counts[i].1 += 1;
+                    counts[i].1
+                }
+                None => {
+                    slot_of.insert(c, counts.len());
+                    counts.push((c, 1));
+                    1
+                }
+            };
+            let left = remaining[c].saturating_sub(now);
+            if left > 0 {
+                heap.push(Candidate {
+                    score: score(left, now),
+                    position: candidate.position,
+                    class: c,
+                    placed: now,
+                });
             }
         }
         Some(self.finish(template, mask, counts, state))
@@ -267,3 +329,33 @@ impl<'a> Packer<'a> {
 pub fn repeats(pattern: &Pattern, remaining: &[u64]) -> u64 {
     pattern.counts.iter().map(|&(c, n)| remaining[c] / n.max(1)).min().unwrap_or(0).max(1)
 }
+
+/// A class waiting in [`Packer::fill_proportional`]'s heap: the highest score first, then the
+/// earliest in the caller's order.
+struct Candidate {
+    score: f64,
+    position: usize,
+    class: usize,
+    /// Pods of the class on the node when the entry was pushed; a stale entry is skipped.
+    placed: u64,
+}
+
+impl Ord for Candidate {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.score.total_cmp(&other.score).then_with(|| other.position.cmp(&self.position))
+    }
+}
+
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Candidate {}

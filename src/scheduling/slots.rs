@@ -100,8 +100,10 @@ impl Solver<'_> {
                 parked[head] = true;
                 continue;
             }
+            // Only classes with pods left can join a node; late in a batch most have none.
+            let waiting: Vec<usize> = order.iter().copied().filter(|&c| remaining[c] > 0).collect();
             let pattern = self.with_packer(values, resource_prices.to_vec(), |packer| {
-                packer.best_pattern(head, &candidates, order, remaining)
+                packer.best_pattern(head, &candidates, &waiting, remaining)
             });
             let Some(pattern) = pattern else {
                 parked[head] = true;

@@ -32,7 +32,7 @@ use crate::scheduling::improve;
 use crate::scheduling::input::{tolerates_all, SolveInput};
 use crate::scheduling::node::PodTraits;
 use crate::scheduling::plan::{Plan, Unschedulable};
-use crate::scheduling::shapes::Rule;
+use crate::scheduling::shapes::{Rule, Scope};
 use crate::scheduling::topology::Assignment;
 use crate::scheduling::working::{Class, Solver};
 
@@ -133,10 +133,21 @@ impl Solver<'_> {
         let mut failures = vec![];
         let mut groups: BTreeMap<(usize, usize, usize, Assignment), Vec<usize>> = BTreeMap::new();
         let mut cache: HashMap<(usize, usize), ShapeAtLevel> = HashMap::new();
-        for &(s, p, level) in pending {
+        for &(s, _, level) in pending {
             if let std::collections::hash_map::Entry::Vacant(slot) = cache.entry((s, level)) {
                 slot.insert(self.effective_for(s, level));
             }
+        }
+        // Pods without zone or capacity-type rules of their own go first: those that spreads count
+        // (passive members) take the least loaded domains, and the spreads' own pods then choose
+        // knowing where they went. The other way round, a passive pod that can only go to one
+        // domain could tip a spread whose pods were already placed.
+        let has_domain_rules = |&(s, _, level): &PendingPod| {
+            cache[&(s, level)].0.rules.iter().any(|r| r.scope() != Scope::Hostname)
+        };
+        let (passive, ruled): (Vec<PendingPod>, Vec<PendingPod>) =
+            pending.iter().partition(|pod| !has_domain_rules(pod));
+        for (s, p, level) in passive.into_iter().chain(ruled) {
             let (effective, term, zones, capacity_types) = &cache[&(s, level)];
             match self.assign_domains(s, &effective.rules, zones, capacity_types) {
                 Ok(assignment) => groups.entry((s, level, *term, assignment)).or_default().push(p),

@@ -6,6 +6,17 @@
 //!
 //! Spread picks the eligible domain with the fewest matching pods (ties by name), as upstream does;
 //! with fewer eligible domains than `minDomains` the global minimum counts as 0.
+//!
+//! A pod without a rule of its own in a scope is still counted by every spread whose selector
+//! selects it (upstream's `pkg/controllers/provisioning/scheduling/topology.go` records every
+//! scheduled pod in each topology group that selects it): where it lands raises that domain's count
+//! for the spread's own pods. Such a *passive member* is therefore given a domain too — the one
+//! that keeps each spread selecting it balanced (fewest matching pods first) — instead of landing
+//! wherever packing puts it. With every matching pod given a domain this way, the counts of a spread
+//! stay within one of each other across its eligible domains as long as every assigned pod is
+//! placed, so a spread's own pod is only refused when its rule cannot hold in any eligible domain
+//! (anti-affinity, `minDomains`, or a domain short because pods assigned there found no node —
+//! limits or capacity — which `crate::scheduling::spread` repairs and reports).
 
 use std::collections::BTreeMap;
 
@@ -37,6 +48,10 @@ impl ScopeCounts {
 pub struct Domains {
     zone: ScopeCounts,
     capacity_type: ScopeCounts,
+    /// Selectors of the spreads in each scope, with their smallest maxSkew: pods they select are
+    /// passive members (see the module doc).
+    zone_spreads: BTreeMap<usize, u32>,
+    capacity_type_spreads: BTreeMap<usize, u32>,
 }
 
 /// A pod's assigned domains.
@@ -64,7 +79,7 @@ impl Domains {
     /// Counts the running pods by the zone and capacity type of their nodes.
     pub fn from_running(input: &SolveInput, selectors: &Selectors) -> Self {
         let n = selectors.list.len();
-        let mut domains = Domains { zone: ScopeCounts::new(n), capacity_type: ScopeCounts::new(n) };
+        let mut domains = Domains::empty(n);
         let nodes: BTreeMap<&str, &ExistingNode> = input.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
         for pod in &input.running {
             let Some(node) = pod.node_name.as_deref().and_then(|name| nodes.get(name)) else { continue };
@@ -89,6 +104,38 @@ impl Domains {
             }
         }
         domains
+    }
+
+    fn empty(selectors: usize) -> Self {
+        Domains {
+            zone: ScopeCounts::new(selectors),
+            capacity_type: ScopeCounts::new(selectors),
+            zone_spreads: BTreeMap::new(),
+            capacity_type_spreads: BTreeMap::new(),
+        }
+    }
+
+    /// Registers the spread rules among `rules` (zone and capacity-type scoped), so that pods their
+    /// selectors select are given a domain that keeps them balanced.
+    pub fn watch_spreads(&mut self, rules: &[Rule]) {
+        for rule in rules {
+            if let Rule::Spread { scope, selector, max_skew, .. } = *rule {
+                let spreads = match scope {
+                    Scope::Zone => &mut self.zone_spreads,
+                    Scope::CapacityType => &mut self.capacity_type_spreads,
+                    Scope::Hostname => continue,
+                };
+                let skew = spreads.entry(selector).or_insert(max_skew);
+                *skew = (*skew).min(max_skew);
+            }
+        }
+    }
+
+    fn spreads(&self, scope: Scope) -> &BTreeMap<usize, u32> {
+        match scope {
+            Scope::Zone => &self.zone_spreads,
+            _ => &self.capacity_type_spreads,
+        }
     }
 
     fn scope_mut(&mut self, scope: Scope) -> &mut ScopeCounts {
@@ -169,9 +216,9 @@ impl Domains {
         let repelled =
             |d: &String| matched_by.iter().any(|&s| counts.repelling[s].get(d).is_some_and(|c| *c > 0));
         // Existing pods' anti-affinity matters even for pods without rules of their own, but only
-        // pods with rules in this scope are pinned to a domain.
+        // pods with rules in this scope, or counted by a spread in it, are pinned to a domain.
         if scoped.is_empty() {
-            return Ok(None);
+            return Ok(self.pick_passive(scope, matched_by, eligible, &repelled));
         }
         let what = scope.label();
         let mut candidates: Vec<&String> = eligible.iter().filter(|d| !repelled(d)).collect();
@@ -222,6 +269,35 @@ impl Domains {
         let best = candidates.into_iter().min_by(|a, b| load(a).cmp(&load(b)).then_with(|| a.cmp(b)));
         Ok(best.cloned())
     }
+
+    /// The domain for a pod with no rule of its own in `scope` that spreads in that scope count:
+    /// one where it keeps every such spread within its skew, the least loaded (ties by name); if no
+    /// domain keeps them all, the least loaded. None when no spread counts the pod.
+    fn pick_passive(
+        &self,
+        scope: Scope,
+        matched_by: &[usize],
+        eligible: &[String],
+        repelled: &dyn Fn(&String) -> bool,
+    ) -> Option<String> {
+        let spreads = self.spreads(scope);
+        let watching: Vec<(usize, u32)> =
+            matched_by.iter().filter_map(|s| spreads.get(s).map(|skew| (*s, *skew))).collect();
+        if watching.is_empty() {
+            return None;
+        }
+        let counts = self.scope(scope);
+        let candidates: Vec<&String> = eligible.iter().filter(|d| !repelled(d)).collect();
+        let minimum = |s: usize| candidates.iter().map(|d| counts.count(s, d)).min().unwrap_or(0);
+        let within: Vec<&String> = candidates
+            .iter()
+            .copied()
+            .filter(|d| watching.iter().all(|&(s, skew)| counts.count(s, d) < minimum(s) + skew))
+            .collect();
+        let pool = if within.is_empty() { candidates } else { within };
+        let load = |d: &String| watching.iter().map(|&(s, _)| counts.count(s, d)).sum::<u32>();
+        pool.into_iter().min_by(|a, b| load(a).cmp(&load(b)).then_with(|| a.cmp(b))).cloned()
+    }
 }
 
 #[cfg(test)]
@@ -234,7 +310,7 @@ mod tests {
 
     #[test]
     fn spread_round_robins_over_zones() {
-        let mut d = Domains { zone: ScopeCounts::new(1), capacity_type: ScopeCounts::new(1) };
+        let mut d = Domains::empty(1);
         let rule = Rule::Spread { scope: Scope::Zone, selector: 0, max_skew: 1, min_domains: None };
         let picks: Vec<String> =
             (0..6).map(|_| d.assign(&[0], &[rule], &zones(), &[]).unwrap().zone.unwrap()).collect();
@@ -243,7 +319,7 @@ mod tests {
 
     #[test]
     fn self_affinity_follows_the_first_pod() {
-        let mut d = Domains { zone: ScopeCounts::new(1), capacity_type: ScopeCounts::new(1) };
+        let mut d = Domains::empty(1);
         let rule = Rule::Affinity { scope: Scope::Zone, selector: 0, self_matching: true };
         let eligible = vec!["z-2".to_string(), "z-3".to_string()];
         for _ in 0..3 {
@@ -253,7 +329,7 @@ mod tests {
 
     #[test]
     fn anti_affinity_uses_each_zone_once() {
-        let mut d = Domains { zone: ScopeCounts::new(1), capacity_type: ScopeCounts::new(1) };
+        let mut d = Domains::empty(1);
         let rule = Rule::AntiAffinity { scope: Scope::Zone, selector: 0 };
         for _ in 0..3 {
             assert!(d.assign(&[0], &[rule], &zones(), &[]).is_ok());
@@ -263,7 +339,7 @@ mod tests {
 
     #[test]
     fn min_domains_caps_each_domain() {
-        let mut d = Domains { zone: ScopeCounts::new(1), capacity_type: ScopeCounts::new(1) };
+        let mut d = Domains::empty(1);
         let rule = Rule::Spread { scope: Scope::Zone, selector: 0, max_skew: 1, min_domains: Some(5) };
         for _ in 0..3 {
             assert!(d.assign(&[0], &[rule], &zones(), &[]).is_ok());

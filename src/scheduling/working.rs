@@ -108,7 +108,13 @@ pub(crate) struct Solver<'a> {
     domains: Domains,
     /// Remaining limits per pool (resources of instance-type capacity, plus `nodes`).
     remaining: Vec<Option<Resources>>,
-    pair_memo: HashMap<(usize, usize), bool>,
+    /// Classes whose requirements are equal share a group; whether two classes may share a node
+    /// depends only on their groups. Batches have thousands of classes but a handful of distinct
+    /// requirements, and the packer asks for pairs in its innermost loop.
+    groups: HashMap<Requirements, usize>,
+    group_of: Vec<usize>,
+    /// `group_compatible[g][h]`: groups g and h have a common outcome for every key.
+    group_compatible: Vec<Vec<bool>>,
     compat_memo: HashMap<(usize, Requirements), Vec<u32>>,
     cancel: &'a dyn ShouldCancel,
     /// Latched once the hook has said stop, so every later safe point stops too.
@@ -121,7 +127,13 @@ impl<'a> Solver<'a> {
         let mut selectors = Selectors::default();
         let shapes = build_shapes(input, &dims, &mut selectors);
         let templates = templates::build(input, &dims);
-        let domains = Domains::from_running(input, &selectors);
+        let mut domains = Domains::from_running(input, &selectors);
+        for shape in &shapes {
+            // With every preference given up, the spreads left are the DoNotSchedule ones: those the
+            // pods they select must keep balanced.
+            let pod = &input.pods[shape.pods[0]];
+            domains.watch_spreads(&shape.effective(pod, shape.relaxable_steps, 0, &selectors).rules);
+        }
         let mut solver = Solver {
             input,
             dims,
@@ -133,7 +145,9 @@ impl<'a> Solver<'a> {
             matching_anywhere: vec![],
             domains,
             remaining: input.nodepools.iter().map(|p| p.remaining.clone()).collect(),
-            pair_memo: HashMap::new(),
+            groups: HashMap::new(),
+            group_of: vec![],
+            group_compatible: vec![],
             compat_memo: HashMap::new(),
             cancel,
             cancelled: false,
@@ -246,8 +260,33 @@ impl<'a> Solver<'a> {
     /// Adds the classes of a round; returns their ids.
     pub fn add_classes(&mut self, batch: Vec<Class>) -> Range<usize> {
         let before = self.classes.len();
+        for class in &batch {
+            let group = self.group(&class.requirements);
+            self.group_of.push(group);
+        }
         self.classes.extend(batch);
         before..self.classes.len()
+    }
+
+    /// The group of classes with these requirements, created (with its compatibility to every
+    /// other group) the first time.
+    fn group(&mut self, requirements: &Requirements) -> usize {
+        if let Some(&g) = self.groups.get(requirements) {
+            return g;
+        }
+        let reqs: Vec<(&Requirements, usize)> = self.groups.iter().map(|(r, g)| (r, *g)).collect();
+        let g = self.group_compatible.len();
+        let mut row = vec![false; g + 1];
+        for (other, h) in reqs {
+            row[h] = requirements.intersect(other).first_empty().is_none();
+        }
+        row[g] = requirements.first_empty().is_none();
+        for (h, existing) in self.group_compatible.iter_mut().enumerate() {
+            existing.push(row[h]);
+        }
+        self.group_compatible.push(row);
+        self.groups.insert(requirements.clone(), g);
+        g
     }
 
     /// Gives a pod of shape `s` its zone and capacity-type domains under `rules`, counting it there.
@@ -290,15 +329,8 @@ impl<'a> Solver<'a> {
     }
 
     /// Whether two classes may share a node: their requirements have a common outcome for every key.
-    pub fn pair_ok(&mut self, a: usize, b: usize) -> bool {
-        let key = (a.min(b), a.max(b));
-        if let Some(&ok) = self.pair_memo.get(&key) {
-            return ok;
-        }
-        let joint = self.classes[a].requirements.intersect(&self.classes[b].requirements);
-        let ok = joint.first_empty().is_none();
-        self.pair_memo.insert(key, ok);
-        ok
+    pub fn pair_ok(&self, a: usize, b: usize) -> bool {
+        self.group_compatible[self.group_of[a]][self.group_of[b]]
     }
 
     /// Runs `f` with a packer over the solver's classes whose pattern values are `worth` and whose
@@ -316,22 +348,24 @@ impl<'a> Solver<'a> {
                 value: worth[c],
             })
             .collect();
-        let pair_memo = std::cell::RefCell::new(&mut self.pair_memo);
-        let class_reqs: Vec<_> = self.classes.iter().map(|c| &c.requirements).collect();
-        let compatible = |a: usize, b: usize| {
-            let key = (a.min(b), a.max(b));
-            let mut memo = pair_memo.borrow_mut();
-            *memo.entry(key).or_insert_with(|| class_reqs[a].intersect(class_reqs[b]).first_empty().is_none())
-        };
+
         let matching = &self.matching_anywhere;
         let bootstrap = |s: usize| matching[s] == 0;
+        let mut smallest_demand = vec![i64::MAX; self.dims.len()];
+        for class in &self.classes {
+            for (least, need) in smallest_demand.iter_mut().zip(&class.traits.demand) {
+                *least = (*least).min(*need);
+            }
+        }
         let packer = Packer {
             templates: &self.templates,
             classes,
             selectors: &self.selectors,
-            compatible: &compatible,
+            group_of: &self.group_of,
+            group_compatible: &self.group_compatible,
             bootstrap: &bootstrap,
             resource_prices,
+            smallest_demand,
         };
         f(&packer)
     }
