@@ -5,7 +5,8 @@
 //! self-affinity, arch and capacity-type selectors, tolerations, host ports, volume zones, preferred
 //! zones), NodePools with random taints, weights, type subsets and limits, optional existing nodes with
 //! running pods and an optional DaemonSet, over either a subset of the real eastus catalog or synthetic
-//! types. Pods of a group share their `app` label and their constraints, as a Deployment's do.
+//! types. Pods of a group share their `app` label and their constraints, as a Deployment's do; a `tier`
+//! label shared across groups makes some spreads count pods of other groups (overlapping selectors).
 
 #[path = "support/solver_fixtures.rs"]
 mod fixtures;
@@ -80,7 +81,19 @@ fn group_pods(g: usize, spec: &GroupSpec) -> Vec<Pod> {
     let app = format!("g{g}");
     let mut pods = pods(&app, spec.count, spec.cpu, spec.memory);
     let term = |list: &[Requirement]| vec![requirements(list)];
+    // Every pod also carries one of two `tier` values shared across groups, and the spreads of odd
+    // groups select on it: those spreads then count pods of other groups that do not carry them
+    // (upstream's benchmark does the same with its `my-label` values).
+    let tier = format!("t{}", g % 2);
+    let spread = |app: &str, key: &str, skew: u32| {
+        let mut rule = spread(app, key, skew);
+        if g % 2 == 1 {
+            rule.selector = requirements(&[Requirement::is_in("tier", [tier.clone()])]);
+        }
+        rule
+    };
     for p in pods.iter_mut() {
+        p.labels.insert("tier".into(), tier.clone());
         match spec.kind {
             1 => p.topology_spread = vec![spread(&app, LABEL_ZONE, 1)],
             2 => p.anti_affinity = vec![affinity_term(&app, LABEL_HOSTNAME)],

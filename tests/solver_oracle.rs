@@ -1,6 +1,7 @@
 //! The solver against a brute-force oracle on tiny inputs: every partition of the pods into nodes and
 //! the cheapest fitting type and available offering per node give the optimum $/h. The solver's price
-//! must stay within FACTOR of it, and its lower bound must never exceed it.
+//! must stay within FACTOR of it, and its lower bound must never exceed it. Some cases hold pods that
+//! a hostname spread counts without carrying it (overlapping selectors).
 //!
 //! Cases come from a seeded linear congruential generator, so every run checks the same inputs and a
 //! failure names the case number to reproduce.
@@ -10,6 +11,7 @@ mod fixtures;
 
 use fixtures::*;
 use karpenter_azure::model::labels::LABEL_HOSTNAME;
+use karpenter_azure::model::requirements::Requirement;
 use karpenter_azure::model::resources::Resources;
 use karpenter_azure::model::{CapacityType, InstanceType};
 use karpenter_azure::scheduling::{solve, Pod, SolveInput};
@@ -86,12 +88,31 @@ fn random_input(rng: &mut Lcg) -> SolveInput {
             p.anti_affinity = vec![affinity_term("anti", LABEL_HOSTNAME)];
         }
     }
+    // Overlapping selectors: a hostname spread on `tier=x` that also counts pods labelled tier=x
+    // without the spread, so a node holding a spread pod holds no other tier=x pod.
+    if count >= 2 && rng.chance(30) {
+        for p in pods.iter_mut() {
+            if !p.anti_affinity.is_empty() || !rng.chance(70) {
+                continue;
+            }
+            p.labels.insert("tier".into(), "x".into());
+            if rng.chance(50) {
+                let mut rule = spread("any", LABEL_HOSTNAME, 1);
+                rule.selector = requirements(&[Requirement::is_in("tier", ["x"])]);
+                p.topology_spread = vec![rule];
+            }
+        }
+    }
     input(pods, vec![pool("default", types)])
 }
 
 /// Cheapest $/h of one node holding `block`, or None when no type fits or anti-affinity forbids it.
 fn node_price(types: &[InstanceType], pods: &[Pod], block: &[usize]) -> Option<f64> {
     if block.iter().filter(|i| !pods[**i].anti_affinity.is_empty()).count() > 1 {
+        return None;
+    }
+    let tiered = block.iter().filter(|i| pods[**i].labels.contains_key("tier")).count();
+    if tiered > 1 && block.iter().any(|i| !pods[*i].topology_spread.is_empty()) {
         return None;
     }
     let requests = block.iter().fold(Resources::new(), |acc, i| acc.add(&pods[*i].requests));
