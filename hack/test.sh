@@ -61,8 +61,16 @@ stage deps hack/deps.sh
 
 IMAGE_LOG="$TARGET_DIR/image-build.log"
 image_t0=$(date +%s)
+# The same environment as the image test's own run of this build (BUILD_ENVIRONMENT in
+# tests/container_image.rs): build scripts that watch a variable would otherwise rerun there.
+build_env=()
+for var in PATH HOME CARGO_HOME RUSTUP_HOME RUSTUP_TOOLCHAIN TMPDIR; do
+  if [ -n "${!var+set}" ]; then build_env+=("$var=${!var}"); fi
+done
+cargo_bin="$(command -v "$CARGO")"
 # shellcheck disable=SC2046 # the Dockerfile's arguments are words
-nice -n 19 "$CARGO" build $(image_build_args) --target-dir "$TARGET_DIR/image" >"$IMAGE_LOG" 2>&1 &
+env -i "${build_env[@]}" nice -n 19 "$cargo_bin" build $(image_build_args) --target-dir "$TARGET_DIR/image" \
+  >"$IMAGE_LOG" 2>&1 &
 image_pid=$!
 log "stage image-build: started in the background (log: $IMAGE_LOG)"
 

@@ -17,6 +17,10 @@ use std::process::Command;
 
 const DOCKERFILE: &str = include_str!("../Dockerfile");
 
+/// The environment the image build runs with, here and in hack/test.sh (keep the two lists equal).
+const BUILD_ENVIRONMENT: &[&str] =
+    &["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN", "TMPDIR"];
+
 /// ELF program header types and dynamic tags (System V ABI).
 const PT_DYNAMIC: u32 = 2;
 const PT_INTERP: u32 = 3;
@@ -112,12 +116,17 @@ fn the_image_binary_is_static_and_runs_in_an_empty_root() {
     );
     let target_dir = image_target_dir();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // Only the variables hack/test.sh also passes to its background run of this build: the test
+    // runner's own (CARGO_PKG_*, CARGO_MANIFEST_DIR, ...) would make build scripts that watch their
+    // environment rerun, and the build could not reuse that run's output.
     let status = Command::new(&cargo)
         .arg("build")
         .args(&args)
         .arg("--target-dir")
         .arg(&target_dir)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_clear()
+        .envs(BUILD_ENVIRONMENT.iter().filter_map(|k| std::env::var_os(k).map(|v| (k, v))))
         .status()
         .expect("running cargo");
     assert!(status.success(), "`cargo build {}` failed", args.join(" "));

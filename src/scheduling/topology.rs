@@ -265,7 +265,29 @@ impl Domains {
                 }
             }
         }
-        let load = |d: &String| spread_selectors.iter().map(|&s| counts.count(s, d)).sum::<u32>();
+        // The pod may also be a passive member of other spreads in this scope: among the domains its
+        // own rules allow, prefer those that keep those spreads within their skew too.
+        let spreads = self.spreads(scope);
+        let passive: Vec<(usize, u32)> = matched_by
+            .iter()
+            .filter(|s| !spread_selectors.contains(s))
+            .filter_map(|s| spreads.get(s).map(|skew| (*s, *skew)))
+            .collect();
+        if !passive.is_empty() {
+            let minimum = |s: usize| eligible.iter().map(|d| counts.count(s, d)).min().unwrap_or(0);
+            let within: Vec<&String> = candidates
+                .iter()
+                .copied()
+                .filter(|d| passive.iter().all(|&(s, skew)| counts.count(s, d) < minimum(s) + skew))
+                .collect();
+            if !within.is_empty() {
+                candidates = within;
+            }
+        }
+        let load = |d: &String| {
+            spread_selectors.iter().map(|&s| counts.count(s, d)).sum::<u32>()
+                + passive.iter().map(|&(s, _)| counts.count(s, d)).sum::<u32>()
+        };
         let best = candidates.into_iter().min_by(|a, b| load(a).cmp(&load(b)).then_with(|| a.cmp(b)));
         Ok(best.cloned())
     }
