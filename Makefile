@@ -4,7 +4,7 @@
 
 CARGO ?= cargo
 
-.PHONY: build deps test unit lint fmt crds crds-check bench e2e controlplane catalog
+.PHONY: build deps test unit lint fmt crds crds-check bench bench-upstream e2e controlplane catalog
 
 build:
 	$(CARGO) build --release
@@ -36,6 +36,18 @@ crds:
 # Solver benchmarks (upstream's scheduling benchmark and a mixed eastus workload); prints numbers.
 bench:
 	$(CARGO) run --release -- bench
+
+# Our solver next to upstream Karpenter's scheduler on upstream's own benchmark input: generates and
+# solves it with upstream (hack/upstream-bench.sh, Go; see hack/upstream-bench/README.md), then times
+# our solve per size in its own process and checks both plans with the feasibility checker.
+# BENCH_UPSTREAM_ARGS passes options such as --solve-timeout 600 or --output json.
+BENCH_UPSTREAM_DIR ?= $${CARGO_TARGET_DIR:-target}/bench-upstream
+BENCH_UPSTREAM_SIZES ?= 1000 5000 20000
+BENCH_UPSTREAM_ARGS ?=
+bench-upstream:
+	hack/upstream-bench.sh run "$(BENCH_UPSTREAM_DIR)" $(BENCH_UPSTREAM_SIZES)
+	$(CARGO) build --release
+	"$${CARGO_TARGET_DIR:-target}/release/karpenter-azure" bench-upstream $(BENCH_UPSTREAM_ARGS) "$(BENCH_UPSTREAM_DIR)" $(BENCH_UPSTREAM_SIZES)
 
 # The e2e control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm),
 # built from pinned Go modules into ~/.cache/karpenter-azure/controlplane: ~10 min cold, instant

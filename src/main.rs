@@ -63,6 +63,32 @@ enum Command {
         #[arg(long, value_delimiter = ',', default_value = "1000,5000,20000")]
         sizes: Vec<usize>,
     },
+    /// Compare our solver with upstream Karpenter's on upstream's benchmark input.
+    ///
+    /// DIR is what `hack/upstream-bench.sh run DIR [SIZES...]` writes: one directory per size N
+    /// (pods.yaml, nodepool.yaml, catalog.json, upstream.json), or one such size directory. Each size
+    /// runs in a child process, timing only our solve and reading its peak RSS; both plans are then
+    /// checked with the feasibility checker. Prints one table row per size, then any violations.
+    BenchUpstream {
+        /// The run directory (or one size directory).
+        dir: PathBuf,
+        /// Sizes to measure (subdirectories of DIR); none measures every size DIR holds.
+        sizes: Vec<String>,
+        /// table or json.
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        output: OutputFormat,
+        /// Stop our solve after this many seconds (the row then has no plan of ours).
+        #[arg(long, value_name = "SECONDS")]
+        solve_timeout: Option<u64>,
+        /// Give up on the feasibility checks of a size after this many seconds (0: no limit). The
+        /// checker is written for clarity, not speed, and is slow on thousands of pods.
+        #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+        check_timeout: u64,
+        /// Measure DIR, one size directory, in this process and print its result as JSON (what the
+        /// parent runs in each child).
+        #[arg(long, hide = true)]
+        one: bool,
+    },
     /// Write the CRD manifests to crds/ and charts/karpenter-azure/crds/.
     Crdgen {
         /// The repository root to write under.
@@ -142,6 +168,42 @@ async fn start_controller(validated: karpenter_azure::operator::Validated) -> an
     Ok(())
 }
 
+/// `bench-upstream`: one child process per size (or, with `--one`, the measurement of one size).
+fn run_bench_upstream(
+    dir: &std::path::Path,
+    sizes: &[String],
+    output: OutputFormat,
+    limits: &karpenter_azure::sim::upstream_bench::Limits,
+    one: bool,
+) -> ExitCode {
+    use karpenter_azure::sim::upstream_bench as ub;
+    if one {
+        return match ub::measure(dir, limits) {
+            Ok(result) => print_output(&(serde_json::to_string(&result).unwrap_or_default() + "\n")),
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(EXIT_USAGE)
+            }
+        };
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("error: finding this executable to run each size in: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Progress on stderr, so that stdout holds only the table (or JSON).
+    let progress = |r: &ub::SizeResult| eprintln!("measured {} ({} pods)", r.size, r.pods);
+    match ub::run(dir, sizes, |size| ub::measure_in_child(&exe, size, limits), progress) {
+        Ok(results) => print_output(&ub::render(&results, output)),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -185,6 +247,13 @@ fn main() -> ExitCode {
                 println!("{}", karpenter_azure::bench::render_row(result));
             });
             ExitCode::SUCCESS
+        }
+        Command::BenchUpstream { dir, sizes, output, solve_timeout, check_timeout, one } => {
+            let limits = karpenter_azure::sim::upstream_bench::Limits {
+                solve_timeout: solve_timeout.map(std::time::Duration::from_secs),
+                check_timeout: (check_timeout > 0).then(|| std::time::Duration::from_secs(check_timeout)),
+            };
+            run_bench_upstream(&dir, &sizes, output, &limits, one)
         }
         Command::Crdgen { root } => match karpenter_azure::apis::crdgen::write_all(&root) {
             Ok(files) => {

@@ -1,6 +1,7 @@
 //! Reading a scenario: Kubernetes YAML or JSON files (multi-document, or `List`s such as
 //! `kubectl get ... -o yaml` prints) decoded into typed objects, each remembered with its file and a
-//! readable name for messages. The only file I/O of the simulator besides `--catalog`.
+//! readable name for messages. The only file I/O of the simulator besides `--catalog` and
+//! `bench-upstream`'s upstream.json.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

@@ -7,6 +7,8 @@
 //!   limits, DaemonSets); the per-object conversion is [`crate::scheduling::from_k8s`].
 //! - `catalog_file`: the `--catalog` JSON list of instance types.
 //! - `report`: table and JSON output; `command`: the command itself. `demo.yaml`: the built-in demo.
+//! - `upstream_bench`: `bench-upstream`, our solver next to upstream Karpenter's on upstream's benchmark
+//!   input, both plans checked for feasibility.
 
 pub mod catalog_file;
 pub mod command;
@@ -15,5 +17,6 @@ pub mod report;
 pub mod scenario;
 #[cfg(test)]
 mod snapshot_tests;
+pub mod upstream_bench;
 
 pub use command::{run, SimulateArgs, SimulateError};
