@@ -1,6 +1,8 @@
 //! The topology rules of the feasibility checker: zone, hostname and capacity-type spread, and
 //! required pod affinity and anti-affinity in both directions, checked on the plan's final state.
 
+use std::collections::HashMap;
+
 use super::*;
 
 /// Every pod with a node (running on an existing node, or placed by the plan), for topology rules.
@@ -70,6 +72,10 @@ impl<'a> World<'a> {
 
 impl<'a> Checker<'a> {
     pub(super) fn check_topology_spread(&mut self, world: &World<'a>) {
+        // Counts per domain for each (namespace, selector, key), and eligible domains for each pod
+        // shape: computed once, not per constrained pod, so large plans check in n log n.
+        let mut counts_memo: HashMap<String, BTreeMap<&'a str, usize>> = HashMap::new();
+        let mut eligible_memo: HashMap<String, BTreeSet<String>> = HashMap::new();
         for (pod, node) in world.placed() {
             for c in pod
                 .topology_spread
@@ -88,15 +94,25 @@ impl<'a> Checker<'a> {
                     );
                     continue;
                 };
-                let eligible = world.eligible_domains(pod, &c.topology_key);
-                let selected = |p: &Pod| p.namespace == pod.namespace && c.selector.matches(&p.labels);
-                let count = |d: &str| {
-                    world
-                        .pods
-                        .iter()
-                        .filter(|(p, n)| selected(p) && world.domain(*n, &c.topology_key) == Some(d))
-                        .count()
-                };
+                let shape =
+                    format!("{:?}", (&pod.required_terms, &pod.tolerations, &pod.requests, &c.topology_key));
+                let eligible = eligible_memo
+                    .entry(shape)
+                    .or_insert_with(|| world.eligible_domains(pod, &c.topology_key))
+                    .clone();
+                let group = format!("{:?}", (&pod.namespace, &c.selector, &c.topology_key));
+                let per_domain = counts_memo.entry(group).or_insert_with(|| {
+                    let mut per_domain: BTreeMap<&'a str, usize> = BTreeMap::new();
+                    for (p, n) in &world.pods {
+                        if p.namespace == pod.namespace && c.selector.matches(&p.labels) {
+                            if let Some(d) = world.domain(*n, &c.topology_key) {
+                                *per_domain.entry(d).or_default() += 1;
+                            }
+                        }
+                    }
+                    per_domain
+                });
+                let count = |d: &str| per_domain.get(d).copied().unwrap_or(0);
                 let too_few = c.min_domains.is_some_and(|m| (eligible.len() as u32) < m);
                 let min = if too_few { 0 } else { eligible.iter().map(|d| count(d)).min().unwrap_or(0) };
                 let here = count(domain);
