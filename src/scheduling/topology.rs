@@ -41,6 +41,23 @@ impl ScopeCounts {
     fn count(&self, selector: usize, domain: &str) -> u32 {
         self.matching[selector].get(domain).copied().unwrap_or(0)
     }
+
+    /// The `candidates` where one more pod keeps every spread of `spreads` within its skew, the
+    /// minimum taken over `domains`.
+    fn keeping_within<'d, D: AsRef<str>>(
+        &self,
+        candidates: &[&'d String],
+        domains: &[D],
+        spreads: &[(usize, u32)],
+    ) -> Vec<&'d String> {
+        let minimum = |s: usize| domains.iter().map(|d| self.count(s, d.as_ref())).min().unwrap_or(0);
+        let minima: Vec<u32> = spreads.iter().map(|&(s, _)| minimum(s)).collect();
+        candidates
+            .iter()
+            .copied()
+            .filter(|d| spreads.iter().zip(&minima).all(|(&(s, skew), min)| self.count(s, d) < min + skew))
+            .collect()
+    }
 }
 
 /// Domain counters for the zone and capacity-type scopes.
@@ -131,11 +148,18 @@ impl Domains {
         }
     }
 
-    fn spreads(&self, scope: Scope) -> &BTreeMap<usize, u32> {
-        match scope {
+    /// The spreads in `scope` that count a pod matched by `matched_by`, other than `except` (the
+    /// pod's own), with their maxSkew.
+    fn spreads_counting(&self, scope: Scope, matched_by: &[usize], except: &[usize]) -> Vec<(usize, u32)> {
+        let spreads = match scope {
             Scope::Zone => &self.zone_spreads,
             _ => &self.capacity_type_spreads,
-        }
+        };
+        matched_by
+            .iter()
+            .filter(|s| !except.contains(s))
+            .filter_map(|s| spreads.get(s).map(|skew| (*s, *skew)))
+            .collect()
     }
 
     fn scope_mut(&mut self, scope: Scope) -> &mut ScopeCounts {
@@ -267,22 +291,10 @@ impl Domains {
         }
         // The pod may also be a passive member of other spreads in this scope: among the domains its
         // own rules allow, prefer those that keep those spreads within their skew too.
-        let spreads = self.spreads(scope);
-        let passive: Vec<(usize, u32)> = matched_by
-            .iter()
-            .filter(|s| !spread_selectors.contains(s))
-            .filter_map(|s| spreads.get(s).map(|skew| (*s, *skew)))
-            .collect();
-        if !passive.is_empty() {
-            let minimum = |s: usize| eligible.iter().map(|d| counts.count(s, d)).min().unwrap_or(0);
-            let within: Vec<&String> = candidates
-                .iter()
-                .copied()
-                .filter(|d| passive.iter().all(|&(s, skew)| counts.count(s, d) < minimum(s) + skew))
-                .collect();
-            if !within.is_empty() {
-                candidates = within;
-            }
+        let passive = self.spreads_counting(scope, matched_by, &spread_selectors);
+        let within = counts.keeping_within(&candidates, eligible, &passive);
+        if !within.is_empty() {
+            candidates = within;
         }
         let load = |d: &String| {
             spread_selectors.iter().map(|&s| counts.count(s, d)).sum::<u32>()
@@ -302,20 +314,13 @@ impl Domains {
         eligible: &[String],
         repelled: &dyn Fn(&String) -> bool,
     ) -> Option<String> {
-        let spreads = self.spreads(scope);
-        let watching: Vec<(usize, u32)> =
-            matched_by.iter().filter_map(|s| spreads.get(s).map(|skew| (*s, *skew))).collect();
+        let watching = self.spreads_counting(scope, matched_by, &[]);
         if watching.is_empty() {
             return None;
         }
         let counts = self.scope(scope);
         let candidates: Vec<&String> = eligible.iter().filter(|d| !repelled(d)).collect();
-        let minimum = |s: usize| candidates.iter().map(|d| counts.count(s, d)).min().unwrap_or(0);
-        let within: Vec<&String> = candidates
-            .iter()
-            .copied()
-            .filter(|d| watching.iter().all(|&(s, skew)| counts.count(s, d) < minimum(s) + skew))
-            .collect();
+        let within = counts.keeping_within(&candidates, &candidates, &watching);
         let pool = if within.is_empty() { candidates } else { within };
         let load = |d: &String| watching.iter().map(|&(s, _)| counts.count(s, d)).sum::<u32>();
         pool.into_iter().min_by(|a, b| load(a).cmp(&load(b)).then_with(|| a.cmp(b))).cloned()

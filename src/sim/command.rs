@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::catalog_file::{self, CatalogFileError};
 use super::load::{self, LoadError, Source};
 use super::report::{self, Report};
-use super::scenario::{self, Catalog, ScenarioError};
+use super::scenario::{self, Catalog, Scenario, ScenarioError};
 use crate::catalog::{known_regions, CatalogError, OutputFormat};
 
 /// The built-in demo scenario, run when no file is given.
@@ -53,6 +53,16 @@ impl SimulateError {
 
 /// Runs the command and returns what it prints.
 pub fn run(args: &SimulateArgs) -> Result<String, SimulateError> {
+    let scenario = scenario_of(args)?;
+    let started = Instant::now();
+    let plan = crate::scheduling::solve(&scenario.input);
+    let solve_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let report = Report { input: &scenario.input, plan: &plan, solve_ms, warnings: &scenario.warnings };
+    Ok(report::render(&report, args.output))
+}
+
+/// The scenario the command solves: its files (or the demo) read against its catalog.
+pub fn scenario_of(args: &SimulateArgs) -> Result<Scenario, SimulateError> {
     let catalog = match &args.catalog {
         Some(path) => Catalog::Fixed(Arc::new(catalog_file::read(path, &args.region)?)),
         None => {
@@ -73,10 +83,5 @@ pub fn run(args: &SimulateArgs) -> Result<String, SimulateError> {
         args.files.iter().cloned().map(Source::File).collect()
     };
     let objects = load::load(&sources)?;
-    let scenario = scenario::build(&objects, &args.region, &catalog)?;
-    let started = Instant::now();
-    let plan = crate::scheduling::solve(&scenario.input);
-    let solve_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let report = Report { input: &scenario.input, plan: &plan, solve_ms, warnings: &scenario.warnings };
-    Ok(report::render(&report, args.output))
+    Ok(scenario::build(&objects, &args.region, &catalog)?)
 }

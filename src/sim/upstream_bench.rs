@@ -27,9 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::catalog_file::{self, CatalogFileError};
-use super::load::{self, LoadError, Source};
-use super::scenario::{self, Catalog, ScenarioError};
+use super::command::{scenario_of, SimulateArgs, SimulateError};
 use crate::catalog::OutputFormat;
 use crate::model::labels::{
     LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
@@ -52,12 +50,9 @@ const FIRST_MESSAGES: usize = 3;
 pub enum BenchError {
     #[error("{path}: {message}")]
     File { path: String, message: String },
+    /// The size's files, read as `simulate` reads them.
     #[error(transparent)]
-    Load(#[from] LoadError),
-    #[error(transparent)]
-    Scenario(#[from] ScenarioError),
-    #[error(transparent)]
-    CatalogFile(#[from] CatalogFileError),
+    Simulate(#[from] SimulateError),
     /// A child process failed; its own one-line message.
     #[error("{0}")]
     Child(String),
@@ -293,12 +288,13 @@ pub fn read_input(dir: &Path) -> Result<SolveInput, BenchError> {
     if !dir.is_dir() {
         return Err(file_error(dir, "not a directory"));
     }
-    let catalog_path = dir.join("catalog.json");
-    let types = catalog_file::read(&catalog_path, REGION)?;
-    let sources = [Source::File(dir.join("pods.yaml")), Source::File(dir.join("nodepool.yaml"))];
-    let objects = load::load(&sources)?;
-    let scenario = scenario::build(&objects, REGION, &Catalog::Fixed(Arc::new(types)))?;
-    Ok(scenario.input)
+    let args = SimulateArgs {
+        files: vec![dir.join("pods.yaml"), dir.join("nodepool.yaml")],
+        region: REGION.into(),
+        catalog: Some(dir.join("catalog.json")),
+        output: OutputFormat::Table,
+    };
+    Ok(scenario_of(&args)?.input)
 }
 
 /// Measures one size directory in this process: our solve (timed alone), the peak RSS right after it,
