@@ -176,3 +176,38 @@ fn term_on(
         topology_key: topology_key.into(),
     }
 }
+
+#[test]
+fn zone_and_capacity_type_spreads_over_the_same_pods_with_spot_in_two_zones() {
+    // Spot is sold in two zones only, on-demand in all three, and both spreads count every pod
+    // labelled tier=back: a pod must never be pinned to spot in the zone that has none, and the
+    // zone spread must still hold on the final plan.
+    use karpenter_azure::model::labels::LABEL_CAPACITY_TYPE;
+    use karpenter_azure::model::CapacityType;
+    let mut offerings: Vec<(&str, CapacityType, f64)> =
+        ZONES.iter().map(|z| (*z, CapacityType::OnDemand, 0.2)).collect();
+    offerings.extend(ZONES[..2].iter().map(|z| (*z, CapacityType::Spot, 0.08)));
+    let types = vec![instance_type("c2", 2000, 8 * GI, &offerings)];
+    let mut all = vec![];
+    for i in 0..9 {
+        let mut p = labelled(pod(&format!("by-capacity-{i}"), "by-capacity", 100, 128 * MI), "tier", "back");
+        p.topology_spread = vec![spread_on("tier", "back", LABEL_CAPACITY_TYPE)];
+        all.push(p);
+    }
+    for i in 0..3 {
+        let mut p = labelled(pod(&format!("by-zone-{i}"), "by-zone", 100, 128 * MI), "tier", "back");
+        p.topology_spread = vec![spread_on("tier", "back", LABEL_ZONE)];
+        all.push(p);
+    }
+    all.extend((0..3).map(|i| labelled(pod(&format!("plain-{i}"), "plain", 100, 128 * MI), "tier", "back")));
+    let input = input(all, vec![pool("default", types)]);
+    let plan = solved_without_pending(&input);
+    for claim in &plan.nodeclaims {
+        assert!(
+            !(claim.zone == ZONES[2] && claim.capacity_type == CapacityType::Spot),
+            "{} is spot in {}, which sells no spot",
+            claim.name,
+            claim.zone
+        );
+    }
+}

@@ -33,7 +33,7 @@ use crate::scheduling::input::{tolerates_all, SolveInput};
 use crate::scheduling::node::PodTraits;
 use crate::scheduling::plan::{Plan, Unschedulable};
 use crate::scheduling::shapes::{Rule, Scope};
-use crate::scheduling::topology::Assignment;
+use crate::scheduling::topology::{Assignment, EligibleDomains};
 use crate::scheduling::working::{Class, Solver};
 
 /// A pod waiting to be placed: (shape, pod index, relaxation level).
@@ -41,7 +41,7 @@ type PendingPod = (usize, usize, usize);
 /// A pod that could not be placed this round, with the reason.
 type Failure = (usize, usize, usize, String);
 /// A shape's constraints at one level: effective rules, the term chosen, eligible zones and capacity types.
-type ShapeAtLevel = (crate::scheduling::shapes::Effective, usize, Vec<String>, Vec<String>);
+type ShapeAtLevel = (crate::scheduling::shapes::Effective, usize, EligibleDomains);
 
 /// Asked at the solver's safe points whether to stop. Any `Fn() -> bool` is one.
 pub trait ShouldCancel {
@@ -87,6 +87,8 @@ impl Solver<'_> {
             }
         }
         let mut failed: Vec<Unschedulable> = vec![];
+        // Pods of each class that found no node (they moved on to a later round or failed).
+        let mut unplaced_of: Vec<u64> = vec![];
         while !pending.is_empty() {
             self.check_cancel()?;
             let (batch, topology_failures) = self.classify(&pending);
@@ -107,6 +109,10 @@ impl Solver<'_> {
                 }
             }
             self.enforce_spread(&ids, &mut remaining, &mut reasons);
+            unplaced_of.resize(self.classes().len(), 0);
+            for &class in &ids {
+                unplaced_of[class] = remaining[class];
+            }
             for &class in &ids {
                 let c = &self.classes()[class];
                 let placed = c.pods.len() - remaining[class] as usize;
@@ -124,8 +130,29 @@ impl Solver<'_> {
             }
             pending.sort();
         }
+        failed.extend(self.enforce_spread_across_rounds(&mut unplaced_of));
         failed.sort_by(|a, b| a.pod.cmp(&b.pod));
         Ok(failed)
+    }
+
+    /// A spread's pods placed in one round can be tipped by pods of a later round that it counts
+    /// and that found no node after all (their domain ends up short). Repeats the repair over every
+    /// class until no spread changes; the pods taken back fail with the spread's reason.
+    fn enforce_spread_across_rounds(&mut self, unplaced_of: &mut [u64]) -> Vec<Unschedulable> {
+        let all: Vec<usize> = (0..self.classes().len()).collect();
+        let before = unplaced_of.to_vec();
+        let mut reasons: BTreeMap<usize, String> = BTreeMap::new();
+        while self.enforce_spread(&all, unplaced_of, &mut reasons) {}
+        let mut failed = vec![];
+        for (class, reason) in reasons {
+            let pods = &self.classes()[class].pods;
+            let (now_placed, was_placed) =
+                (pods.len() - unplaced_of[class] as usize, pods.len() - before[class] as usize);
+            for &p in &pods[now_placed..was_placed] {
+                failed.push(Unschedulable { pod: self.input().pods[p].id(), reason: reason.clone() });
+            }
+        }
+        failed
     }
 
     /// Builds the classes of a round: effective constraints, domains, template masks.
@@ -148,17 +175,17 @@ impl Solver<'_> {
         let (passive, ruled): (Vec<PendingPod>, Vec<PendingPod>) =
             pending.iter().partition(|pod| !has_domain_rules(pod));
         for (s, p, level) in passive.into_iter().chain(ruled) {
-            let (effective, term, zones, capacity_types) = &cache[&(s, level)];
-            match self.assign_domains(s, &effective.rules, zones, capacity_types) {
+            let (effective, term, eligible) = &cache[&(s, level)];
+            match self.assign_domains(s, &effective.rules, eligible) {
                 Ok(assignment) => groups.entry((s, level, *term, assignment)).or_default().push(p),
                 Err(reason) => failures.push((s, p, level, reason)),
             }
         }
         let mut classes = vec![];
         for ((s, level, _term, assignment), pods) in groups {
-            let (effective, _, eligible_zones, eligible_capacity_types) = &cache[&(s, level)];
+            let (effective, _, eligible) = &cache[&(s, level)];
             let (eligible_zones, eligible_capacity_types) =
-                (eligible_zones.clone(), eligible_capacity_types.clone());
+                (eligible.zones.clone(), eligible.capacity_types.clone());
             let mut requirements = effective.requirements.clone();
             if let Some(z) = &assignment.zone {
                 requirements.add(Requirement::is_in(LABEL_ZONE, [z.clone()]));
@@ -214,8 +241,8 @@ impl Solver<'_> {
         }
         let (mut effective, term, requirements, masks) = chosen.expect("at least one term is tried");
         effective.requirements = requirements;
-        let (zones, capacity_types) = self.eligible_domains(&effective.requirements, &masks);
-        (effective, term, zones, capacity_types)
+        let eligible = self.eligible_domains(&effective.requirements, &masks);
+        (effective, term, eligible)
     }
 
     fn existing_homes(&self, s: usize, requirements: &Requirements) -> bool {
@@ -226,29 +253,37 @@ impl Solver<'_> {
             .any(|n| requirements.matches(&n.labels) && tolerates_all(&pod.tolerations, &n.taints))
     }
 
-    /// Zones and capacity types reachable through templates (by their masks) or existing nodes.
-    fn eligible_domains(&self, requirements: &Requirements, masks: &[u32]) -> (Vec<String>, Vec<String>) {
+    /// Zones, capacity types and their pairs reachable through templates (by their masks) or
+    /// existing nodes.
+    fn eligible_domains(&self, requirements: &Requirements, masks: &[u32]) -> EligibleDomains {
         let mut zones = std::collections::BTreeSet::new();
         let mut capacity_types = std::collections::BTreeSet::new();
+        let mut pairs = std::collections::BTreeSet::new();
         for (t, &mask) in masks.iter().enumerate() {
             for (i, o) in self.templates()[t].offerings.iter().enumerate() {
                 if mask & (1 << i) != 0 {
                     zones.insert(o.zone.clone());
                     capacity_types.insert(o.capacity_type.as_str().to_string());
+                    pairs.insert((o.zone.clone(), o.capacity_type.as_str().to_string()));
                 }
             }
         }
         for n in &self.input().nodes {
             if requirements.matches(&n.labels) {
-                if let Some(z) = n.labels.get(LABEL_ZONE) {
-                    zones.insert(z.clone());
-                }
-                if let Some(c) = n.labels.get(LABEL_CAPACITY_TYPE) {
-                    capacity_types.insert(c.clone());
+                let zone = n.labels.get(LABEL_ZONE);
+                let capacity_type = n.labels.get(LABEL_CAPACITY_TYPE);
+                zones.extend(zone.cloned());
+                capacity_types.extend(capacity_type.cloned());
+                if let (Some(z), Some(c)) = (zone, capacity_type) {
+                    pairs.insert((z.clone(), c.clone()));
                 }
             }
         }
-        (zones.into_iter().collect(), capacity_types.into_iter().collect())
+        EligibleDomains {
+            zones: zones.into_iter().collect(),
+            capacity_types: capacity_types.into_iter().collect(),
+            pairs,
+        }
     }
 
     /// Places the classes of a round; returns the pods that found no node, per class.

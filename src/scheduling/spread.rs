@@ -13,14 +13,16 @@ use crate::scheduling::working::Solver;
 impl Solver<'_> {
     /// Zone and capacity-type spread was decided pod by pod, assuming every pod would be placed.
     /// When some could not be (limits, capacity), their domains are left short: take placed pods
-    /// back out of the fullest domain until the skew holds again, as upstream would never have
-    /// placed them.
+    /// of the spread back out of the fullest domain until the skew holds again, as upstream would
+    /// never have placed them. `ids` are the classes to consider, `remaining` their unplaced pods.
+    /// Returns whether any pod was taken back.
     pub(crate) fn enforce_spread(
         &mut self,
         ids: &[usize],
         remaining: &mut [u64],
         reasons: &mut BTreeMap<usize, String>,
-    ) {
+    ) -> bool {
+        let mut changed = false;
         let mut rules: Vec<(Scope, usize, u32, Option<u32>)> = vec![];
         for &c in ids {
             for rule in &self.classes()[c].rules {
@@ -47,32 +49,38 @@ impl Solver<'_> {
             eligible.sort();
             eligible.dedup();
             loop {
-                let counts: Vec<(u32, &String)> =
-                    eligible.iter().map(|d| (self.domain_count(scope, selector, d), d)).collect();
-                let Some(&(high, fullest)) =
-                    counts.iter().max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)))
-                else {
-                    break;
-                };
-                let (mut low, emptiest) = *counts
-                    .iter()
-                    .min_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)))
-                    .expect("non-empty");
+                let count = |d: &String| self.domain_count(scope, selector, d);
+                let mut low = eligible.iter().map(count).min().unwrap_or(0);
                 if min_domains.is_some_and(|m| (eligible.len() as u32) < m) {
                     low = 0;
                 }
-                if high <= low + max_skew {
-                    break;
-                }
-                let fullest = fullest.clone();
-                let emptiest = emptiest.clone();
-                let Some(c) = members.iter().copied().rev().find(|&c| {
-                    let class = &self.classes()[c];
-                    (class.pods.len() as u64) > remaining[c]
-                        && class.assignment.domain(scope) == Some(&fullest)
-                }) else {
-                    break; // the excess comes from running pods; nothing of ours to take back
-                };
+                // A placed pod of the spread breaks it when its own domain holds more than the
+                // minimum plus maxSkew (the kube-scheduler's check, made on the final counts). Take
+                // one back from the fullest such domain; pods that only count toward the spread
+                // (passive members, running pods) stay where they are.
+                let over = members
+                    .iter()
+                    .filter(|&&c| (self.classes()[c].pods.len() as u64) > remaining[c])
+                    .filter_map(|&c| self.classes()[c].assignment.domain(scope))
+                    .filter(|d| count(d) > low + max_skew)
+                    .max_by(|a, b| count(a).cmp(&count(b)).then_with(|| b.cmp(a)))
+                    .cloned();
+                let Some(fullest) = over else { break };
+                let emptiest = eligible
+                    .iter()
+                    .min_by(|a, b| count(a).cmp(&count(b)).then_with(|| a.cmp(b)))
+                    .cloned()
+                    .unwrap_or_default();
+                let c = members
+                    .iter()
+                    .copied()
+                    .rev()
+                    .find(|&c| {
+                        let class = &self.classes()[c];
+                        (class.pods.len() as u64) > remaining[c]
+                            && class.assignment.domain(scope) == Some(&fullest)
+                    })
+                    .expect("the fullest domain was found among these classes");
                 self.take_back(c);
                 remaining[c] += 1;
                 self.release_domain(c);
@@ -82,7 +90,9 @@ impl Solver<'_> {
                         scope.label()
                     )
                 });
+                changed = true;
             }
         }
+        changed
     }
 }

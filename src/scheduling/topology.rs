@@ -18,7 +18,7 @@
 //! (anti-affinity, `minDomains`, or a domain short because pods assigned there found no node —
 //! limits or capacity — which `crate::scheduling::spread` repairs and reports).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::scheduling::input::{ExistingNode, SolveInput};
 use crate::scheduling::shapes::{Rule, Scope, Selectors};
@@ -176,17 +176,34 @@ impl Domains {
         }
     }
 
-    /// Picks the domains for one pod and records it; `eligible` lists the domains its requirements
-    /// and the pools allow, per scope. Errors explain which rule cannot be met.
+    /// Picks the domains for one pod and records it. Zone and capacity type are chosen together:
+    /// zones in order of preference, each with the capacity types offered in it, so a pod is never
+    /// pinned to a pair no offering or node has (spot in a zone that sells only on-demand). Errors
+    /// explain which rule cannot be met.
     pub fn assign(
         &mut self,
         matched_by: &[usize],
         rules: &[Rule],
-        eligible_zones: &[String],
-        eligible_capacity_types: &[String],
+        eligible: &EligibleDomains,
     ) -> Result<Assignment, String> {
-        let zone = self.pick(Scope::Zone, matched_by, rules, eligible_zones)?;
-        let capacity_type = self.pick(Scope::CapacityType, matched_by, rules, eligible_capacity_types)?;
+        let zones = self.rank(Scope::Zone, matched_by, rules, &eligible.zones, &eligible.zones)?;
+        let mut first_error = None;
+        let mut chosen = None;
+        for zone in zones {
+            let offered = eligible.capacity_types_in(zone.as_deref());
+            match self.rank(Scope::CapacityType, matched_by, rules, &eligible.capacity_types, &offered) {
+                Ok(ranked) => {
+                    chosen = Some((zone, ranked.into_iter().next().flatten()));
+                    break;
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        let Some((zone, capacity_type)) = chosen else {
+            return Err(first_error.expect("every zone was tried"));
+        };
         for (scope, domain) in [(Scope::Zone, &zone), (Scope::CapacityType, &capacity_type)] {
             let Some(domain) = domain else { continue };
             let counts = self.scope_mut(scope);
@@ -228,13 +245,17 @@ impl Domains {
         }
     }
 
-    fn pick(
+    /// The domains a pod may take in `scope`, best first; `[None]` when the pod is not pinned in
+    /// this scope. `eligible` are the domains its requirements allow (they define a spread's
+    /// minimum, as upstream counts them), `offered` those it may still take given its other domain.
+    fn rank(
         &self,
         scope: Scope,
         matched_by: &[usize],
         rules: &[Rule],
         eligible: &[String],
-    ) -> Result<Option<String>, String> {
+        offered: &[String],
+    ) -> Result<Vec<Option<String>>, String> {
         let scoped: Vec<&Rule> = rules.iter().filter(|r| r.scope() == scope).collect();
         let counts = self.scope(scope);
         let repelled =
@@ -242,10 +263,10 @@ impl Domains {
         // Existing pods' anti-affinity matters even for pods without rules of their own, but only
         // pods with rules in this scope, or counted by a spread in it, are pinned to a domain.
         if scoped.is_empty() {
-            return Ok(self.pick_passive(scope, matched_by, eligible, &repelled));
+            return Ok(self.rank_passive(scope, matched_by, offered, &repelled));
         }
         let what = scope.label();
-        let mut candidates: Vec<&String> = eligible.iter().filter(|d| !repelled(d)).collect();
+        let mut candidates: Vec<&String> = offered.iter().filter(|d| !repelled(d)).collect();
         if candidates.is_empty() {
             return Err(format!(
                 "every {what} allowed for the pod holds a pod whose anti-affinity excludes it"
@@ -290,40 +311,69 @@ impl Domains {
             }
         }
         // The pod may also be a passive member of other spreads in this scope: among the domains its
-        // own rules allow, prefer those that keep those spreads within their skew too.
+        // own rules allow, those that keep those spreads within their skew too come first.
         let passive = self.spreads_counting(scope, matched_by, &spread_selectors);
         let within = counts.keeping_within(&candidates, eligible, &passive);
-        if !within.is_empty() {
-            candidates = within;
-        }
         let load = |d: &String| {
             spread_selectors.iter().map(|&s| counts.count(s, d)).sum::<u32>()
                 + passive.iter().map(|&(s, _)| counts.count(s, d)).sum::<u32>()
         };
-        let best = candidates.into_iter().min_by(|a, b| load(a).cmp(&load(b)).then_with(|| a.cmp(b)));
-        Ok(best.cloned())
+        // Stable: ties keep the order of `offered`.
+        candidates.sort_by_key(|d| (!within.contains(d), load(d)));
+        Ok(candidates.into_iter().map(|d| Some(d.clone())).collect())
     }
 
-    /// The domain for a pod with no rule of its own in `scope` that spreads in that scope count:
-    /// one where it keeps every such spread within its skew, the least loaded (ties by name); if no
-    /// domain keeps them all, the least loaded. None when no spread counts the pod.
-    fn pick_passive(
+    /// The domains for a pod with no rule of its own in `scope` that spreads in that scope count,
+    /// best first: those where it keeps every such spread within its skew, least loaded first (ties
+    /// by name), then the others. `[None]` when no spread counts the pod.
+    fn rank_passive(
         &self,
         scope: Scope,
         matched_by: &[usize],
-        eligible: &[String],
+        offered: &[String],
         repelled: &dyn Fn(&String) -> bool,
-    ) -> Option<String> {
+    ) -> Vec<Option<String>> {
         let watching = self.spreads_counting(scope, matched_by, &[]);
         if watching.is_empty() {
-            return None;
+            return vec![None];
         }
         let counts = self.scope(scope);
-        let candidates: Vec<&String> = eligible.iter().filter(|d| !repelled(d)).collect();
+        let candidates: Vec<&String> = offered.iter().filter(|d| !repelled(d)).collect();
         let within = counts.keeping_within(&candidates, &candidates, &watching);
-        let pool = if within.is_empty() { candidates } else { within };
         let load = |d: &String| watching.iter().map(|&(s, _)| counts.count(s, d)).sum::<u32>();
-        pool.into_iter().min_by(|a, b| load(a).cmp(&load(b)).then_with(|| a.cmp(b))).cloned()
+        let mut ranked = candidates;
+        ranked.sort_by_key(|d| (!within.contains(d), load(d)));
+        if ranked.is_empty() {
+            // Nowhere to be counted: packing finds the pod no node either and reports why.
+            return vec![None];
+        }
+        ranked.into_iter().map(|d| Some(d.clone())).collect()
+    }
+}
+
+/// The zones and capacity types a pod's requirements reach through offerings or existing nodes,
+/// and which capacity types each zone offers.
+#[derive(Clone, Debug, Default)]
+pub struct EligibleDomains {
+    pub zones: Vec<String>,
+    pub capacity_types: Vec<String>,
+    /// (zone, capacity type) pairs that some offering or labelled node provides.
+    pub pairs: BTreeSet<(String, String)>,
+}
+
+impl EligibleDomains {
+    /// The capacity types offered in `zone` (every eligible one when the pod has no zone), the
+    /// scarcest first: the one offered in fewer zones is taken while it can be, so the zones that
+    /// offer only the other still find their pods a balanced capacity type (spot is commonly sold in
+    /// fewer zones than on-demand).
+    fn capacity_types_in(&self, zone: Option<&str>) -> Vec<String> {
+        let mut offered: Vec<String> = match zone {
+            None => self.capacity_types.clone(),
+            Some(z) => self.pairs.iter().filter(|(pz, _)| pz == z).map(|(_, c)| c.clone()).collect(),
+        };
+        let zones_offering = |c: &String| self.pairs.iter().filter(|(_, pc)| pc == c).count();
+        offered.sort_by_key(|c| (zones_offering(c), c.clone()));
+        offered
     }
 }
 
@@ -331,8 +381,12 @@ impl Domains {
 mod tests {
     use super::*;
 
-    fn zones() -> Vec<String> {
-        vec!["z-1".into(), "z-2".into(), "z-3".into()]
+    fn zones() -> EligibleDomains {
+        only_zones(&["z-1", "z-2", "z-3"])
+    }
+
+    fn only_zones(zones: &[&str]) -> EligibleDomains {
+        EligibleDomains { zones: zones.iter().map(|z| z.to_string()).collect(), ..Default::default() }
     }
 
     #[test]
@@ -340,7 +394,7 @@ mod tests {
         let mut d = Domains::empty(1);
         let rule = Rule::Spread { scope: Scope::Zone, selector: 0, max_skew: 1, min_domains: None };
         let picks: Vec<String> =
-            (0..6).map(|_| d.assign(&[0], &[rule], &zones(), &[]).unwrap().zone.unwrap()).collect();
+            (0..6).map(|_| d.assign(&[0], &[rule], &zones()).unwrap().zone.unwrap()).collect();
         assert_eq!(picks, ["z-1", "z-2", "z-3", "z-1", "z-2", "z-3"]);
     }
 
@@ -348,9 +402,9 @@ mod tests {
     fn self_affinity_follows_the_first_pod() {
         let mut d = Domains::empty(1);
         let rule = Rule::Affinity { scope: Scope::Zone, selector: 0, self_matching: true };
-        let eligible = vec!["z-2".to_string(), "z-3".to_string()];
+        let eligible = only_zones(&["z-2", "z-3"]);
         for _ in 0..3 {
-            assert_eq!(d.assign(&[0], &[rule], &eligible, &[]).unwrap().zone.as_deref(), Some("z-2"));
+            assert_eq!(d.assign(&[0], &[rule], &eligible).unwrap().zone.as_deref(), Some("z-2"));
         }
     }
 
@@ -359,9 +413,9 @@ mod tests {
         let mut d = Domains::empty(1);
         let rule = Rule::AntiAffinity { scope: Scope::Zone, selector: 0 };
         for _ in 0..3 {
-            assert!(d.assign(&[0], &[rule], &zones(), &[]).is_ok());
+            assert!(d.assign(&[0], &[rule], &zones()).is_ok());
         }
-        assert!(d.assign(&[0], &[rule], &zones(), &[]).is_err());
+        assert!(d.assign(&[0], &[rule], &zones()).is_err());
     }
 
     #[test]
@@ -369,8 +423,37 @@ mod tests {
         let mut d = Domains::empty(1);
         let rule = Rule::Spread { scope: Scope::Zone, selector: 0, max_skew: 1, min_domains: Some(5) };
         for _ in 0..3 {
-            assert!(d.assign(&[0], &[rule], &zones(), &[]).is_ok());
+            assert!(d.assign(&[0], &[rule], &zones()).is_ok());
         }
-        assert!(d.assign(&[0], &[rule], &zones(), &[]).is_err());
+        assert!(d.assign(&[0], &[rule], &zones()).is_err());
+    }
+
+    #[test]
+    fn a_zone_that_does_not_sell_the_needed_capacity_type_is_skipped() {
+        // Spot in z-1 and z-2 only, on-demand everywhere; both spreads select the same pods.
+        let mut eligible = zones();
+        eligible.capacity_types = vec!["on-demand".into(), "spot".into()];
+        for z in ["z-1", "z-2", "z-3"] {
+            eligible.pairs.insert((z.into(), "on-demand".into()));
+        }
+        for z in ["z-1", "z-2"] {
+            eligible.pairs.insert((z.into(), "spot".into()));
+        }
+        let mut d = Domains::empty(1);
+        let by_zone = Rule::Spread { scope: Scope::Zone, selector: 0, max_skew: 1, min_domains: None };
+        let by_capacity =
+            Rule::Spread { scope: Scope::CapacityType, selector: 0, max_skew: 1, min_domains: None };
+        let mut picks = vec![];
+        for _ in 0..6 {
+            let a = d.assign(&[0], &[by_zone, by_capacity], &eligible).unwrap();
+            let pair = (a.zone.unwrap(), a.capacity_type.unwrap());
+            assert!(eligible.pairs.contains(&pair), "{pair:?} is offered nowhere");
+            picks.push(pair);
+        }
+        let spot = picks.iter().filter(|(_, c)| c == "spot").count();
+        assert_eq!(spot, 3, "{picks:?}");
+        for z in ["z-1", "z-2", "z-3"] {
+            assert_eq!(picks.iter().filter(|(pz, _)| pz == z).count(), 2, "{picks:?}");
+        }
     }
 }

@@ -25,7 +25,7 @@ use crate::scheduling::pack::{PackClass, Packer, Pattern};
 use crate::scheduling::shapes::{build_shapes, Dims, Rule, Scope, Selector, Selectors, Shape};
 use crate::scheduling::solve::{Cancelled, ShouldCancel};
 use crate::scheduling::templates::{self, Template};
-use crate::scheduling::topology::{Assignment, Domains};
+use crate::scheduling::topology::{Assignment, Domains, EligibleDomains};
 
 /// A group of identical pods with one domain assignment at one relaxation level.
 ///
@@ -294,10 +294,9 @@ impl<'a> Solver<'a> {
         &mut self,
         s: usize,
         rules: &[Rule],
-        zones: &[String],
-        capacity_types: &[String],
+        eligible: &EligibleDomains,
     ) -> Result<Assignment, String> {
-        self.domains.assign(&self.shapes[s].matched_by, rules, zones, capacity_types)
+        self.domains.assign(&self.shapes[s].matched_by, rules, eligible)
     }
 
     /// Uncounts one pod of class `c` from the domains it was given (it was not placed after all).
