@@ -80,6 +80,11 @@ fn request(claim: &str, options: Vec<InstanceTypeOption>) -> LaunchRequest {
         tags: BTreeMap::from([("team/owner".to_string(), "blue".to_string())]),
         kubelet: KubeletSettings { max_pods: 110, kube_reserved: BTreeMap::new(), config_flags: vec![] },
         security: Default::default(),
+        node_class: karpenter_azure::cloud::azure::NodeClassBootstrap {
+            kubernetes_version: "1.33.2".into(),
+            gpu_driver: true,
+            ..Default::default()
+        },
     }
 }
 

@@ -3,8 +3,9 @@
 //! # Contract with the launcher
 //!
 //! The VM's `osProfile.customData` is base64 text (the bootstrap script). The fake decodes it and reads two
-//! kubelet flags from anywhere in the text, as a kubelet would receive them:
-//! - `--node-labels=k1=v1,k2=v2` → Node labels;
+//! kubelet settings from anywhere in the text, as a kubelet would receive them:
+//! - `KUBELET_NODE_LABELS="k1=v1,k2=v2"` (the AKS node image's variable) or `--node-labels=...` → Node
+//!   labels;
 //! - `--register-with-taints=key=value:Effect,key2:NoExecute` → Node taints (effects `NoSchedule`,
 //!   `PreferNoSchedule`, `NoExecute`);
 //! - optionally `--max-pods=N` → pods capacity (else the AKS default for Azure CNI overlay, 250).
@@ -84,7 +85,10 @@ pub fn parse_custom_data(custom_data_base64: &str) -> Result<KubeletFlags, Strin
 /// Parses `--node-labels`, `--register-with-taints` and `--max-pods` from decoded bootstrap text.
 pub fn parse_kubelet_flags(text: &str) -> Result<KubeletFlags, String> {
     let mut flags = KubeletFlags::default();
-    if let Some(value) = last_flag_value(text, "--node-labels") {
+    // The AKS node image passes KUBELET_NODE_LABELS to the kubelet as --node-labels.
+    if let Some(value) =
+        variable(text, "KUBELET_NODE_LABELS").or_else(|| last_flag_value(text, "--node-labels"))
+    {
         flags.labels = parse_labels(value)?;
     }
     if let Some(value) = last_flag_value(text, "--register-with-taints") {
@@ -94,6 +98,14 @@ pub fn parse_kubelet_flags(text: &str) -> Result<KubeletFlags, String> {
         flags.max_pods = Some(value.parse().map_err(|_| format!("--max-pods={value:?} is not a number"))?);
     }
     Ok(flags)
+}
+
+/// The value of a `NAME=value` or `NAME="value"` line of the script.
+fn variable<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    text.lines()
+        .rev()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix('='))
+        .map(|v| v.trim_matches('"'))
 }
 
 /// The value of the last `--flag=value` (or `--flag value`) in `text`, without surrounding quotes.

@@ -175,9 +175,20 @@ impl FakeArm {
             node_identities: vec![],
             additional_tags: std::collections::BTreeMap::new(),
             bootstrap: BootstrapSettings {
-                cluster_endpoint: "https://cluster.example:443".into(),
-                bootstrap_token: Secret::new("abcdef.0123456789abcdef"),
                 network_plugin: "none".into(),
+                overlay: true,
+                cilium_dataplane: true,
+                node_resource_group: self.resource_group().to_string(),
+                location: self.location().to_string(),
+                ..BootstrapSettings::new(
+                    "https://cluster.example:443",
+                    Secret::new("abcdef.0123456789abcdef"),
+                    {
+                        use base64::Engine as _;
+                        base64::engine::general_purpose::STANDARD
+                            .encode("-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n")
+                    },
+                )
             },
             poll_interval: std::time::Duration::from_millis(30),
             max_polls: 200,
