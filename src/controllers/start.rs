@@ -185,3 +185,47 @@ fn env_duration(name: &str, default: Duration) -> Duration {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_ca_comes_from_the_setting_else_from_the_client() {
+        let env: std::collections::BTreeMap<String, String> = [
+            ("CLUSTER_NAME", "c"),
+            ("CLUSTER_ENDPOINT", "https://c.hcp.eastus.azmk8s.io:443"),
+            ("AZURE_SUBSCRIPTION_ID", "00000000-0000-0000-0000-000000000001"),
+            ("LOCATION", "eastus"),
+            ("AZURE_NODE_RESOURCE_GROUP", "MC_rg_c_eastus"),
+            (
+                "VNET_SUBNET_ID",
+                "/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v/subnets/s",
+            ),
+            ("KUBELET_BOOTSTRAP_TOKEN", "abcdef.0123456789abcdef"),
+            ("SSH_PUBLIC_KEY", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE azureuser@host"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let v = crate::operator::Options::parse_from(["karpenter-azure"], &env).unwrap().validate().unwrap();
+        assert!(matches!(cluster_ca_bundle(&v, None), Err(StartError::NoClusterCa)));
+        let der = vec![0x30u8; 100];
+        let pem = String::from_utf8(
+            azure_core::base64::decode(cluster_ca_bundle(&v, Some(&[der])).unwrap()).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            pem.starts_with("-----BEGIN CERTIFICATE-----\n") && pem.ends_with("-----END CERTIFICATE-----\n")
+        );
+        assert!(pem.lines().all(|l| l.len() <= 64), "{pem}");
+        let given = crate::operator::Validated { cluster_ca_bundle: Some("Q0E=".into()), ..v };
+        assert_eq!(cluster_ca_bundle(&given, None).unwrap(), "Q0E=");
+        // Overlay with Cilium: the node image gets plugin none and the policy.
+        let s = launch_settings(&given, "Q0E=");
+        assert_eq!(
+            (s.bootstrap.network_plugin.as_str(), s.bootstrap.overlay, s.bootstrap.cilium_dataplane),
+            ("none", true, true)
+        );
+    }
+}

@@ -354,5 +354,6 @@ pub fn ca_bundle(setting: Setting, value: &str) -> Result<String, OptionsError> 
                 .to_string(),
         });
     }
-    Ok(azure_core::base64::encode(pem.trim_start()))
+    // One form whichever way it was given (the setting's surrounding whitespace is trimmed).
+    Ok(azure_core::base64::encode(format!("{}\n", pem.trim())))
 }
