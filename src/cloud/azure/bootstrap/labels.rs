@@ -75,6 +75,19 @@ pub fn aks_labels(
     out
 }
 
+/// The labels every node of a class carries whatever its size, as instance type requirements
+/// (instancetype.go computeRequirements: mode, os-sku, fips_enabled only when FIPS).
+pub fn class_labels(class: &NodeClassBootstrap) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::from([
+        (labels::LABEL_AKS_MODE.to_string(), "user".to_string()),
+        (labels::LABEL_AKS_OS_SKU.to_string(), os_sku(class.image_family).to_string()),
+    ]);
+    if class.fips {
+        out.insert(labels::LABEL_AKS_FIPS_ENABLED.to_string(), "true".to_string());
+    }
+    out
+}
+
 /// The `kubernetes.azure.com/os-sku` value (v1beta1 labels.go imageFamilyToOSSKU).
 pub fn os_sku(family: ImageFamily) -> &'static str {
     match family {
