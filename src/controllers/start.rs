@@ -164,6 +164,7 @@ pub fn settings(v: &Validated) -> Settings {
         ports: Ports { metrics: v.metrics_port, health: v.health_probe_port },
         cluster_subnet_id: v.network.vnet_subnet_id.clone(),
         node_resource_group: v.azure.node_resource_group.clone(),
+        registration_timeout: env_duration(REGISTRATION_TIMEOUT_ENV, super::lifecycle::REGISTRATION_TIMEOUT),
     }
 }
 
@@ -171,6 +172,9 @@ pub fn settings(v: &Validated) -> Settings {
 pub const GC_INTERVAL_ENV: &str = "KARPENTER_GC_INTERVAL";
 /// Hidden override of the garbage-collection grace period for unowned VMs, for tests.
 pub const GC_GRACE_ENV: &str = "KARPENTER_GC_GRACE_PERIOD";
+
+/// Hidden override of the registration timeout, so tests of nodes that never join need not wait 15 minutes.
+pub const REGISTRATION_TIMEOUT_ENV: &str = "KARPENTER_REGISTRATION_TIMEOUT";
 
 /// A duration from a hidden test override; the default when unset, or (with a warning) when malformed.
 fn env_duration(name: &str, default: Duration) -> Duration {

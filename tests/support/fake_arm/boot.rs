@@ -50,6 +50,26 @@ pub struct BootedVm {
     /// Quantities such as `{"cpu":"4","memory":"...","pods":"250","ephemeral-storage":"128G"}`.
     pub capacity: BTreeMap<String, String>,
     pub allocatable: BTreeMap<String, String>,
+    /// What the kubelet joins with, read from the custom data (`kubelet::TlsBootstrapKubelet` uses it);
+    /// None for VMs made up by tests.
+    pub join: Option<JoinVars>,
+}
+
+/// The custom data's bootstrap kubeconfig inputs, each as found (None when the variable is absent).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JoinVars {
+    pub kube_ca_crt: Option<String>,
+    pub api_server_name: Option<String>,
+    pub tls_bootstrap_token: Option<String>,
+}
+
+/// The bootstrap variables of decoded custom data.
+pub fn join_vars(text: &str) -> JoinVars {
+    JoinVars {
+        kube_ca_crt: variable(text, "KUBE_CA_CRT").map(str::to_string),
+        api_server_name: variable(text, "API_SERVER_NAME").map(str::to_string),
+        tls_bootstrap_token: variable(text, "TLS_BOOTSTRAP_TOKEN").map(str::to_string),
+    }
 }
 
 /// Receives booted VMs (and platform-removed ones). Implementations must be cheap to share.
@@ -167,6 +187,11 @@ fn parse_taints(value: &str) -> Result<Vec<Taint>, String> {
 pub fn booted_vm(vm: &VmRecord, subscription: &str, location: &str) -> Result<BootedVm, String> {
     let custom_data = vm.custom_data.as_deref().ok_or("the VM has no custom data, so no kubelet starts")?;
     let flags = parse_custom_data(custom_data)?;
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(custom_data.trim())
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .unwrap_or_default();
     let sku = embedded_sku(&vm.vm_size).ok_or_else(|| format!("unknown VM size {}", vm.vm_size))?;
     let os_disk_gb =
         vm.document.pointer("/properties/storageProfile/osDisk/diskSizeGB").and_then(Value::as_u64);
@@ -202,6 +227,7 @@ pub fn booted_vm(vm: &VmRecord, subscription: &str, location: &str) -> Result<Bo
         taints: flags.taints,
         capacity: node_capacity.to_quantities(),
         allocatable: node_allocatable.to_quantities(),
+        join: Some(join_vars(&text)),
     })
 }
 

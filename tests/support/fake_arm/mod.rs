@@ -22,6 +22,7 @@ pub mod boot;
 mod compute;
 pub mod faults;
 pub mod gallery;
+pub mod kubelet;
 mod lb;
 mod network;
 pub mod node;
@@ -49,6 +50,8 @@ pub use boot::{BootedVm, NodeRegistrar};
 pub use faults::{CreateError, Delivery, Fault, QuotaScope, Target};
 #[allow(unused_imports)]
 pub use gallery::{GalleryImage, GalleryImageVersion};
+#[allow(unused_imports)]
+pub use kubelet::TlsBootstrapKubelet;
 #[allow(unused_imports)]
 pub use node::KubeNodeRegistrar;
 #[allow(unused_imports)]
