@@ -690,3 +690,19 @@ fn a_kubelet_without_any_one_bootstrap_variable_cannot_join_and_says_which() {
     );
     assert!(without(|v| v.kube_ca_crt = Some("bm90IGEgY2VydA==".into())).contains("holds no PEM certificate"));
 }
+
+#[test]
+fn gpus_show_only_on_nodes_whose_custom_data_installs_the_driver() {
+    let gpus = || {
+        std::collections::BTreeMap::from([
+            ("cpu".to_string(), "6".to_string()),
+            ("nvidia.com/gpu".to_string(), "1".to_string()),
+        ])
+    };
+    let mut with_driver = gpus();
+    fake_arm::boot::drop_undriven_gpus("GPU_NODE=true\nCONFIG_GPU_DRIVER_IF_NEEDED=true\n", &mut with_driver);
+    assert_eq!(with_driver.get("nvidia.com/gpu").map(String::as_str), Some("1"));
+    let mut without = gpus();
+    fake_arm::boot::drop_undriven_gpus("GPU_NODE=false\n", &mut without);
+    assert!(!without.contains_key("nvidia.com/gpu"));
+}

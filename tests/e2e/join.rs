@@ -59,12 +59,22 @@ fn bootstrap_token(id: &str, expiration: &str) -> (String, Value) {
 }
 
 fn pod(name: &str) -> Value {
+    pod_requesting(name, json!({"cpu": "500m", "memory": "1Gi"}))
+}
+
+/// The pod, with the GPU a size with the NVIDIA driver provides.
+fn gpu_pod(name: &str) -> Value {
+    pod_requesting(name, json!({"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "1"}))
+}
+
+fn pod_requesting(name: &str, requests: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "joiner", "namespace": name},
     "spec": {
         "nodeSelector": {LABEL_NODEPOOL: name},
         "terminationGracePeriodSeconds": 0,
         "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
-            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}]
+            "resources": {"requests": requests.clone(), "limits": requests.get("nvidia.com/gpu")
+                .map_or(json!({}), |g| json!({"nvidia.com/gpu": g}))}}]
     }})
 }
 
@@ -74,6 +84,7 @@ async fn start(
     name: &str,
     extra_env: &[(&'static str, String)],
     kubelet: Arc<TlsBootstrapKubelet>,
+    pod: Value,
 ) -> Controller {
     let cluster = cluster::shared();
     crds::ensure_installed(client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
@@ -95,7 +106,7 @@ async fn start(
                 .ok_or_else(|| format!("status {}", pool["status"]))
         })
         .await;
-    objects::apply(client, &pod(name)).await.expect("creating the pod");
+    objects::apply(client, &pod).await.expect("creating the pod");
     controller
 }
 
@@ -118,7 +129,8 @@ async fn a_vm_joins_with_only_its_custom_data_through_tls_bootstrapping() {
     let (token, secret) = bootstrap_token("e2ej01", "2099-01-01T00:00:00Z");
     objects::apply(&client, &secret).await.expect("applying the bootstrap-token Secret");
     let kubelet = Arc::new(TlsBootstrapKubelet::new(cluster::shared().api_server_addr(), client.clone()));
-    let controller = start(&client, NAME, &[("KUBELET_BOOTSTRAP_TOKEN", token)], kubelet.clone()).await;
+    let controller =
+        start(&client, NAME, &[("KUBELET_BOOTSTRAP_TOKEN", token)], kubelet.clone(), pod(NAME)).await;
     let claim = claim_of(&client, &controller, NAME).await;
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NAME);
     let node_name = controller
@@ -168,7 +180,7 @@ async fn never_joins(name: &str, extra_env: Vec<(&'static str, String)>, why: &s
     let mut env = vec![("KARPENTER_REGISTRATION_TIMEOUT", REGISTRATION_TIMEOUT.to_string())];
     env.extend(extra_env);
     let kubelet = Arc::new(TlsBootstrapKubelet::new(cluster::shared().api_server_addr(), client.clone()));
-    let controller = start(&client, name, &env, kubelet.clone()).await;
+    let controller = start(&client, name, &env, kubelet.clone(), pod(name)).await;
     let claim = claim_of(&client, &controller, name).await;
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let note = controller
@@ -238,4 +250,38 @@ async fn a_wrong_cluster_ca_never_joins_and_ends_in_the_registration_timeout() {
         "UnknownIssuer",
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_size_joins_with_the_driver_and_offers_nvidia_gpus() {
+    const NAME: &str = "e2e-join-gpu";
+    let client = cluster::shared().client().await;
+    let (token, secret) = bootstrap_token("e2ej05", "2099-01-01T00:00:00Z");
+    objects::apply(&client, &secret).await.expect("applying the bootstrap-token Secret");
+    let kubelet = Arc::new(TlsBootstrapKubelet::new(cluster::shared().api_server_addr(), client.clone()));
+    let env = [("KUBELET_BOOTSTRAP_TOKEN", token)];
+    let controller = start(&client, NAME, &env, kubelet.clone(), gpu_pod(NAME)).await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NAME);
+    let node_name = controller
+        .wait_until("the GPU pod to run on the joined node", STAGE, || async {
+            let pod = pods.get("joiner").await.map_err(|e| e.to_string())?;
+            let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+            if phase == "Running" {
+                Ok(node)
+            } else {
+                Err(format!("pod phase {phase:?} on {node:?}; kubelet failures {:?}", kubelet.failures()))
+            }
+        })
+        .await;
+    let node = Api::<Node>::all(client.clone()).get(&node_name).await.expect("the joined node");
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.clone()).unwrap_or_default();
+    let gpus: u32 = allocatable.get("nvidia.com/gpu").map_or(0, |q| q.0.parse().unwrap_or(0));
+    assert!(gpus >= 1, "nvidia.com/gpu allocatable on {node_name}: {allocatable:?}");
+    let size = node.metadata.labels.as_ref().and_then(|l| l.get("node.kubernetes.io/instance-type").cloned());
+    assert!(
+        size.as_deref().is_some_and(karpenter_azure::cloud::azure::bootstrap::gpu::is_nvidia_size),
+        "{size:?} is a size AKS installs the NVIDIA driver on"
+    );
+    cleanup::remove(&client, NAME, &[gpu_pod(NAME)], || controller.exit_status().is_none()).await;
 }

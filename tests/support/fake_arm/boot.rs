@@ -55,6 +55,15 @@ pub struct BootedVm {
     pub join: Option<JoinVars>,
 }
 
+/// NVIDIA GPUs appear as `nvidia.com/gpu` only once the driver is in: the node image installs it when
+/// the custom data says `GPU_NODE=true`; otherwise (AKSNodeClass `gpu.mode: None`, or a size AKS does not
+/// know) the node has none until the user installs a driver.
+pub fn drop_undriven_gpus(custom_data: &str, resources: &mut BTreeMap<String, String>) {
+    if variable(custom_data, "GPU_NODE") != Some("true") {
+        resources.remove("nvidia.com/gpu");
+    }
+}
+
 /// The custom data's bootstrap kubeconfig inputs, each as found (None when the variable is absent).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JoinVars {
@@ -214,6 +223,11 @@ pub fn booted_vm(vm: &VmRecord, subscription: &str, location: &str) -> Result<Bo
     labels.insert("topology.kubernetes.io/region".to_string(), location.to_string());
     labels.insert("topology.kubernetes.io/zone".to_string(), zone.clone().unwrap_or_else(|| "0".to_string()));
 
+    let (mut node_capacity, mut node_allocatable) =
+        (node_capacity.to_quantities(), node_allocatable.to_quantities());
+    drop_undriven_gpus(&text, &mut node_capacity);
+    drop_undriven_gpus(&text, &mut node_allocatable);
+
     Ok(BootedVm {
         name: vm.name.clone(),
         provider_id: format!(
@@ -225,8 +239,8 @@ pub fn booted_vm(vm: &VmRecord, subscription: &str, location: &str) -> Result<Bo
         vm_size: vm.vm_size.clone(),
         labels,
         taints: flags.taints,
-        capacity: node_capacity.to_quantities(),
-        allocatable: node_allocatable.to_quantities(),
+        capacity: node_capacity,
+        allocatable: node_allocatable,
         join: Some(join_vars(&text)),
     })
 }
