@@ -185,7 +185,7 @@ impl AzureCloudProvider {
         let name = naming::resource_name(&request.claim_name);
         let tags = vm::tags(s, &request.tags, &request.nodepool);
         let subnet_id = request.subnet_id.as_deref().unwrap_or(&s.subnet_id);
-        let nic_id = self.ensure_nic(&name, subnet_id, option, &tags, request.kubelet.max_pods).await?;
+        // The custom data first: a class it cannot serve (e.g. local DNS Required) creates nothing in Azure.
         let arch =
             crate::catalog::embedded_sku(&option.name).map_or(crate::catalog::Arch::Amd64, |sku| sku.arch);
         let node_labels = self.node_labels(request, option, offering, subnet_id, arch);
@@ -210,6 +210,7 @@ impl AzureCloudProvider {
             code: e.category().to_string(),
             message: e.to_string(),
         })?;
+        let nic_id = self.ensure_nic(&name, subnet_id, option, &tags, request.kubelet.max_pods).await?;
         let spec = vm::VmSpec {
             name: &name,
             size: &option.name,
