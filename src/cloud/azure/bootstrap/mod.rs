@@ -166,6 +166,15 @@ impl BootstrapError {
     }
 }
 
+/// Why the bootstrap cannot serve a class whatever the node, or None: checked when the class's status
+/// is written, so such a class is not Ready and launches nothing.
+pub fn class_problem(class: &NodeClassBootstrap) -> Option<BootstrapError> {
+    if class.local_dns == Some(LocalDnsMode::Required) {
+        return Some(BootstrapError::LocalDnsRequired);
+    }
+    oscontent::os_settings(class.linux_os_config.as_ref()).err().map(BootstrapError::from)
+}
+
 /// The bootstrap script, in clear text (tests and golden files use this form).
 pub fn render_script(
     settings: &BootstrapSettings,
