@@ -150,42 +150,40 @@ pub fn variables(settings: &BootstrapSettings, node: &NodeBootstrap<'_>) -> Resu
     let b64 = |text: &str| azure_core::base64::encode(text);
     let t = |b: bool| b.to_string();
 
-    let mut vars = Vec::new();
-    let mut u = |name: &'static str, value: String| vars.push(Var { name, quoted: false, value });
-    u("ADMINUSER", "azureuser".into());
-    u("MOBY_VERSION", String::new());
-    u("TENANT_ID", settings.tenant_id.clone());
-    u("KUBERNETES_VERSION", version.to_string());
-    u("HYPERKUBE_URL", String::new());
-    u("KUBE_BINARY_URL", kube_binary_url.clone());
-    u("CUSTOM_KUBE_BINARY_URL", String::new());
-    u("CREDENTIAL_PROVIDER_DOWNLOAD_URL", credential_provider_url);
-    u("KUBEPROXY_URL", String::new());
-    u("APISERVER_PUBLIC_KEY", String::new());
-    u("SUBSCRIPTION_ID", settings.subscription_id.clone());
-    u("RESOURCE_GROUP", settings.node_resource_group.clone());
-    u("LOCATION", settings.location.clone());
+    let mut vars = Vars::default();
+    vars.u("ADMINUSER", "azureuser".into());
+    vars.u("MOBY_VERSION", String::new());
+    vars.u("TENANT_ID", settings.tenant_id.clone());
+    vars.u("KUBERNETES_VERSION", version.to_string());
+    vars.u("HYPERKUBE_URL", String::new());
+    vars.u("KUBE_BINARY_URL", kube_binary_url.clone());
+    vars.u("CUSTOM_KUBE_BINARY_URL", String::new());
+    vars.u("CREDENTIAL_PROVIDER_DOWNLOAD_URL", credential_provider_url);
+    vars.u("KUBEPROXY_URL", String::new());
+    vars.u("APISERVER_PUBLIC_KEY", String::new());
+    vars.u("SUBSCRIPTION_ID", settings.subscription_id.clone());
+    vars.u("RESOURCE_GROUP", settings.node_resource_group.clone());
+    vars.u("LOCATION", settings.location.clone());
     // Only the cloud provider config reads these; standalone VMs are `standard` (staticvalues.go).
-    u("VM_TYPE", "standard".into());
-    u("SUBNET", subnet.as_ref().map(|s| s.subnet.clone()).unwrap_or_else(|| "aks-subnet".into()));
-    u("NETWORK_SECURITY_GROUP", nsg.to_string());
-    u("VIRTUAL_NETWORK", subnet.as_ref().map(|s| s.virtual_network.clone()).unwrap_or_default());
-    u(
+    vars.u("VM_TYPE", "standard".into());
+    vars.u("SUBNET", subnet.as_ref().map(|s| s.subnet.clone()).unwrap_or_else(|| "aks-subnet".into()));
+    vars.u("NETWORK_SECURITY_GROUP", nsg.to_string());
+    vars.u("VIRTUAL_NETWORK", subnet.as_ref().map(|s| s.virtual_network.clone()).unwrap_or_default());
+    vars.u(
         "VIRTUAL_NETWORK_RESOURCE_GROUP",
         subnet.as_ref().map(|s| s.resource_group.clone()).unwrap_or_default(),
     );
-    u("ROUTE_TABLE", route_table);
-    u("PRIMARY_AVAILABILITY_SET", String::new());
-    u("PRIMARY_SCALE_SET", String::new());
-    u("SERVICE_PRINCIPAL_CLIENT_ID", "msi".into());
-    u("NETWORK_PLUGIN", settings.network_plugin.clone());
-    vars.push(Var { name: "NETWORK_POLICY", quoted: true, value: settings.network_policy.clone() });
-    let mut u = |name: &'static str, value: String| vars.push(Var { name, quoted: false, value });
-    u(
+    vars.u("ROUTE_TABLE", route_table);
+    vars.u("PRIMARY_AVAILABILITY_SET", String::new());
+    vars.u("PRIMARY_SCALE_SET", String::new());
+    vars.u("SERVICE_PRINCIPAL_CLIENT_ID", "msi".into());
+    vars.u("NETWORK_PLUGIN", settings.network_plugin.clone());
+    vars.q("NETWORK_POLICY", settings.network_policy.clone());
+    vars.u(
         "VNET_CNI_PLUGINS_URL",
         format!("{AKS_MIRROR}/azure-cni/{AZURE_CNI_VERSION}/binaries/azure-vnet-cni-linux-{arch}-{AZURE_CNI_VERSION}.tgz"),
     );
-    u(
+    vars.u(
         "CNI_PLUGINS_URL",
         format!("{AKS_MIRROR}/cni-plugins/{CNI_PLUGINS_VERSION}/binaries/cni-plugins-linux-{arch}-{CNI_PLUGINS_VERSION}.tgz"),
     );
@@ -213,19 +211,19 @@ pub fn variables(settings: &BootstrapSettings, node: &NodeBootstrap<'_>) -> Resu
         ("CONTAINERD_DOWNLOAD_URL_BASE", ""),
         ("NETWORK_MODE", ""),
     ] {
-        u(name, value.into());
+        vars.u(name, value.into());
     }
-    u("KUBE_BINARY_URL", kube_binary_url);
-    u("USER_ASSIGNED_IDENTITY_ID", settings.kubelet_identity_client_id.clone());
-    u("API_SERVER_NAME", api_server);
-    u("IS_VHD", "true".into());
-    u("GPU_NODE", t(nvidia));
-    u("SGX_NODE", "false".into());
-    u("MIG_NODE", "false".into());
-    u("CONFIG_GPU_DRIVER_IF_NEEDED", t(nvidia));
+    vars.u("KUBE_BINARY_URL", kube_binary_url);
+    vars.u("USER_ASSIGNED_IDENTITY_ID", settings.kubelet_identity_client_id.clone());
+    vars.u("API_SERVER_NAME", api_server);
+    vars.u("IS_VHD", "true".into());
+    vars.u("GPU_NODE", t(nvidia));
+    vars.u("SGX_NODE", "false".into());
+    vars.u("MIG_NODE", "false".into());
+    vars.u("CONFIG_GPU_DRIVER_IF_NEEDED", t(nvidia));
     // AKS's managed device plugin is off in self-hosted mode (staticvalues.go); the NVIDIA device plugin
     // DaemonSet advertises nvidia.com/gpu once the driver is in.
-    u("ENABLE_GPU_DEVICE_PLUGIN_IF_NEEDED", "false".into());
+    vars.u("ENABLE_GPU_DEVICE_PLUGIN_IF_NEEDED", "false".into());
     for name in [
         "TELEPORTD_PLUGIN_DOWNLOAD_URL",
         "CONTAINERD_VERSION",
@@ -233,81 +231,95 @@ pub fn variables(settings: &BootstrapSettings, node: &NodeBootstrap<'_>) -> Resu
         "RUNC_VERSION",
         "RUNC_PACKAGE_URL",
     ] {
-        u(name, String::new());
+        vars.u(name, String::new());
     }
-    let mut q = |name: &'static str, value: String| vars.push(Var { name, quoted: true, value });
-    q("ENABLE_HOSTS_CONFIG_AGENT", "false".into());
-    q("DISABLE_SSH", "false".into());
-    q("NEEDS_CONTAINERD", "true".into());
-    q("TELEPORT_ENABLED", "false".into());
-    q("SHOULD_CONFIGURE_HTTP_PROXY", "false".into());
-    q("SHOULD_CONFIGURE_HTTP_PROXY_CA", "false".into());
-    q("HTTP_PROXY_TRUSTED_CA", String::new());
-    q("SHOULD_CONFIGURE_CUSTOM_CA_TRUST", "false".into());
-    q("CUSTOM_CA_TRUST_COUNT", "0".into());
-    q("IS_KRUSTLET", "false".into());
-    q("GPU_NEEDS_FABRIC_MANAGER", "false".into());
-    q("NEEDS_DOCKER_LOGIN", "false".into());
-    q("IPV6_DUAL_STACK_ENABLED", "false".into());
-    q("OUTBOUND_COMMAND", "curl -v --insecure --proxy-insecure https://mcr.microsoft.com/v2/".into());
-    q("ENABLE_UNATTENDED_UPGRADES", "false".into());
+    vars.q("ENABLE_HOSTS_CONFIG_AGENT", "false".into());
+    vars.q("DISABLE_SSH", "false".into());
+    vars.q("NEEDS_CONTAINERD", "true".into());
+    vars.q("TELEPORT_ENABLED", "false".into());
+    vars.q("SHOULD_CONFIGURE_HTTP_PROXY", "false".into());
+    vars.q("SHOULD_CONFIGURE_HTTP_PROXY_CA", "false".into());
+    vars.q("HTTP_PROXY_TRUSTED_CA", String::new());
+    vars.q("SHOULD_CONFIGURE_CUSTOM_CA_TRUST", "false".into());
+    vars.q("CUSTOM_CA_TRUST_COUNT", "0".into());
+    vars.q("IS_KRUSTLET", "false".into());
+    vars.q("GPU_NEEDS_FABRIC_MANAGER", "false".into());
+    vars.q("NEEDS_DOCKER_LOGIN", "false".into());
+    vars.q("IPV6_DUAL_STACK_ENABLED", "false".into());
+    vars.q("OUTBOUND_COMMAND", "curl -v --insecure --proxy-insecure https://mcr.microsoft.com/v2/".into());
+    vars.q("ENABLE_UNATTENDED_UPGRADES", "false".into());
     // Karpenter does not support kubenet, whose bridge this guards (staticvalues.go).
-    q("ENSURE_NO_DUPE_PROMISCUOUS_BRIDGE", "false".into());
-    q("SHOULD_CONFIG_SWAP_FILE", t(os.swap_file_mb.is_some()));
-    q("SHOULD_CONFIG_TRANSPARENT_HUGE_PAGE", t(!os.thp_enabled.is_empty() || !os.thp_defrag.is_empty()));
-    q("TARGET_CLOUD", "AzurePublicCloud".into());
-    q("TARGET_ENVIRONMENT", "AzurePublicCloud".into());
-    q("CUSTOM_ENV_JSON", String::new());
-    q("IS_CUSTOM_CLOUD", "false".into());
-    q("CSE_HELPERS_FILEPATH", "/opt/azure/containers/provision_source.sh".into());
-    q("CSE_DISTRO_HELPERS_FILEPATH", "/opt/azure/containers/provision_source_distro.sh".into());
-    q("CSE_INSTALL_FILEPATH", "/opt/azure/containers/provision_installs.sh".into());
-    q("CSE_DISTRO_INSTALL_FILEPATH", "/opt/azure/containers/provision_installs_distro.sh".into());
-    q("CSE_CONFIG_FILEPATH", "/opt/azure/containers/provision_configs.sh".into());
-    q("AZURE_PRIVATE_REGISTRY_SERVER", String::new());
-    q("HAS_CUSTOM_SEARCH_DOMAIN", "false".into());
-    q("CUSTOM_SEARCH_DOMAIN_FILEPATH", "/opt/azure/containers/setup-custom-search-domains.sh".into());
-    q("HTTP_PROXY_URLS", String::new());
-    q("HTTPS_PROXY_URLS", String::new());
-    q("NO_PROXY_URLS", String::new());
+    vars.q("ENSURE_NO_DUPE_PROMISCUOUS_BRIDGE", "false".into());
+    vars.q("SHOULD_CONFIG_SWAP_FILE", t(os.swap_file_mb.is_some()));
+    vars.q("SHOULD_CONFIG_TRANSPARENT_HUGE_PAGE", t(!os.thp_enabled.is_empty() || !os.thp_defrag.is_empty()));
+    vars.q("TARGET_CLOUD", "AzurePublicCloud".into());
+    vars.q("TARGET_ENVIRONMENT", "AzurePublicCloud".into());
+    vars.q("CUSTOM_ENV_JSON", String::new());
+    vars.q("IS_CUSTOM_CLOUD", "false".into());
+    vars.q("CSE_HELPERS_FILEPATH", "/opt/azure/containers/provision_source.sh".into());
+    vars.q("CSE_DISTRO_HELPERS_FILEPATH", "/opt/azure/containers/provision_source_distro.sh".into());
+    vars.q("CSE_INSTALL_FILEPATH", "/opt/azure/containers/provision_installs.sh".into());
+    vars.q("CSE_DISTRO_INSTALL_FILEPATH", "/opt/azure/containers/provision_installs_distro.sh".into());
+    vars.q("CSE_CONFIG_FILEPATH", "/opt/azure/containers/provision_configs.sh".into());
+    vars.q("AZURE_PRIVATE_REGISTRY_SERVER", String::new());
+    vars.q("HAS_CUSTOM_SEARCH_DOMAIN", "false".into());
+    vars.q("CUSTOM_SEARCH_DOMAIN_FILEPATH", "/opt/azure/containers/setup-custom-search-domains.sh".into());
+    vars.q("HTTP_PROXY_URLS", String::new());
+    vars.q("HTTPS_PROXY_URLS", String::new());
+    vars.q("NO_PROXY_URLS", String::new());
     // The kubelet joins with the bootstrap token and gets its client certificate through a CSR.
-    q("ENABLE_TLS_BOOTSTRAPPING", "true".into());
-    q("ENABLE_SECURE_TLS_BOOTSTRAPPING", "false".into());
-    q("ENABLE_KUBELET_SERVING_CERTIFICATE_ROTATION", "false".into());
-    q("DHCPV6_SERVICE_FILEPATH", String::new());
-    q("DHCPV6_CONFIG_FILEPATH", String::new());
-    q("THP_ENABLED", os.thp_enabled.clone());
-    q("THP_DEFRAG", os.thp_defrag.clone());
-    q("SERVICE_PRINCIPAL_FILE_CONTENT", b64("msi"));
-    q("KUBELET_CLIENT_CONTENT", String::new());
-    q("KUBELET_CLIENT_CERT_CONTENT", String::new());
-    q("KUBELET_CONFIG_FILE_ENABLED", "false".into());
-    q("KUBELET_CONFIG_FILE_CONTENT", String::new());
-    q("SWAP_FILE_SIZE_MB", os.swap_file_mb.unwrap_or(0).to_string());
-    q("GPU_IMAGE_SHA", driver.map(|d| d.image_sha).unwrap_or_default().into());
-    q("GPU_DRIVER_VERSION", driver.map(|d| d.version).unwrap_or_default().into());
-    q("GPU_DRIVER_TYPE", driver.map(|d| d.driver_type).unwrap_or_default().into());
-    q("GPU_INSTANCE_PROFILE", String::new());
-    q("CUSTOM_SEARCH_DOMAIN_NAME", String::new());
-    q("CUSTOM_SEARCH_REALM_USER", String::new());
-    q("CUSTOM_SEARCH_REALM_PASSWORD", String::new());
-    q("MESSAGE_OF_THE_DAY", String::new());
-    q("HAS_KUBELET_DISK_TYPE", "false".into());
-    q("NEEDS_CGROUPV2", "true".into());
-    q("SYSCTL_CONTENT", b64(&os.sysctl_conf));
-    q("TLS_BOOTSTRAP_TOKEN", settings.bootstrap_token.expose().to_string());
-    q("KUBELET_FLAGS", kubelet::render_flags(&flags));
-    q("KUBELET_NODE_LABELS", kubelet::node_labels_flag(node.labels));
-    q("AZURE_ENVIRONMENT_FILEPATH", String::new());
-    q("KUBE_CA_CRT", settings.ca_bundle_base64.clone());
-    q("CONTAINERD_CONFIG_CONTENT", b64(&containerd_config(nvidia)));
-    q("IS_KATA", "false".into());
-    q("MCR_REPOSITORY_BASE", "mcr.microsoft.com".into());
-    let mut u = |name: &'static str, value: String| vars.push(Var { name, quoted: false, value });
-    u("ENABLE_IMDS_RESTRICTION", "false".into());
-    u("INSERT_IMDS_RESTRICTION_RULE_TO_MANGLE_TABLE", "false".into());
-    u("CSE_TIMEOUT", "15m".into());
-    Ok(vars)
+    vars.q("ENABLE_TLS_BOOTSTRAPPING", "true".into());
+    vars.q("ENABLE_SECURE_TLS_BOOTSTRAPPING", "false".into());
+    vars.q("ENABLE_KUBELET_SERVING_CERTIFICATE_ROTATION", "false".into());
+    vars.q("DHCPV6_SERVICE_FILEPATH", String::new());
+    vars.q("DHCPV6_CONFIG_FILEPATH", String::new());
+    vars.q("THP_ENABLED", os.thp_enabled.clone());
+    vars.q("THP_DEFRAG", os.thp_defrag.clone());
+    vars.q("SERVICE_PRINCIPAL_FILE_CONTENT", b64("msi"));
+    vars.q("KUBELET_CLIENT_CONTENT", String::new());
+    vars.q("KUBELET_CLIENT_CERT_CONTENT", String::new());
+    vars.q("KUBELET_CONFIG_FILE_ENABLED", "false".into());
+    vars.q("KUBELET_CONFIG_FILE_CONTENT", String::new());
+    vars.q("SWAP_FILE_SIZE_MB", os.swap_file_mb.unwrap_or(0).to_string());
+    vars.q("GPU_IMAGE_SHA", driver.map(|d| d.image_sha).unwrap_or_default().into());
+    vars.q("GPU_DRIVER_VERSION", driver.map(|d| d.version).unwrap_or_default().into());
+    vars.q("GPU_DRIVER_TYPE", driver.map(|d| d.driver_type).unwrap_or_default().into());
+    vars.q("GPU_INSTANCE_PROFILE", String::new());
+    vars.q("CUSTOM_SEARCH_DOMAIN_NAME", String::new());
+    vars.q("CUSTOM_SEARCH_REALM_USER", String::new());
+    vars.q("CUSTOM_SEARCH_REALM_PASSWORD", String::new());
+    vars.q("MESSAGE_OF_THE_DAY", String::new());
+    vars.q("HAS_KUBELET_DISK_TYPE", "false".into());
+    vars.q("NEEDS_CGROUPV2", "true".into());
+    vars.q("SYSCTL_CONTENT", b64(&os.sysctl_conf));
+    vars.q("TLS_BOOTSTRAP_TOKEN", settings.bootstrap_token.expose().to_string());
+    vars.q("KUBELET_FLAGS", kubelet::render_flags(&flags));
+    vars.q("KUBELET_NODE_LABELS", kubelet::node_labels_flag(node.labels));
+    vars.q("AZURE_ENVIRONMENT_FILEPATH", String::new());
+    vars.q("KUBE_CA_CRT", settings.ca_bundle_base64.clone());
+    vars.q("CONTAINERD_CONFIG_CONTENT", b64(&containerd_config(nvidia)));
+    vars.q("IS_KATA", "false".into());
+    vars.q("MCR_REPOSITORY_BASE", "mcr.microsoft.com".into());
+    vars.u("ENABLE_IMDS_RESTRICTION", "false".into());
+    vars.u("INSERT_IMDS_RESTRICTION_RULE_TO_MANGLE_TABLE", "false".into());
+    vars.u("CSE_TIMEOUT", "15m".into());
+    Ok(vars.0)
+}
+
+/// The variables in the order they are added.
+#[derive(Default)]
+struct Vars(Vec<Var>);
+
+impl Vars {
+    /// `NAME=value`.
+    fn u(&mut self, name: &'static str, value: String) {
+        self.0.push(Var { name, quoted: false, value });
+    }
+
+    /// `NAME="value"`.
+    fn q(&mut self, name: &'static str, value: String) {
+        self.0.push(Var { name, quoted: true, value });
+    }
 }
 
 /// The ACR credential provider release of a Kubernetes minor (aksbootstrap.go CredentialProviderURL).
