@@ -11,6 +11,7 @@
 #   musl-tools (x86_64-linux-musl-gcc) the same build: ring compiles C for the musl target
 #   prometheus (prometheus, promtool)  tests/e2e/metrics.rs (promtool lints the page, Prometheus scrapes it)
 #   the control plane                  tests/e2e: hack/e2e-cluster.sh build (about 10 minutes cold)
+#   upstream's bootstrap renderer      tests/bootstrap_oracle.rs: hack/aks-bootstrap.sh build (minutes cold)
 # Debian packages need root (sudo is used when not root) and `apt-get update` runs only when one is missing.
 set -euo pipefail
 
@@ -76,6 +77,7 @@ install_prometheus() {
   fi
 }
 install_controlplane() { "$HACK_DIR/e2e-cluster.sh" build >/dev/null; }
+install_aks_bootstrap() { "$HACK_DIR/aks-bootstrap.sh" build >/dev/null; }
 
 controlplane_built() {
   local bin
@@ -91,6 +93,7 @@ step "rust target $MUSL_TARGET" "rustup target list --installed | grep -qx $MUSL
 step "musl-tools (x86_64-linux-musl-gcc)" "command -v x86_64-linux-musl-gcc" install_musl_tools
 step "prometheus and promtool" "command -v prometheus && command -v promtool" install_prometheus
 step "e2e control plane" controlplane_built install_controlplane
+step "upstream bootstrap renderer (hack/aks-bootstrap.sh)" "\"$HACK_DIR/aks-bootstrap.sh\" path" install_aks_bootstrap
 
 if [ "${#missing[@]}" -gt 0 ]; then
   log "missing: ${missing[*]}; run hack/deps.sh to install them"

@@ -100,6 +100,9 @@ cmd_build() {
 COMPONENTS=(kwok kube-scheduler kube-controller-manager kube-apiserver etcd)
 SERVICE_CIDR="${E2E_SERVICE_CIDR:-10.96.0.0/16}"
 POD_CIDR="${E2E_POD_CIDR:-10.244.0.0/16}"
+# The API server's name as nodes see it (an AKS cluster's FQDN, the e2e controller's CLUSTER_ENDPOINT):
+# its serving certificate covers it, so a simulated kubelet verifies the server by that name.
+E2E_APISERVER_NAME="${E2E_APISERVER_NAME:-e2e-cluster-dns.hcp.eastus.azmk8s.io}"
 # Which nodes kwok manages (it fakes their kubelet). Default: every node, since no real kubelet exists.
 # E.g. E2E_KWOK_MANAGE='--manage-nodes-with-label-selector=karpenter.sh/nodepool'
 KWOK_MANAGE="${E2E_KWOK_MANAGE:---manage-all-nodes=true}"
@@ -168,7 +171,7 @@ extendedKeyUsage=clientAuth"
     sign apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:${SERVICE_CIDR%.*/*}.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+subjectAltName=IP:127.0.0.1,IP:${SERVICE_CIDR%.*/*}.1,DNS:localhost,DNS:$E2E_APISERVER_NAME,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
     sign admin "/O=system:masters/CN=kubernetes-admin" "$client"
     sign kube-controller-manager "/CN=system:kube-controller-manager" "$client"
     sign kube-scheduler "/CN=system:kube-scheduler" "$client"
@@ -368,6 +371,7 @@ cmd_start() {
     --requestheader-extra-headers-prefix=X-Remote-Extra- \
     --proxy-client-cert-file="$P/front-proxy-client.crt" --proxy-client-key-file="$P/front-proxy-client.key" \
     --authorization-mode=Node,RBAC --allow-privileged=true \
+    --enable-bootstrap-token-auth=true --enable-admission-plugins=NodeRestriction \
     --endpoint-reconciler-type=none --profiling=false ${E2E_APISERVER_EXTRA_ARGS:-}
   local ca=(--cacert "$P/ca.crt" -H "Authorization: Bearer $admin_token")
   wait_for "$dir" kube-apiserver "kube-apiserver /readyz" curl -fsS "${ca[@]}" "$APISERVER_URL/readyz"
@@ -378,7 +382,7 @@ cmd_start() {
     --authentication-kubeconfig="$dir/kube-controller-manager.kubeconfig" \
     --authorization-kubeconfig="$dir/kube-controller-manager.kubeconfig" \
     --leader-elect=false --bind-address=127.0.0.1 --secure-port="$kcm_port" \
-    --controllers='*' --use-service-account-credentials=true \
+    --controllers='*,bootstrapsigner,tokencleaner' --use-service-account-credentials=true \
     --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" \
     --cluster-signing-cert-file="$P/ca.crt" --cluster-signing-key-file="$P/ca.key" \
     --service-cluster-ip-range="$SERVICE_CIDR" --profiling=false

@@ -149,8 +149,9 @@ async fn start_controller(validated: karpenter_azure::operator::Validated) -> an
     let config = kube::Config::infer().await.context("reading the Kubernetes client configuration")?;
     let evictions = controllers::termination::eviction_client(config.clone())
         .context("connecting to the Kubernetes API server")?;
+    let ca_bundle = start::cluster_ca_bundle(&validated, config.root_cert.as_deref())?;
     let client = kube::Client::try_from(config).context("connecting to the Kubernetes API server")?;
-    let (cloud, catalog) = start::azure(&validated).context("setting up Azure")?;
+    let (cloud, catalog) = start::azure(&validated, &ca_bundle).context("setting up Azure")?;
     tracing::info!(
         cluster = %validated.cluster_name,
         location = %validated.azure.location,

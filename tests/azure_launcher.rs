@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use base64::Engine as _;
 use fake_arm::{CreateError, Delivery, FakeArm, FakeArmConfig, Fault, QuotaScope, Target};
 use karpenter_azure::apis::common::{Taint, TaintEffect};
 use karpenter_azure::catalog::unavailable::OfferingRef;
@@ -80,6 +81,11 @@ fn request(claim: &str, options: Vec<InstanceTypeOption>) -> LaunchRequest {
         tags: BTreeMap::from([("team/owner".to_string(), "blue".to_string())]),
         kubelet: KubeletSettings { max_pods: 110, kube_reserved: BTreeMap::new(), config_flags: vec![] },
         security: Default::default(),
+        node_class: karpenter_azure::cloud::azure::NodeClassBootstrap {
+            kubernetes_version: "1.33.2".into(),
+            gpu_driver: true,
+            ..Default::default()
+        },
     }
 }
 
@@ -101,6 +107,50 @@ fn assert_nothing_leaked(h: &Harness) {
         h.fake.vms().iter().map(|v| &v.name).collect::<Vec<_>>()
     );
     assert!(h.fake.nics().is_empty(), "NICs left: {:?}", h.fake.nics());
+}
+
+#[tokio::test]
+async fn a_class_the_bootstrap_cannot_serve_is_refused_before_anything_is_created() {
+    use karpenter_azure::apis::aksnodeclass::LocalDnsMode;
+    let h = harness(FakeArmConfig::default()).await;
+    let mut req =
+        request("default-dns", vec![option("Standard_D4s_v5", &[("eastus-1", CapacityType::OnDemand)])]);
+    req.node_class.local_dns = Some(LocalDnsMode::Required);
+    let err = h.provider.create(&req).await.unwrap_err();
+    assert!(matches!(err, CloudError::Invalid(_)), "{err:?}");
+    assert!(err.to_string().contains("spec.localDNS.mode"), "{err}");
+    assert!(h.fake.vms().is_empty() && h.fake.nics().is_empty(), "nothing is created in Azure");
+
+    let mut req =
+        request("default-nover", vec![option("Standard_D4s_v5", &[("eastus-1", CapacityType::OnDemand)])]);
+    req.node_class.kubernetes_version = String::new();
+    let err = h.provider.create(&req).await.unwrap_err();
+    assert!(err.to_string().contains("status.kubernetesVersion"), "{err}");
+}
+
+#[tokio::test]
+async fn the_custom_data_carries_the_aks_join_contract() {
+    let h = harness(FakeArmConfig::default()).await;
+    let on_demand = [("eastus-1", CapacityType::OnDemand)];
+    h.provider.create(&request("default-aks", vec![option("Standard_D4s_v5", &on_demand)])).await.unwrap();
+    let vm = h.fake.vm("aks-default-aks").expect("VM exists");
+    let text = String::from_utf8(
+        base64::engine::general_purpose::STANDARD.decode(vm.custom_data.as_deref().unwrap()).unwrap(),
+    )
+    .unwrap();
+    let join = fake_arm::boot::join_vars(&text);
+    assert_eq!(join.api_server_name.as_deref(), Some("cluster.example"));
+    assert_eq!(join.tls_bootstrap_token.as_deref(), Some("abcdef.0123456789abcdef"));
+    assert!(fake_arm::kubelet::bootstrap_inputs(&join).is_ok(), "{join:?}");
+    for line in ["KUBERNETES_VERSION=1.33.2", "NETWORK_PLUGIN=none", "SUBNET=nodes", "VIRTUAL_NETWORK=vnet"] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+    let flags = fake_arm::boot::parse_custom_data(vm.custom_data.as_deref().unwrap()).unwrap();
+    assert_eq!(flags.labels["kubernetes.azure.com/ebpf-dataplane"], "cilium");
+    assert_eq!(flags.labels["kubernetes.azure.com/podnetwork-type"], "overlay");
+    assert_eq!(flags.labels["kubernetes.azure.com/network-subnet"], "nodes");
+    assert_eq!(flags.labels["kubernetes.azure.com/os-sku-effective"], "Ubuntu2204");
+    assert_eq!(flags.labels["kubernetes.azure.com/role"], "agent");
 }
 
 #[tokio::test]

@@ -647,6 +647,7 @@ fn node_object_is_what_a_kubelet_registers_for_kwok() {
         taints: fake_arm::boot::parse_kubelet_flags("--register-with-taints=karpenter.sh/unregistered:NoExecute").unwrap().taints,
         capacity: [("cpu".to_string(), "4".to_string()), ("pods".to_string(), "250".to_string())].into(),
         allocatable: [("cpu".to_string(), "3860m".to_string())].into(),
+        join: None,
     };
     let node = fake_arm::node::node_for(&vm);
     let json = serde_json::to_value(&node).unwrap();
@@ -660,4 +661,48 @@ fn node_object_is_what_a_kubelet_registers_for_kwok() {
     );
     assert_eq!(json["status"]["capacity"], json!({ "cpu": "4", "pods": "250" }));
     assert_eq!(json["status"]["allocatable"]["cpu"], "3860m");
+}
+
+#[test]
+fn a_kubelet_without_any_one_bootstrap_variable_cannot_join_and_says_which() {
+    use fake_arm::boot::{join_vars, JoinVars};
+    use fake_arm::kubelet::bootstrap_inputs;
+    let ca = base64::engine::general_purpose::STANDARD
+        .encode("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
+    let script = format!(
+        "#!/bin/bash\nAPI_SERVER_NAME=cluster.hcp.eastus.azmk8s.io\nTLS_BOOTSTRAP_TOKEN=\"abcdef.0123456789abcdef\"\nKUBE_CA_CRT=\"{ca}\"\n"
+    );
+    let complete = join_vars(&script);
+    let (certs, name, token) = bootstrap_inputs(&complete).unwrap();
+    assert_eq!(
+        (certs.len(), name.as_str(), token.as_str()),
+        (1, "cluster.hcp.eastus.azmk8s.io", "abcdef.0123456789abcdef")
+    );
+    let without = |f: fn(&mut JoinVars)| {
+        let mut vars = complete.clone();
+        f(&mut vars);
+        bootstrap_inputs(&vars).unwrap_err()
+    };
+    assert!(without(|v| v.kube_ca_crt = None).contains("KUBE_CA_CRT is missing"));
+    assert!(without(|v| v.api_server_name = None).contains("API_SERVER_NAME is missing"));
+    assert!(
+        without(|v| v.tls_bootstrap_token = Some(String::new())).contains("TLS_BOOTSTRAP_TOKEN is missing")
+    );
+    assert!(without(|v| v.kube_ca_crt = Some("bm90IGEgY2VydA==".into())).contains("holds no PEM certificate"));
+}
+
+#[test]
+fn gpus_show_only_on_nodes_whose_custom_data_installs_the_driver() {
+    let gpus = || {
+        std::collections::BTreeMap::from([
+            ("cpu".to_string(), "6".to_string()),
+            ("nvidia.com/gpu".to_string(), "1".to_string()),
+        ])
+    };
+    let mut with_driver = gpus();
+    fake_arm::boot::drop_undriven_gpus("GPU_NODE=true\nCONFIG_GPU_DRIVER_IF_NEEDED=true\n", &mut with_driver);
+    assert_eq!(with_driver.get("nvidia.com/gpu").map(String::as_str), Some("1"));
+    let mut without = gpus();
+    fake_arm::boot::drop_undriven_gpus("GPU_NODE=false\n", &mut without);
+    assert!(!without.contains_key("nvidia.com/gpu"));
 }

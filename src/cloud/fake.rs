@@ -203,6 +203,11 @@ mod tests {
             tags: BTreeMap::new(),
             kubelet: KubeletSettings::default(),
             security: Default::default(),
+            node_class: crate::cloud::azure::NodeClassBootstrap {
+                kubernetes_version: "1.33.2".into(),
+                gpu_driver: true,
+                ..Default::default()
+            },
         }
     }
 

@@ -132,6 +132,11 @@ mod tests {
             kubelet: KubeletSettings::default(),
             subnet_id: None,
             security: Default::default(),
+            node_class: crate::cloud::azure::NodeClassBootstrap {
+                kubernetes_version: "1.33.2".into(),
+                gpu_driver: true,
+                ..Default::default()
+            },
         }
     }
 

@@ -85,6 +85,9 @@ pub struct LaunchRequest {
     /// AKSNodeClass `spec.security`: encryption at host and trusted launch. The options are sizes that
     /// honour it (the catalog filters by class) and, for trusted launch, trusted-launch images.
     pub security: NodeSecurity,
+    /// What the AKSNodeClass decides about the bootstrap: image family, Kubernetes version, GPU driver,
+    /// `linuxOSConfig`, local DNS, artifact streaming.
+    pub node_class: azure::bootstrap::NodeClassBootstrap,
 }
 
 /// Per-node kubelet values the bootstrap script passes as flags.
@@ -93,7 +96,7 @@ pub struct KubeletSettings {
     pub max_pods: u32,
     /// e.g. `cpu=100m`, `memory=1843Mi`.
     pub kube_reserved: BTreeMap<String, String>,
-    /// Flags from the AKSNodeClass `spec.kubelet` ([`crate::cloud::azure::customdata::kubelet_config_flags`]).
+    /// Flags from the AKSNodeClass `spec.kubelet` ([`crate::cloud::azure::bootstrap::kubelet_config_flags`]).
     pub config_flags: Vec<String>,
 }
 

@@ -17,6 +17,7 @@ use crate::catalog::{
     self, embedded_sku, CapacityOptions, CatalogError, NodeSecurity, PriceTable, SkuRecord,
     UnavailableOfferings,
 };
+use crate::cloud::azure::bootstrap::{labels::class_labels, NodeClassBootstrap};
 use crate::cloud::azure::client::ArmClients;
 use crate::cloud::azure::imagefamily::image_for;
 use crate::cloud::azure::skus::{list_region_skus, RegionSku};
@@ -28,9 +29,9 @@ pub const SKU_REFRESH_INTERVAL: Duration = Duration::from_secs(12 * 3600);
 /// After a failed listing, how soon to try again.
 const SKU_RETRY_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
-/// (maxPods, osDiskSizeGB, image requirements, security) of a class: what changes allocatable and
-/// which sizes it can launch.
-type ClassShape = (Option<u32>, Option<u32>, String, NodeSecurity);
+/// (maxPods, osDiskSizeGB, image requirements, security, AKS labels) of a class: what changes
+/// allocatable, which sizes it can launch and the labels all its nodes carry.
+type ClassShape = (Option<u32>, Option<u32>, String, NodeSecurity, BTreeMap<String, String>);
 /// The types of a shape, with the cache generation and SKU-list version they were computed at.
 type Memo = BTreeMap<ClassShape, ((u64, u64), Arc<Vec<InstanceType>>)>;
 /// The live SKU list, shared with the refresh task.
@@ -77,14 +78,16 @@ impl Catalog {
     /// The instance types a NodePool on `class` can launch (the defaults when the class is unknown).
     pub fn types_for(&self, class: Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>> {
         let images = class.and_then(|c| c.status.as_ref()).map(|s| s.images.as_slice()).unwrap_or_default();
-        let shape: ClassShape = class.map_or((None, None, String::new(), NodeSecurity::default()), |c| {
-            (
-                c.spec.max_pods.map(|m| m.max(0) as u32),
-                c.spec.os_disk_size_gb.map(|g| g.max(0) as u32),
-                image_requirements_key(images),
-                NodeSecurity::from_spec(c.spec.security.as_ref()),
-            )
-        });
+        let shape: ClassShape =
+            class.map_or((None, None, String::new(), NodeSecurity::default(), BTreeMap::new()), |c| {
+                (
+                    c.spec.max_pods.map(|m| m.max(0) as u32),
+                    c.spec.os_disk_size_gb.map(|g| g.max(0) as u32),
+                    image_requirements_key(images),
+                    NodeSecurity::from_spec(c.spec.security.as_ref()),
+                    class_labels(&NodeClassBootstrap::from_class(c)),
+                )
+            });
         let now = (self.clock)();
         let mut unavailable = self.unavailable.lock().unwrap_or_else(|p| p.into_inner());
         unavailable.evict_expired(now);
@@ -115,6 +118,11 @@ impl Catalog {
         // A class without images is not Ready and launches nothing; its sizes are left as they are.
         if !images.is_empty() {
             types.retain(|t| record(&t.name).is_none_or(|sku| image_for(images, sku).is_some()));
+        }
+        // Every node of the class carries these (the bootstrap sets them), so NodePool requirements on
+        // them select sizes as upstream's instance type requirements do.
+        for t in &mut types {
+            t.labels.extend(shape.4.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
         let types = Arc::new(types);
         memo.insert(shape, (version, types.clone()));
@@ -226,6 +234,32 @@ mod tests {
         };
         assert_eq!(zones(0), ["eastus-1", "eastus-3"]);
         assert_eq!(zones(1), ["eastus-2"]);
+    }
+
+    #[test]
+    fn every_size_of_a_class_carries_its_aks_labels_so_requirements_on_them_match() {
+        let catalog = catalog();
+        let class = |spec: &str| -> AKSNodeClass {
+            serde_yaml::from_str(&format!(
+                "apiVersion: karpenter.azure.com/v1beta1\nkind: AKSNodeClass\nmetadata: {{name: c}}\nspec: {spec}\n"
+            ))
+            .unwrap()
+        };
+        let label = |class: &AKSNodeClass, key: &str| -> Vec<Option<String>> {
+            let types = catalog.types_for(Some(class));
+            let mut values: Vec<Option<String>> = types.iter().map(|t| t.labels.get(key).cloned()).collect();
+            values.dedup();
+            values
+        };
+        let ubuntu = class("{}");
+        assert_eq!(label(&ubuntu, "kubernetes.azure.com/mode"), [Some("user".to_string())]);
+        assert_eq!(label(&ubuntu, "kubernetes.azure.com/os-sku"), [Some("Ubuntu".to_string())]);
+        assert_eq!(label(&ubuntu, "kubernetes.azure.com/fips_enabled"), [None]);
+        let fips = class("{imageFamily: AzureLinux, fipsMode: FIPS}");
+        assert_eq!(label(&fips, "kubernetes.azure.com/os-sku"), [Some("AzureLinux".to_string())]);
+        assert_eq!(label(&fips, "kubernetes.azure.com/fips_enabled"), [Some("true".to_string())]);
+        // The memo keeps the classes apart.
+        assert_eq!(label(&ubuntu, "kubernetes.azure.com/os-sku"), [Some("Ubuntu".to_string())]);
     }
 
     #[test]

@@ -168,7 +168,12 @@ pub fn registration_timeout(timeout: Duration) -> Event {
         EventType::Warning,
         reason::REGISTRATION_TIMEOUT,
         "Delete",
-        format!("Node not registered within {}; deleting the nodeclaim", human(timeout)),
+        format!(
+            "Node not registered within {}; deleting the nodeclaim. The VM's kubelet did not join: check the \
+             cluster CA (KUBE_CA_CRT), the API server name and the bootstrap token (TLS_BOOTSTRAP_TOKEN) \
+             it booted with",
+            human(timeout)
+        ),
     )
 }
 
@@ -406,7 +411,9 @@ mod tests {
         );
         assert_eq!(
             note(registration_timeout(Duration::from_secs(90))),
-            "Node not registered within 90s; deleting the nodeclaim"
+            "Node not registered within 90s; deleting the nodeclaim. The VM's kubelet did not join: check the \
+             cluster CA (KUBE_CA_CRT), the API server name and the bootstrap token (TLS_BOOTSTRAP_TOKEN) it \
+             booted with"
         );
         assert_eq!(note(terminating(&["a".into(), "b".into()])), "Draining node a, b");
         assert_eq!(

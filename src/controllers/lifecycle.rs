@@ -38,7 +38,7 @@ use crate::operator::metrics::{controller, in_controller};
 /// Upstream liveness: a claim not launched within 5 minutes is deleted.
 const LAUNCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// Upstream liveness: a claim whose Node has not registered within 15 minutes is deleted.
-const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// How often a claim waiting for its Node is looked at again (Node events also wake it).
 pub(super) const WAIT_POLL: Duration = Duration::from_secs(2);
 /// A settled claim is still looked at now and then, so a missed event is not fatal.
@@ -120,8 +120,9 @@ async fn step<C: CloudProvider + 'static>(
         return launch(claim, shared, &api).await;
     };
     if !conditions::is_true(&status.conditions, conditions::REGISTERED) {
-        if age > REGISTRATION_TIMEOUT {
-            shared.events.on_claim(claim, events::registration_timeout(REGISTRATION_TIMEOUT)).await;
+        let timeout = shared.settings.registration_timeout;
+        if age > timeout {
+            shared.events.on_claim(claim, events::registration_timeout(timeout)).await;
             return delete_claim(&api, claim, "registration_timeout").await;
         }
         return register(claim, shared, &api, &provider_id).await;

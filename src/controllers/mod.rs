@@ -75,6 +75,8 @@ pub struct Settings {
     pub cluster_subnet_id: String,
     /// `AZURE_NODE_RESOURCE_GROUP`: tells an AKS-managed VNet (no custom subnets) from the user's.
     pub node_resource_group: String,
+    /// How long a launched claim waits for its Node ([`lifecycle::REGISTRATION_TIMEOUT`]).
+    pub registration_timeout: Duration,
 }
 
 /// Why a controller step failed. `category` is the bounded label for logs, metrics and events.

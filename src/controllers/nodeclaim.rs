@@ -12,7 +12,7 @@ use crate::apis::conditions::{self, Condition, ConditionStatus};
 use crate::apis::nodeclaim::ResourceRequirements;
 use crate::apis::{AKSNodeClass, NodeClaim, NodeClaimSpec, NodePool};
 use crate::catalog::{embedded_sku, NodeSecurity};
-use crate::cloud::azure::customdata::kubelet_config_flags;
+use crate::cloud::azure::bootstrap::{kubelet_config_flags, NodeClassBootstrap};
 use crate::cloud::azure::imagefamily::image_for;
 use crate::cloud::{InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice};
 use crate::model::labels::{self, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
@@ -205,6 +205,7 @@ pub fn launch_request(
             config_flags: kubelet_config_flags(class.spec.kubelet.as_ref()),
         },
         security: NodeSecurity::from_spec(class.spec.security.as_ref()),
+        node_class: NodeClassBootstrap::from_class(class),
     })
 }
 

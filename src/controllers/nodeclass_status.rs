@@ -1,6 +1,7 @@
 //! The AKSNodeClass status from what was found out about the class (pure): `kubernetesVersion`,
-//! `images`, and the conditions KubernetesVersionReady, ImagesReady, SubnetsReady and Ready, which is
-//! True only when the other three are (upstream operatorpkg's root condition: otherwise False with
+//! `images`, and the conditions KubernetesVersionReady, ImagesReady, SubnetsReady, ValidationSucceeded
+//! (the node bootstrap can serve the class: e.g. not local DNS `Required`) and Ready, which is True only
+//! when the others are (upstream operatorpkg's root condition: otherwise False with
 //! reason `UnhealthyDependents` and the failing types as message, e.g. `SubnetsReady=False`).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -9,6 +10,7 @@ use serde_json::json;
 use crate::apis::aksnodeclass::NodeImage;
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::AKSNodeClass;
+use crate::cloud::azure::bootstrap::{class_problem, NodeClassBootstrap};
 
 /// What image resolution found.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,12 +65,22 @@ pub fn nodeclass_status(
             set(&mut list, conditions::SUBNETS_READY, f, reason, message)
         }
     };
-    let unhealthy: Vec<String> =
-        [conditions::KUBERNETES_VERSION_READY, conditions::IMAGES_READY, conditions::SUBNETS_READY]
-            .into_iter()
-            .filter(|type_| !conditions::is_true(&list, type_))
-            .map(|type_| format!("{type_}=False"))
-            .collect();
+    changed |= match class_problem(&NodeClassBootstrap::from_class(class)) {
+        None => set(&mut list, conditions::VALIDATION_SUCCEEDED, t, "ValidationSucceeded", ""),
+        Some(problem) => {
+            set(&mut list, conditions::VALIDATION_SUCCEEDED, f, problem.category(), &problem.to_string())
+        }
+    };
+    let unhealthy: Vec<String> = [
+        conditions::KUBERNETES_VERSION_READY,
+        conditions::IMAGES_READY,
+        conditions::SUBNETS_READY,
+        conditions::VALIDATION_SUCCEEDED,
+    ]
+    .into_iter()
+    .filter(|type_| !conditions::is_true(&list, type_))
+    .map(|type_| format!("{type_}=False"))
+    .collect();
     changed |= if unhealthy.is_empty() {
         set(&mut list, conditions::READY, t, "Ready", "")
     } else {
@@ -112,6 +124,30 @@ mod tests {
     }
 
     #[test]
+    fn a_class_the_node_bootstrap_cannot_serve_is_not_ready_and_says_why() {
+        let mut class: AKSNodeClass = serde_yaml::from_str(
+            "apiVersion: karpenter.azure.com/v1beta1\nkind: AKSNodeClass\nmetadata: {name: c, generation: 1}\nspec: {localDNS: {mode: Required}}\n",
+        )
+        .unwrap();
+        let resolved = ImagesCheck::Resolved(images("1"));
+        let status = nodeclass_status(&class, "1.34.4", &resolved, &SubnetCheck::Ready, &now()).unwrap();
+        apply(&mut class, status);
+        let c = condition(&class, "ValidationSucceeded");
+        assert_eq!((c.status, c.reason.as_str()), (ConditionStatus::False, "LocalDNSNotSupported"));
+        assert!(c.message.contains("spec.localDNS.mode Required"), "{}", c.message);
+        let ready = condition(&class, "Ready");
+        assert_eq!(
+            (ready.status, ready.message.as_str()),
+            (ConditionStatus::False, "ValidationSucceeded=False")
+        );
+        // Preferred falls back to no local DNS on these nodes and is fine.
+        class.spec.local_dns.as_mut().unwrap().mode = crate::apis::aksnodeclass::LocalDnsMode::Preferred;
+        let status = nodeclass_status(&class, "1.34.4", &resolved, &SubnetCheck::Ready, &now()).unwrap();
+        apply(&mut class, status);
+        assert_eq!(condition(&class, "Ready").status, ConditionStatus::True);
+    }
+
+    #[test]
     fn ready_when_images_resolve_and_the_subnet_exists() {
         let mut class = class();
         let status = nodeclass_status(
@@ -126,7 +162,8 @@ mod tests {
         let s = class.status.as_ref().unwrap();
         assert_eq!(s.kubernetes_version.as_deref(), Some("1.34.4"));
         assert_eq!(s.images, images("1"));
-        for type_ in ["KubernetesVersionReady", "ImagesReady", "SubnetsReady", "Ready"] {
+        for type_ in ["KubernetesVersionReady", "ImagesReady", "SubnetsReady", "ValidationSucceeded", "Ready"]
+        {
             let c = condition(&class, type_);
             assert_eq!((c.status, c.observed_generation), (ConditionStatus::True, Some(3)), "{type_}");
         }

@@ -14,7 +14,7 @@ use crate::cloud::azure::{
 use crate::cloud::metered::{self, Metered};
 use crate::cloud::wall_clock;
 use crate::operator::server::Ports;
-use crate::operator::{Credential, NetworkPlugin, Validated};
+use crate::operator::{Credential, NetworkDataplane, NetworkPlugin, NetworkPolicy, Validated};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -24,6 +24,9 @@ pub enum StartError {
     Client(#[from] ClientError),
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    /// Nodes verify the API server with the cluster CA; without one they would never join.
+    #[error("no cluster CA: the Kubernetes client configuration trusts no CA certificate; set --cluster-ca-bundle (CLUSTER_CA_BUNDLE) to the cluster's CA (PEM or base64 PEM)")]
+    NoClusterCa,
 }
 
 impl StartError {
@@ -32,6 +35,7 @@ impl StartError {
             StartError::ManagedIdentityUnsupported => "CredentialUnsupported",
             StartError::Client(e) => e.category(),
             StartError::Catalog(e) => e.category(),
+            StartError::NoClusterCa => "ClusterCAMissing",
         }
     }
 }
@@ -58,12 +62,44 @@ pub fn arm_settings(v: &Validated) -> Result<ArmSettings, StartError> {
     })
 }
 
-/// Cluster-wide launch settings from the operator settings.
-pub fn launch_settings(v: &Validated) -> LaunchSettings {
-    // The node image expects `none` under overlay (pod IPs do not come from the subnet), else `azure`.
-    let network_plugin = match (v.network.plugin, v.network.overlay) {
-        (NetworkPlugin::Azure, false) => "azure",
+/// The cluster CA the nodes get as `KUBE_CA_CRT` (base64 of the PEM): `CLUSTER_CA_BUNDLE`, else the
+/// CA the controller's own client trusts (upstream operator.go getCABundle reads the REST config's).
+pub fn cluster_ca_bundle(v: &Validated, client_roots: Option<&[Vec<u8>]>) -> Result<String, StartError> {
+    if let Some(ca) = &v.cluster_ca_bundle {
+        return Ok(ca.clone());
+    }
+    let roots = client_roots.filter(|r| !r.is_empty()).ok_or(StartError::NoClusterCa)?;
+    let pem: String = roots.iter().map(|der| der_to_pem(der)).collect();
+    Ok(azure_core::base64::encode(pem))
+}
+
+/// One DER certificate as PEM, 64 base64 characters a line.
+fn der_to_pem(der: &[u8]) -> String {
+    let body = azure_core::base64::encode(der);
+    let lines: Vec<&str> =
+        body.as_bytes().chunks(64).map(|c| std::str::from_utf8(c).unwrap_or_default()).collect();
+    format!("-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n", lines.join("\n"))
+}
+
+/// Cluster-wide launch settings from the operator settings and the cluster CA (base64 PEM).
+pub fn launch_settings(v: &Validated, ca_bundle_base64: &str) -> LaunchSettings {
+    // The node image expects `none` under overlay, Cilium node subnet or bring-your-own CNI, else
+    // `azure` (launchtemplate.go getAgentbakerNetworkPlugin).
+    let cilium = v.network.dataplane == Some(NetworkDataplane::Cilium);
+    let network_plugin = match (v.network.plugin, v.network.overlay, cilium) {
+        (NetworkPlugin::Azure, false, false) => "azure",
         _ => "none",
+    };
+    let network_policy = match v.network.policy {
+        NetworkPolicy::None => "",
+        NetworkPolicy::Cilium => "cilium",
+        NetworkPolicy::Calico => "calico",
+    };
+    let tenant_id = match &v.azure.credential {
+        Credential::ClientSecret { tenant_id, .. } | Credential::WorkloadIdentity { tenant_id, .. } => {
+            tenant_id.clone()
+        }
+        Credential::ManagedIdentity { .. } => String::new(),
     };
     LaunchSettings {
         cluster_name: v.cluster_name.clone(),
@@ -77,7 +113,18 @@ pub fn launch_settings(v: &Validated) -> LaunchSettings {
         bootstrap: BootstrapSettings {
             cluster_endpoint: v.cluster_endpoint.as_str().trim_end_matches('/').to_string(),
             bootstrap_token: v.kubelet_bootstrap_token.clone(),
+            ca_bundle_base64: ca_bundle_base64.to_string(),
             network_plugin: network_plugin.to_string(),
+            network_policy: network_policy.to_string(),
+            overlay: v.network.plugin == NetworkPlugin::Azure && v.network.overlay,
+            cilium_dataplane: cilium,
+            dns_service_ip: v.dns_service_ip.clone(),
+            kubelet_identity_client_id: v.kubelet_identity_client_id.clone().unwrap_or_default(),
+            vnet_guid: v.vnet_guid.clone().unwrap_or_default(),
+            tenant_id,
+            subscription_id: v.azure.subscription_id.clone(),
+            location: v.azure.location.clone(),
+            node_resource_group: v.azure.node_resource_group.clone(),
         },
         poll_interval: DEFAULT_POLL_INTERVAL,
         max_polls: DEFAULT_MAX_POLLS,
@@ -87,7 +134,10 @@ pub fn launch_settings(v: &Validated) -> LaunchSettings {
 
 /// The Azure provider, timed by the cloud-provider metrics, and the catalog, sharing one
 /// unavailable-offerings cache.
-pub fn azure(v: &Validated) -> Result<(Arc<Metered<AzureCloudProvider>>, Catalog), StartError> {
+pub fn azure(
+    v: &Validated,
+    ca_bundle_base64: &str,
+) -> Result<(Arc<Metered<AzureCloudProvider>>, Catalog), StartError> {
     let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
     let clock = wall_clock();
     let catalog = Catalog::new(
@@ -100,7 +150,7 @@ pub fn azure(v: &Validated) -> Result<(Arc<Metered<AzureCloudProvider>>, Catalog
     // One credential and pipeline for the launcher and the SKU refresh.
     let clients = ArmClients::new(&arm_settings(v)?)?;
     catalog.spawn_sku_refresh(clients.clone());
-    let provider = AzureCloudProvider::new(clients, launch_settings(v), unavailable, clock);
+    let provider = AzureCloudProvider::new(clients, launch_settings(v, ca_bundle_base64), unavailable, clock);
     Ok((Arc::new(Metered::new(provider, metered::AZURE)), catalog))
 }
 
@@ -114,6 +164,7 @@ pub fn settings(v: &Validated) -> Settings {
         ports: Ports { metrics: v.metrics_port, health: v.health_probe_port },
         cluster_subnet_id: v.network.vnet_subnet_id.clone(),
         node_resource_group: v.azure.node_resource_group.clone(),
+        registration_timeout: env_duration(REGISTRATION_TIMEOUT_ENV, super::lifecycle::REGISTRATION_TIMEOUT),
     }
 }
 
@@ -121,6 +172,9 @@ pub fn settings(v: &Validated) -> Settings {
 pub const GC_INTERVAL_ENV: &str = "KARPENTER_GC_INTERVAL";
 /// Hidden override of the garbage-collection grace period for unowned VMs, for tests.
 pub const GC_GRACE_ENV: &str = "KARPENTER_GC_GRACE_PERIOD";
+
+/// Hidden override of the registration timeout, so tests of nodes that never join need not wait 15 minutes.
+pub const REGISTRATION_TIMEOUT_ENV: &str = "KARPENTER_REGISTRATION_TIMEOUT";
 
 /// A duration from a hidden test override; the default when unset, or (with a warning) when malformed.
 fn env_duration(name: &str, default: Duration) -> Duration {
@@ -133,5 +187,49 @@ fn env_duration(name: &str, default: Duration) -> Duration {
                 default
             }
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_ca_comes_from_the_setting_else_from_the_client() {
+        let env: std::collections::BTreeMap<String, String> = [
+            ("CLUSTER_NAME", "c"),
+            ("CLUSTER_ENDPOINT", "https://c.hcp.eastus.azmk8s.io:443"),
+            ("AZURE_SUBSCRIPTION_ID", "00000000-0000-0000-0000-000000000001"),
+            ("LOCATION", "eastus"),
+            ("AZURE_NODE_RESOURCE_GROUP", "MC_rg_c_eastus"),
+            (
+                "VNET_SUBNET_ID",
+                "/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v/subnets/s",
+            ),
+            ("KUBELET_BOOTSTRAP_TOKEN", "abcdef.0123456789abcdef"),
+            ("SSH_PUBLIC_KEY", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE azureuser@host"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let v = crate::operator::Options::parse_from(["karpenter-azure"], &env).unwrap().validate().unwrap();
+        assert!(matches!(cluster_ca_bundle(&v, None), Err(StartError::NoClusterCa)));
+        let der = vec![0x30u8; 100];
+        let pem = String::from_utf8(
+            azure_core::base64::decode(cluster_ca_bundle(&v, Some(&[der])).unwrap()).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            pem.starts_with("-----BEGIN CERTIFICATE-----\n") && pem.ends_with("-----END CERTIFICATE-----\n")
+        );
+        assert!(pem.lines().all(|l| l.len() <= 64), "{pem}");
+        let given = crate::operator::Validated { cluster_ca_bundle: Some("Q0E=".into()), ..v };
+        assert_eq!(cluster_ca_bundle(&given, None).unwrap(), "Q0E=");
+        // Overlay with Cilium: the node image gets plugin none and the policy.
+        let s = launch_settings(&given, "Q0E=");
+        assert_eq!(
+            (s.bootstrap.network_plugin.as_str(), s.bootstrap.overlay, s.bootstrap.cilium_dataplane),
+            ("none", true, true)
+        );
     }
 }

@@ -41,6 +41,9 @@ pub mod setting {
     pub const NETWORK_POLICY: Setting = s("network-policy", "NETWORK_POLICY");
     pub const NETWORK_DATAPLANE: Setting = s("network-dataplane", "NETWORK_DATAPLANE");
     pub const NODE_IDENTITIES: Setting = s("node-identities", "NODE_IDENTITIES");
+    pub const CLUSTER_CA_BUNDLE: Setting = s("cluster-ca-bundle", "CLUSTER_CA_BUNDLE");
+    pub const DNS_SERVICE_IP: Setting = s("dns-service-ip", "DNS_SERVICE_IP");
+    pub const VNET_GUID: Setting = s("vnet-guid", "VNET_GUID");
     pub const KUBELET_IDENTITY_CLIENT_ID: Setting =
         s("kubelet-identity-client-id", "KUBELET_IDENTITY_CLIENT_ID");
     pub const VM_MEMORY_OVERHEAD_PERCENT: Setting =
@@ -317,4 +320,40 @@ pub fn tags(setting: Setting, list: &str) -> Result<BTreeMap<String, String>, Op
         }
     }
     Ok(tags)
+}
+
+/// An IP address (upstream options_validation.go parses DNS_SERVICE_IP with netip.ParseAddr).
+pub fn ip_address(setting: Setting, value: &str) -> Result<String, OptionsError> {
+    value.parse::<std::net::IpAddr>().map(|ip| ip.to_string()).map_err(|_| OptionsError::Invalid {
+        setting,
+        reason: format!(
+            "{value:?} is not an IP address such as 10.0.0.10 (the cluster DNS service's ClusterIP)"
+        ),
+    })
+}
+
+/// A CA bundle in PEM, given as PEM text or base64 of it (as in a kubeconfig's
+/// certificate-authority-data); returned as base64 of the PEM, the form the node image reads.
+pub fn ca_bundle(setting: Setting, value: &str) -> Result<String, OptionsError> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    let pem = if value.contains(BEGIN) {
+        value.to_string()
+    } else {
+        let decoded = azure_core::base64::decode(value.trim()).ok().and_then(|b| String::from_utf8(b).ok());
+        decoded.ok_or_else(|| OptionsError::Invalid {
+            setting,
+            reason: "must be PEM certificates or base64 of them (kubectl config view --raw -o \
+                     jsonpath='{.clusters[0].cluster.certificate-authority-data}')"
+                .to_string(),
+        })?
+    };
+    if !pem.contains(BEGIN) || !pem.contains("-----END CERTIFICATE-----") {
+        return Err(OptionsError::Invalid {
+            setting,
+            reason: "holds no PEM certificate (-----BEGIN CERTIFICATE----- ... -----END CERTIFICATE-----)"
+                .to_string(),
+        });
+    }
+    // One form whichever way it was given (the setting's surrounding whitespace is trimmed).
+    Ok(azure_core::base64::encode(format!("{}\n", pem.trim())))
 }

@@ -187,6 +187,16 @@ pub struct Options {
     /// The kubelet identity's client ID.
     #[arg(long, env = "KUBELET_IDENTITY_CLIENT_ID")]
     pub kubelet_identity_client_id: Option<String>,
+    /// The cluster CA the nodes trust the API server with (PEM or base64 PEM); defaults to the CA this
+    /// controller's own Kubernetes client trusts.
+    #[arg(long, env = "CLUSTER_CA_BUNDLE")]
+    pub cluster_ca_bundle: Option<String>,
+    /// The ClusterIP of the cluster DNS service (kube-dns); "" keeps AKS's default 10.0.0.10.
+    #[arg(long, env = "DNS_SERVICE_IP")]
+    pub dns_service_ip: Option<String>,
+    /// The resource GUID of the cluster VNet, for the nodenetwork-vnetguid label under Azure CNI overlay.
+    #[arg(long, env = "VNET_GUID")]
+    pub vnet_guid: Option<String>,
     /// Share of VM memory the hypervisor keeps, in [0, 1).
     #[arg(long, env = "VM_MEMORY_OVERHEAD_PERCENT", default_value = defaults::VM_MEMORY_OVERHEAD_PERCENT)]
     pub vm_memory_overhead_percent: String,

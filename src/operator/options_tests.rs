@@ -386,3 +386,33 @@ fn subnet_check_agrees_with_the_crd_pattern() {
     );
     assert!(!super::checks::is_subnet_id(&long_rg));
 }
+
+#[test]
+fn node_bootstrap_settings_are_checked_and_normalised() {
+    let v = validate(&[], &required_env()).unwrap();
+    assert_eq!((v.cluster_ca_bundle, v.dns_service_ip, v.vnet_guid), (None, None, None));
+    let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    let env = with(required_env(), "CLUSTER_CA_BUNDLE", pem);
+    let env = with(env, "DNS_SERVICE_IP", "10.2.0.10");
+    let env = with(env, "VNET_GUID", "a519e60a-cac0-40b2-b883-084477fe6f5c");
+    let v = validate(&[], &env).unwrap();
+    // PEM or base64 of it: the node image gets base64.
+    let encoded = azure_core::base64::encode(pem);
+    assert_eq!(v.cluster_ca_bundle.as_deref(), Some(encoded.as_str()));
+    let v2 = validate(&[], &with(required_env(), "CLUSTER_CA_BUNDLE", &encoded)).unwrap();
+    assert_eq!(v2.cluster_ca_bundle, v.cluster_ca_bundle);
+    assert_eq!(v.dns_service_ip.as_deref(), Some("10.2.0.10"));
+    assert_eq!(v.vnet_guid.as_deref(), Some("a519e60a-cac0-40b2-b883-084477fe6f5c"));
+
+    let err = error_of(&[], &with(required_env(), "DNS_SERVICE_IP", "kube-dns"));
+    assert!(err.contains("--dns-service-ip (DNS_SERVICE_IP)") && err.contains("not an IP address"), "{err}");
+    let err = error_of(&[], &with(required_env(), "CLUSTER_CA_BUNDLE", "bm90IGEgY2VydA=="));
+    assert!(
+        err.contains("--cluster-ca-bundle (CLUSTER_CA_BUNDLE)") && err.contains("no PEM certificate"),
+        "{err}"
+    );
+    let err = error_of(&[], &with(required_env(), "CLUSTER_CA_BUNDLE", "%%%"));
+    assert!(err.contains("base64"), "{err}");
+    let err = error_of(&[], &with(required_env(), "VNET_GUID", "vnet"));
+    assert!(err.contains("--vnet-guid (VNET_GUID)"), "{err}");
+}

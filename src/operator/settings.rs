@@ -97,6 +97,12 @@ pub struct Validated {
     /// ARM IDs of user-assigned identities for every node.
     pub node_identities: Vec<String>,
     pub kubelet_identity_client_id: Option<String>,
+    /// `CLUSTER_CA_BUNDLE` as base64 of the PEM; None means the controller's own client CA.
+    pub cluster_ca_bundle: Option<String>,
+    /// `DNS_SERVICE_IP`; None keeps the node image's default.
+    pub dns_service_ip: Option<String>,
+    /// `VNET_GUID`.
+    pub vnet_guid: Option<String>,
     pub vm_memory_overhead_percent: f64,
     pub additional_tags: BTreeMap<String, String>,
     pub batch_idle_duration: Duration,
@@ -185,6 +191,13 @@ impl Options {
             kubelet_identity_client_id: present(&self.kubelet_identity_client_id)
                 .map(|id| checks::guid(setting::KUBELET_IDENTITY_CLIENT_ID, id))
                 .transpose()?,
+            cluster_ca_bundle: present(&self.cluster_ca_bundle)
+                .map(|ca| checks::ca_bundle(setting::CLUSTER_CA_BUNDLE, ca))
+                .transpose()?,
+            dns_service_ip: present(&self.dns_service_ip)
+                .map(|ip| checks::ip_address(setting::DNS_SERVICE_IP, ip))
+                .transpose()?,
+            vnet_guid: present(&self.vnet_guid).map(|g| checks::guid(setting::VNET_GUID, g)).transpose()?,
             vm_memory_overhead_percent: checks::fraction(
                 setting::VM_MEMORY_OVERHEAD_PERCENT,
                 &self.vm_memory_overhead_percent,

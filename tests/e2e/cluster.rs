@@ -40,6 +40,20 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// Where the API server listens (the kubeconfig's server), for clients that dial it by address.
+    pub fn api_server_addr(&self) -> std::net::SocketAddr {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)
+            .unwrap_or_else(|err| panic!("reading {}: {err}", self.kubeconfig.display()));
+        let server = kubeconfig
+            .clusters
+            .first()
+            .and_then(|c| c.cluster.as_ref())
+            .and_then(|c| c.server.clone())
+            .expect("the e2e kubeconfig names its server");
+        let host_port = server.trim_start_matches("https://").trim_end_matches('/');
+        host_port.parse().unwrap_or_else(|err| panic!("API server address {host_port:?}: {err}"))
+    }
+
     /// A kube client with the admin kubeconfig, without automatic retries. Each test makes its own,
     /// because a client's connections belong to the tokio runtime that opened them and every
     /// `#[tokio::test]` has its own runtime.

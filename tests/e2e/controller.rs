@@ -81,11 +81,24 @@ impl Controller {
         name: &str,
         extra_env: &[(&'static str, String)],
     ) -> Controller {
+        let registrar = Arc::new(KubeNodeRegistrar::new(client.clone()));
+        Controller::start_with_registrar(cluster, client, name, extra_env, registrar).await
+    }
+
+    /// Like [`Controller::start_with_env`], with the VMs' Nodes registered by `registrar` (e.g. a
+    /// TLS-bootstrapping kubelet that uses nothing but the custom data).
+    pub async fn start_with_registrar(
+        cluster: &Cluster,
+        client: &kube::Client,
+        name: &str,
+        extra_env: &[(&'static str, String)],
+        registrar: Arc<dyn crate::fake_arm::NodeRegistrar>,
+    ) -> Controller {
         let exclusive = ONE_AT_A_TIME.lock().await;
         let config = FakeArmConfig {
             client_secrets: vec![(CLIENT_ID.to_string(), CLIENT_SECRET.to_string())],
             boot_delay: BOOT_DELAY,
-            registrar: Some(Arc::new(KubeNodeRegistrar::new(client.clone()))),
+            registrar: Some(registrar),
             ..FakeArmConfig::default()
         };
         let fake = FakeArm::start(config).await.expect("the fake ARM starts");

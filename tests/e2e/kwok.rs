@@ -43,6 +43,7 @@ pub fn booted_vm(name: &str) -> BootedVm {
         taints: vec![],
         capacity: resources.clone(),
         allocatable: resources,
+        join: None,
     }
 }
 

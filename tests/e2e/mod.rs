@@ -3,7 +3,8 @@
 //!
 //! Harness: `cluster` (start/stop, one cluster per test binary), `objects` (apply/create manifests),
 //! `wait` (polling with deadlines), `crds` (install `crds/` once), `kwok` (nodes and pods),
-//! `controller` (the `karpenter-azure controller` binary against the cluster and a fake ARM), `helm` (the
+//! `controller` (the `karpenter-azure controller` binary against the cluster and a fake ARM, its VMs joining
+//! through the kwok registrar or a TLS-bootstrapping kubelet), `helm` (the
 //! helm runner), `identity` (the chart's ServiceAccount token the controller runs with), `prometheus` (its
 //! metrics read over HTTP, by promtool and by a real Prometheus server).
 
@@ -25,6 +26,7 @@ mod chart;
 mod chart_settings;
 mod events;
 mod eviction;
+mod join;
 mod leader;
 mod metrics;
 mod nodeclass;

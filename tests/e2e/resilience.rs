@@ -309,6 +309,11 @@ fn orphan_request(claim: &str) -> LaunchRequest {
         tags: BTreeMap::new(),
         kubelet: KubeletSettings { max_pods: 110, kube_reserved: BTreeMap::new(), config_flags: vec![] },
         security: Default::default(),
+        node_class: karpenter_azure::cloud::azure::NodeClassBootstrap {
+            kubernetes_version: "1.33.2".into(),
+            gpu_driver: true,
+            ..Default::default()
+        },
     }
 }
 

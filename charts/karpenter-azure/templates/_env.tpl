@@ -66,6 +66,18 @@ empty are not set at all, so the controller's own default applies. Secrets are o
 - name: KUBELET_IDENTITY_CLIENT_ID
   value: {{ . | quote }}
 {{- end }}
+{{- with $s.clusterCaBundle }}
+- name: CLUSTER_CA_BUNDLE
+  value: {{ . | quote }}
+{{- end }}
+{{- with $s.dnsServiceIp }}
+- name: DNS_SERVICE_IP
+  value: {{ . | quote }}
+{{- end }}
+{{- with $s.vnetGuid }}
+- name: VNET_GUID
+  value: {{ . | quote }}
+{{- end }}
 - name: VM_MEMORY_OVERHEAD_PERCENT
   value: {{ $s.vmMemoryOverheadPercent | toString | quote }}
 {{- with $s.tags }}

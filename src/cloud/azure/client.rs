@@ -14,7 +14,7 @@ use azure_identity::{ClientSecretCredential, WorkloadIdentityCredential};
 use azure_mgmt_compute::package_2024_07_01 as compute;
 use serde_json::Value;
 
-use super::customdata::Secret;
+use super::bootstrap::Secret;
 use super::errors::ArmFailure;
 
 /// Public cloud endpoints (ARM_CLOUD=AzurePublicCloud upstream).

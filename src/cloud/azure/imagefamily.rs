@@ -83,7 +83,7 @@ pub fn distro(family: ImageFamily, kubernetes_version: &str) -> Distro {
 }
 
 /// The minor of a 1.x version (`v1.33.1+k3s1` → 33); None for anything else.
-fn minor_version(version: &str) -> Option<u64> {
+pub fn minor_version(version: &str) -> Option<u64> {
     let mut parts = version.trim().trim_start_matches('v').split('.');
     let major = parts.next()?;
     let minor = parts.next()?;

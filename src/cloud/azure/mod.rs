@@ -2,7 +2,7 @@
 //!
 //! - `client`: ARM clients and credential from settings.
 //! - `naming`: `aks-<claim>` names and provider IDs.
-//! - `customdata`: the bootstrap script (kubelet flags, join).
+//! - `bootstrap`: the custom data that joins a VM to the cluster (the AKS node-bootstrap contract).
 //! - `network`: the load-balancer backend pools and NSG a NIC joins (listed, cached 2 h).
 //! - `nic`, `vm`: resource bodies, GET-before-PUT, polling of long-running operations.
 //! - `errors`: ARM errors → unavailable-offerings marks and [`crate::cloud::CloudError`].
@@ -10,8 +10,8 @@
 //!   `subnet`: subnet IDs and the class-subnet rules (pure); `lookups`: the ARM reads behind them.
 //! - `provider`: the [`crate::cloud::CloudProvider`] implementation.
 
+pub mod bootstrap;
 pub mod client;
-pub mod customdata;
 pub mod errors;
 pub mod imagefamily;
 pub mod lookups;
@@ -26,8 +26,8 @@ pub mod vm;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+pub use bootstrap::{BootstrapSettings, NodeClassBootstrap, Secret};
 pub use client::{ArmClients, ArmSettings, CredentialSource, RetrySettings};
-pub use customdata::{BootstrapSettings, Secret};
 pub use provider::AzureCloudProvider;
 
 /// Upstream polls VM creates every 3 s (instance/poller.go).

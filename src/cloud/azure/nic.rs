@@ -178,9 +178,8 @@ mod tests {
             node_identities: vec![],
             additional_tags: BTreeMap::new(),
             bootstrap: BootstrapSettings {
-                cluster_endpoint: "https://c:443".into(),
-                bootstrap_token: Secret::new("abcdef.0123456789abcdef"),
                 network_plugin: network_plugin.into(),
+                ..BootstrapSettings::new("https://c:443", Secret::new("abcdef.0123456789abcdef"), "")
             },
             poll_interval: Duration::from_secs(1),
             max_polls: 1,

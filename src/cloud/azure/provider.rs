@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Semaphore;
 
+use super::bootstrap::{self, labels::aks_labels, NodeBootstrap};
 use super::client::ArmClients;
-use super::customdata::{self, NodeBootstrap};
 use super::errors::{self, ArmFailure, CapacityClass};
 use super::subnet::SubnetId;
 use super::{imagefamily, lookups, naming, network, nic, vm, LaunchSettings};
@@ -185,19 +185,32 @@ impl AzureCloudProvider {
         let name = naming::resource_name(&request.claim_name);
         let tags = vm::tags(s, &request.tags, &request.nodepool);
         let subnet_id = request.subnet_id.as_deref().unwrap_or(&s.subnet_id);
-        let nic_id = self.ensure_nic(&name, subnet_id, option, &tags, request.kubelet.max_pods).await?;
-        let node_labels = self.node_labels(request, option, offering);
-        let custom_data = customdata::render_custom_data(
+        // The custom data first: a class it cannot serve (e.g. local DNS Required) creates nothing in Azure.
+        let arch =
+            crate::catalog::embedded_sku(&option.name).map_or(crate::catalog::Arch::Amd64, |sku| sku.arch);
+        let node_labels = self.node_labels(request, option, offering, subnet_id, arch);
+        let attachments = self.limited(self.network.get(&self.clients, self.rg())).await?;
+        let nsg_name = attachments.nsg_id.as_deref().and_then(|id| id.rsplit('/').next());
+        let custom_data = bootstrap::render_custom_data(
             &s.bootstrap,
             &NodeBootstrap {
+                vm_size: &option.name,
+                arch,
+                subnet_id,
+                network_security_group: nsg_name,
                 labels: &node_labels,
                 taints: &request.taints,
                 startup_taints: &request.startup_taints,
-                max_pods: request.kubelet.max_pods,
-                kube_reserved: &request.kubelet.kube_reserved,
-                config_flags: &request.kubelet.config_flags,
+                kubelet: &request.kubelet,
+                class: &request.node_class,
             },
-        );
+        )
+        .map_err(|e| ArmFailure {
+            status: 400,
+            code: e.category().to_string(),
+            message: e.to_string(),
+        })?;
+        let nic_id = self.ensure_nic(&name, subnet_id, option, &tags, request.kubelet.max_pods).await?;
         let spec = vm::VmSpec {
             name: &name,
             size: &option.name,
@@ -244,13 +257,15 @@ impl AzureCloudProvider {
         request: &LaunchRequest,
         option: &InstanceTypeOption,
         offering: &OfferingChoice,
+        subnet_id: &str,
+        arch: crate::catalog::Arch,
     ) -> BTreeMap<String, String> {
-        let mut node_labels = request.labels.clone();
+        // AKS's labels first; the claim's own labels win, as in upstream's launch template.
+        let mut node_labels = aks_labels(&self.settings.bootstrap, &request.node_class, arch, subnet_id);
+        node_labels.extend(request.labels.clone());
         let mut set = |k: &str, v: &str| node_labels.insert(k.to_string(), v.to_string());
         set(labels::LABEL_INSTANCE_TYPE, &option.name);
         set(labels::LABEL_CAPACITY_TYPE, offering.capacity_type.as_str());
-        set(labels::LABEL_AKS_ROLE, "agent");
-        set(labels::LABEL_DO_NOT_SYNC_TAINTS, "true");
         if logical_zone(&offering.zone).is_some() {
             set(labels::LABEL_ZONE, &offering.zone);
         }

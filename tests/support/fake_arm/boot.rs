@@ -3,8 +3,9 @@
 //! # Contract with the launcher
 //!
 //! The VM's `osProfile.customData` is base64 text (the bootstrap script). The fake decodes it and reads two
-//! kubelet flags from anywhere in the text, as a kubelet would receive them:
-//! - `--node-labels=k1=v1,k2=v2` → Node labels;
+//! kubelet settings from anywhere in the text, as a kubelet would receive them:
+//! - `KUBELET_NODE_LABELS="k1=v1,k2=v2"` (the AKS node image's variable) or `--node-labels=...` → Node
+//!   labels;
 //! - `--register-with-taints=key=value:Effect,key2:NoExecute` → Node taints (effects `NoSchedule`,
 //!   `PreferNoSchedule`, `NoExecute`);
 //! - optionally `--max-pods=N` → pods capacity (else the AKS default for Azure CNI overlay, 250).
@@ -49,6 +50,35 @@ pub struct BootedVm {
     /// Quantities such as `{"cpu":"4","memory":"...","pods":"250","ephemeral-storage":"128G"}`.
     pub capacity: BTreeMap<String, String>,
     pub allocatable: BTreeMap<String, String>,
+    /// What the kubelet joins with, read from the custom data (`kubelet::TlsBootstrapKubelet` uses it);
+    /// None for VMs made up by tests.
+    pub join: Option<JoinVars>,
+}
+
+/// NVIDIA GPUs appear as `nvidia.com/gpu` only once the driver is in: the node image installs it when
+/// the custom data says `GPU_NODE=true`; otherwise (AKSNodeClass `gpu.mode: None`, or a size AKS does not
+/// know) the node has none until the user installs a driver.
+pub fn drop_undriven_gpus(custom_data: &str, resources: &mut BTreeMap<String, String>) {
+    if variable(custom_data, "GPU_NODE") != Some("true") {
+        resources.remove("nvidia.com/gpu");
+    }
+}
+
+/// The custom data's bootstrap kubeconfig inputs, each as found (None when the variable is absent).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JoinVars {
+    pub kube_ca_crt: Option<String>,
+    pub api_server_name: Option<String>,
+    pub tls_bootstrap_token: Option<String>,
+}
+
+/// The bootstrap variables of decoded custom data.
+pub fn join_vars(text: &str) -> JoinVars {
+    JoinVars {
+        kube_ca_crt: variable(text, "KUBE_CA_CRT").map(str::to_string),
+        api_server_name: variable(text, "API_SERVER_NAME").map(str::to_string),
+        tls_bootstrap_token: variable(text, "TLS_BOOTSTRAP_TOKEN").map(str::to_string),
+    }
 }
 
 /// Receives booted VMs (and platform-removed ones). Implementations must be cheap to share.
@@ -84,7 +114,10 @@ pub fn parse_custom_data(custom_data_base64: &str) -> Result<KubeletFlags, Strin
 /// Parses `--node-labels`, `--register-with-taints` and `--max-pods` from decoded bootstrap text.
 pub fn parse_kubelet_flags(text: &str) -> Result<KubeletFlags, String> {
     let mut flags = KubeletFlags::default();
-    if let Some(value) = last_flag_value(text, "--node-labels") {
+    // The AKS node image passes KUBELET_NODE_LABELS to the kubelet as --node-labels.
+    if let Some(value) =
+        variable(text, "KUBELET_NODE_LABELS").or_else(|| last_flag_value(text, "--node-labels"))
+    {
         flags.labels = parse_labels(value)?;
     }
     if let Some(value) = last_flag_value(text, "--register-with-taints") {
@@ -94,6 +127,14 @@ pub fn parse_kubelet_flags(text: &str) -> Result<KubeletFlags, String> {
         flags.max_pods = Some(value.parse().map_err(|_| format!("--max-pods={value:?} is not a number"))?);
     }
     Ok(flags)
+}
+
+/// The value of a `NAME=value` or `NAME="value"` line of the script.
+fn variable<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    text.lines()
+        .rev()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix('='))
+        .map(|v| v.trim_matches('"'))
 }
 
 /// The value of the last `--flag=value` (or `--flag value`) in `text`, without surrounding quotes.
@@ -155,6 +196,11 @@ fn parse_taints(value: &str) -> Result<Vec<Taint>, String> {
 pub fn booted_vm(vm: &VmRecord, subscription: &str, location: &str) -> Result<BootedVm, String> {
     let custom_data = vm.custom_data.as_deref().ok_or("the VM has no custom data, so no kubelet starts")?;
     let flags = parse_custom_data(custom_data)?;
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(custom_data.trim())
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .unwrap_or_default();
     let sku = embedded_sku(&vm.vm_size).ok_or_else(|| format!("unknown VM size {}", vm.vm_size))?;
     let os_disk_gb =
         vm.document.pointer("/properties/storageProfile/osDisk/diskSizeGB").and_then(Value::as_u64);
@@ -177,6 +223,11 @@ pub fn booted_vm(vm: &VmRecord, subscription: &str, location: &str) -> Result<Bo
     labels.insert("topology.kubernetes.io/region".to_string(), location.to_string());
     labels.insert("topology.kubernetes.io/zone".to_string(), zone.clone().unwrap_or_else(|| "0".to_string()));
 
+    let (mut node_capacity, mut node_allocatable) =
+        (node_capacity.to_quantities(), node_allocatable.to_quantities());
+    drop_undriven_gpus(&text, &mut node_capacity);
+    drop_undriven_gpus(&text, &mut node_allocatable);
+
     Ok(BootedVm {
         name: vm.name.clone(),
         provider_id: format!(
@@ -188,8 +239,9 @@ pub fn booted_vm(vm: &VmRecord, subscription: &str, location: &str) -> Result<Bo
         vm_size: vm.vm_size.clone(),
         labels,
         taints: flags.taints,
-        capacity: node_capacity.to_quantities(),
-        allocatable: node_allocatable.to_quantities(),
+        capacity: node_capacity,
+        allocatable: node_allocatable,
+        join: Some(join_vars(&text)),
     })
 }
 

@@ -22,6 +22,7 @@ pub mod boot;
 mod compute;
 pub mod faults;
 pub mod gallery;
+pub mod kubelet;
 mod lb;
 mod network;
 pub mod node;
@@ -49,6 +50,8 @@ pub use boot::{BootedVm, NodeRegistrar};
 pub use faults::{CreateError, Delivery, Fault, QuotaScope, Target};
 #[allow(unused_imports)]
 pub use gallery::{GalleryImage, GalleryImageVersion};
+#[allow(unused_imports)]
+pub use kubelet::TlsBootstrapKubelet;
 #[allow(unused_imports)]
 pub use node::KubeNodeRegistrar;
 #[allow(unused_imports)]
@@ -175,9 +178,20 @@ impl FakeArm {
             node_identities: vec![],
             additional_tags: std::collections::BTreeMap::new(),
             bootstrap: BootstrapSettings {
-                cluster_endpoint: "https://cluster.example:443".into(),
-                bootstrap_token: Secret::new("abcdef.0123456789abcdef"),
                 network_plugin: "none".into(),
+                overlay: true,
+                cilium_dataplane: true,
+                node_resource_group: self.resource_group().to_string(),
+                location: self.location().to_string(),
+                ..BootstrapSettings::new(
+                    "https://cluster.example:443",
+                    Secret::new("abcdef.0123456789abcdef"),
+                    {
+                        use base64::Engine as _;
+                        base64::engine::general_purpose::STANDARD
+                            .encode("-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n")
+                    },
+                )
             },
             poll_interval: std::time::Duration::from_millis(30),
             max_polls: 200,
