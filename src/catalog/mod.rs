@@ -26,7 +26,7 @@ pub use allocatable::{CapacityOptions, NetworkPlugin};
 pub use cli::{render, OutputFormat};
 pub use instancetype::{instance_types, known_regions, CatalogError};
 pub use pricing::{PriceTable, SkuPrice};
-pub use retail::{PricingProvider, RetailError, RetailPricesClient};
+pub use retail::{PriceSource, PricingProvider, RetailError, RetailPricesClient};
 pub use security::{NodeSecurity, SecurityError, UefiSettings};
 pub use sku::{embedded_sku, embedded_skus, Arch, GpuVendor, SkuRecord};
 pub use unavailable::{Timestamp, UnavailableOfferings, UnavailableReason};

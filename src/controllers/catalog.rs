@@ -1,6 +1,7 @@
 //! Instance types per AKSNodeClass: the region's sizes — from the Azure Resource SKUs API once it has
 //! answered (refreshed every 12 hours), the embedded catalog until then or when it cannot be reached —
-//! priced by the static table, shaped by the class (maxPods, OS disk) and the operator's network
+//! priced by the Retail Prices API once it has answered (refreshed every 12 hours, as upstream's pricing
+//! provider), the static table until then, shaped by the class (maxPods, OS disk) and the operator's network
 //! settings, with offerings the unavailable cache blocks marked unavailable, and without the sizes the
 //! class cannot launch: those none of its status images boots, and those that cannot honour its
 //! `spec.security` (encryption at host, trusted launch; rules in [`crate::catalog::security`], which
@@ -14,8 +15,8 @@ use std::time::Duration;
 use crate::apis::aksnodeclass::NodeImage;
 use crate::apis::AKSNodeClass;
 use crate::catalog::{
-    self, embedded_sku, CapacityOptions, CatalogError, NodeSecurity, PriceTable, SkuRecord,
-    UnavailableOfferings,
+    self, embedded_sku, CapacityOptions, CatalogError, NodeSecurity, PriceTable, PricingProvider,
+    RetailPricesClient, SkuRecord, UnavailableOfferings,
 };
 use crate::cloud::azure::client::ArmClients;
 use crate::cloud::azure::imagefamily::image_for;
@@ -31,15 +32,16 @@ const SKU_RETRY_INTERVAL: Duration = Duration::from_secs(5 * 60);
 /// (maxPods, osDiskSizeGB, image requirements, security) of a class: what changes allocatable and
 /// which sizes it can launch.
 type ClassShape = (Option<u32>, Option<u32>, String, NodeSecurity);
-/// The types of a shape, with the cache generation and SKU-list version they were computed at.
-type Memo = BTreeMap<ClassShape, ((u64, u64), Arc<Vec<InstanceType>>)>;
+/// The types of a shape, with the cache generation, SKU-list version and price version they were
+/// computed at.
+type Memo = BTreeMap<ClassShape, ((u64, u64, u64), Arc<Vec<InstanceType>>)>;
 /// The live SKU list, shared with the refresh task.
 type LiveSkus = Arc<RwLock<Option<Arc<Vec<RegionSku>>>>>;
 
 pub struct Catalog {
     region: String,
     options: CapacityOptions,
-    pricing: PriceTable,
+    pricing: PricingProvider,
     unavailable: Arc<Mutex<UnavailableOfferings>>,
     clock: Clock,
     memo: Mutex<Memo>,
@@ -60,13 +62,29 @@ impl Catalog {
         Ok(Catalog {
             region: region.to_string(),
             options,
-            pricing,
+            pricing: PricingProvider::with_static(pricing),
             unavailable,
             clock,
             memo: Mutex::new(BTreeMap::new()),
             live: Arc::new(RwLock::new(None)),
             live_version: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// The prices in effect: the static table given to [`Catalog::new`] until the Retail Prices API has
+    /// answered.
+    pub fn pricing(&self) -> &PricingProvider {
+        &self.pricing
+    }
+
+    /// Fetches the region's prices from the Retail Prices API now and then every `interval`
+    /// ([`catalog::retail::REFRESH_INTERVAL`] in production); a failed refresh keeps the prices in effect.
+    pub fn spawn_price_refresh(
+        &self,
+        client: RetailPricesClient,
+        interval: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        self.pricing.spawn_refresh_loop(client, interval)
     }
 
     /// The cache of offerings Azure refused, shared with the cloud provider.
@@ -88,7 +106,7 @@ impl Catalog {
         let now = (self.clock)();
         let mut unavailable = self.unavailable.lock().unwrap_or_else(|p| p.into_inner());
         unavailable.evict_expired(now);
-        let version = (unavailable.seq(), self.live_version.load(Ordering::Acquire));
+        let version = (unavailable.seq(), self.live_version.load(Ordering::Acquire), self.pricing.version());
         let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((at, types)) = memo.get(&shape) {
             if *at == version {
@@ -97,10 +115,11 @@ impl Catalog {
         }
         let options = CapacityOptions { max_pods: shape.0, os_disk_size_gb: shape.1, ..self.options.clone() };
         let live = self.live.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let prices = self.pricing.current();
         let mut types = match &live {
-            Some(skus) => self.live_types(skus, &options, &unavailable, now),
+            Some(skus) => self.live_types(skus, &options, &prices, &unavailable, now),
             // The region was checked in `new`, so this cannot fail; an empty list is the safe fallback.
-            None => catalog::instance_types(&self.region, &options, &self.pricing, &unavailable, now)
+            None => catalog::instance_types(&self.region, &options, &prices, &unavailable, now)
                 .unwrap_or_default(),
         };
         // The live record carries the capabilities (and current generations); the embedded one is what
@@ -126,6 +145,7 @@ impl Catalog {
         &self,
         skus: &[RegionSku],
         options: &CapacityOptions,
+        prices: &PriceTable,
         unavailable: &UnavailableOfferings,
         now: Duration,
     ) -> Vec<InstanceType> {
@@ -141,7 +161,7 @@ impl Catalog {
                     &self.region,
                     zones,
                     options,
-                    &self.pricing,
+                    prices,
                     unavailable,
                     now,
                 )
@@ -188,6 +208,7 @@ fn image_requirements_key(images: &[NodeImage]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::CapacityType;
 
     fn catalog() -> Catalog {
         let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
@@ -226,6 +247,19 @@ mod tests {
         };
         assert_eq!(zones(0), ["eastus-1", "eastus-3"]);
         assert_eq!(zones(1), ["eastus-2"]);
+    }
+
+    #[test]
+    fn live_prices_reprice_the_sizes_once_installed() {
+        let catalog = catalog();
+        let spot_of = |types: &[InstanceType]| {
+            types.iter().find(|t| t.name == "Standard_D4s_v5").and_then(|t| t.price(CapacityType::Spot))
+        };
+        assert_eq!(spot_of(&catalog.types_for(None)), Some(0.192), "spot priced as on-demand until live");
+        let mut live = PriceTable::new("eastus");
+        live.set_spot("Standard_D4s_v5", 0.03);
+        catalog.pricing().install(&live);
+        assert_eq!(spot_of(&catalog.types_for(None)), Some(0.03));
     }
 
     #[test]

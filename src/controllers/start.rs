@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{Catalog, Settings};
-use crate::catalog::{CatalogError, PriceTable, UnavailableOfferings};
+use crate::catalog::retail::REFRESH_INTERVAL;
+use crate::catalog::{CatalogError, PriceTable, RetailError, RetailPricesClient, UnavailableOfferings};
 use crate::cloud::azure::client::ClientError;
 use crate::cloud::azure::{
     ArmClients, ArmSettings, AzureCloudProvider, BootstrapSettings, CredentialSource, LaunchSettings,
@@ -24,6 +25,8 @@ pub enum StartError {
     Client(#[from] ClientError),
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    #[error(transparent)]
+    RetailPrices(#[from] RetailError),
 }
 
 impl StartError {
@@ -32,6 +35,7 @@ impl StartError {
             StartError::ManagedIdentityUnsupported => "CredentialUnsupported",
             StartError::Client(e) => e.category(),
             StartError::Catalog(e) => e.category(),
+            StartError::RetailPrices(e) => e.category(),
         }
     }
 }
@@ -86,7 +90,9 @@ pub fn launch_settings(v: &Validated) -> LaunchSettings {
 }
 
 /// The Azure provider, timed by the cloud-provider metrics, and the catalog, sharing one
-/// unavailable-offerings cache.
+/// unavailable-offerings cache. The catalog's sizes and prices refresh in the background: sizes from the
+/// Resource SKUs API, prices from the Retail Prices API at `RETAIL_PRICES_URL` (both at start, then
+/// every 12 hours).
 pub fn azure(v: &Validated) -> Result<(Arc<Metered<AzureCloudProvider>>, Catalog), StartError> {
     let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
     let clock = wall_clock();
@@ -100,6 +106,8 @@ pub fn azure(v: &Validated) -> Result<(Arc<Metered<AzureCloudProvider>>, Catalog
     // One credential and pipeline for the launcher and the SKU refresh.
     let clients = ArmClients::new(&arm_settings(v)?)?;
     catalog.spawn_sku_refresh(clients.clone());
+    let retail = RetailPricesClient::new(reqwest::Client::new(), v.retail_prices_url.as_str())?;
+    catalog.spawn_price_refresh(retail, env_duration(PRICE_REFRESH_INTERVAL_ENV, REFRESH_INTERVAL));
     let provider = AzureCloudProvider::new(clients, launch_settings(v), unavailable, clock);
     Ok((Arc::new(Metered::new(provider, metered::AZURE)), catalog))
 }
@@ -119,6 +127,8 @@ pub fn settings(v: &Validated) -> Settings {
 
 /// Hidden override of the garbage-collection interval (a duration such as `3s`), for tests.
 pub const GC_INTERVAL_ENV: &str = "KARPENTER_GC_INTERVAL";
+/// Hidden override of the Retail Prices refresh interval (upstream's is 12 hours), for tests.
+pub const PRICE_REFRESH_INTERVAL_ENV: &str = "KARPENTER_PRICE_REFRESH_INTERVAL";
 /// Hidden override of the garbage-collection grace period for unowned VMs, for tests.
 pub const GC_GRACE_ENV: &str = "KARPENTER_GC_GRACE_PERIOD";
 

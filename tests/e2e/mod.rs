@@ -28,6 +28,7 @@ mod eviction;
 mod leader;
 mod metrics;
 mod nodeclass;
+mod pricing;
 mod provisioning;
 mod rbac;
 mod resilience;
