@@ -66,6 +66,22 @@ fn demo_runs_and_its_json_has_every_contract_key() {
     assert!(table.status.success());
     let text = String::from_utf8(table.stdout).unwrap();
     assert!(text.contains("Total:"), "{text}");
+    assert!(text.contains("warning: the embedded price table has no spot prices"), "{text}");
+    let warnings = plan["warnings"].as_array().expect("warnings in the JSON");
+    assert!(warnings.iter().any(|w| w.as_str().unwrap_or_default().contains("spot is priced as on-demand")));
+}
+
+#[test]
+fn every_azure_region_simulates_and_other_names_exit_2() {
+    let out = run(&["simulate", "--region", "australiacentral", "--output", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["region"], "australiacentral");
+    let warnings = plan["warnings"].to_string();
+    assert!(warnings.contains("eastus's static prices") && warnings.contains("regional"), "{warnings}");
+    let out = run(&["simulate", "--region", "eastus9"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not an Azure region"));
 }
 
 const POOL: &str = "apiVersion: karpenter.sh/v1

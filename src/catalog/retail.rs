@@ -173,9 +173,10 @@ pub struct RefreshSummary {
 }
 
 impl PricingProvider {
-    /// Starts from the embedded static prices of `region`.
+    /// Starts from the embedded static prices of `region` (eastus's for a region without its own, as
+    /// upstream).
     pub fn new(region: &str) -> Self {
-        Self::with_static(PriceTable::static_for_region(region))
+        Self::with_static(PriceTable::static_or_fallback(region))
     }
 
     pub fn with_static(static_table: PriceTable) -> Self {

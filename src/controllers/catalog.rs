@@ -87,6 +87,17 @@ impl Catalog {
         self.pricing.spawn_refresh_loop(client, interval)
     }
 
+    /// The facts of a size: the Resource SKUs API's record once it has answered (it knows sizes newer
+    /// than the embedded data), else the embedded one.
+    pub fn sku_record(&self, name: &str) -> Option<SkuRecord> {
+        let live = self.live.read().unwrap_or_else(|p| p.into_inner()).clone();
+        live.iter()
+            .flat_map(|skus| skus.iter())
+            .find(|s| s.record.name == name)
+            .map(|s| s.record.clone())
+            .or_else(|| embedded_sku(name).cloned())
+    }
+
     /// The cache of offerings Azure refused, shared with the cloud provider.
     pub fn unavailable(&self) -> Arc<Mutex<UnavailableOfferings>> {
         self.unavailable.clone()
@@ -260,6 +271,29 @@ mod tests {
         live.set_spot("Standard_D4s_v5", 0.03);
         catalog.pricing().install(&live);
         assert_eq!(spot_of(&catalog.types_for(None)), Some(0.03));
+    }
+
+    #[test]
+    fn listed_sizes_without_a_static_price_are_offered_once_live_prices_have_one() {
+        let catalog = catalog();
+        let new_size =
+            SkuRecord { name: "Standard_D4s_v9".into(), ..embedded_sku("Standard_D4s_v5").unwrap().clone() };
+        let non_zonal = embedded_sku("Standard_E4s_v5").unwrap().clone();
+        *catalog.live.write().unwrap() = Some(Arc::new(vec![
+            RegionSku { record: new_size.clone(), zones: vec!["1".into()] },
+            RegionSku { record: non_zonal, zones: vec![] },
+        ]));
+        catalog.live_version.fetch_add(1, Ordering::AcqRel);
+        let names = |types: &[InstanceType]| types.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
+        let types = catalog.types_for(None);
+        assert_eq!(names(&types), ["Standard_E4s_v5"], "no price yet for the new size");
+        assert!(types[0].offerings.iter().all(|o| o.zone.is_empty()), "listed without zones: regional");
+        let mut live = PriceTable::new("eastus");
+        live.set_on_demand("Standard_D4s_v9", 0.15);
+        catalog.pricing().install(&live);
+        let types = catalog.types_for(None);
+        assert_eq!(names(&types), ["Standard_D4s_v9", "Standard_E4s_v5"]);
+        assert_eq!(catalog.sku_record("Standard_D4s_v9"), Some(new_size), "the live record, for the launch");
     }
 
     #[test]

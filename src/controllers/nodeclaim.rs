@@ -11,7 +11,7 @@ use crate::apis::common::{Operator, Quantity, ResourceList};
 use crate::apis::conditions::{self, Condition, ConditionStatus};
 use crate::apis::nodeclaim::ResourceRequirements;
 use crate::apis::{AKSNodeClass, NodeClaim, NodeClaimSpec, NodePool};
-use crate::catalog::{embedded_sku, NodeSecurity};
+use crate::catalog::{embedded_sku, NodeSecurity, SkuRecord};
 use crate::cloud::azure::customdata::kubelet_config_flags;
 use crate::cloud::azure::imagefamily::image_for;
 use crate::cloud::{allocation, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice};
@@ -126,6 +126,17 @@ pub fn launch_request(
     class: Option<&AKSNodeClass>,
     types: &[InstanceType],
 ) -> Result<LaunchRequest, LaunchRequestError> {
+    launch_request_with(claim, class, types, &|name| embedded_sku(name).cloned())
+}
+
+/// [`launch_request`] with the size facts (family, disks, generations) from `records`: the catalog's,
+/// which knows the sizes the Resource SKUs API listed beyond the embedded data.
+pub fn launch_request_with(
+    claim: &NodeClaim,
+    class: Option<&AKSNodeClass>,
+    types: &[InstanceType],
+    records: &dyn Fn(&str) -> Option<SkuRecord>,
+) -> Result<LaunchRequest, LaunchRequestError> {
     let class_name = &claim.spec.node_class_ref.name;
     let class = class.ok_or_else(|| LaunchRequestError::NodeClassMissing(class_name.clone()))?;
     let status = class.status.clone().unwrap_or_default();
@@ -166,12 +177,12 @@ pub fn launch_request(
     let options: Vec<InstanceTypeOption> = ranked
         .into_iter()
         .filter_map(|(t, offerings)| {
-            let sku = embedded_sku(&t.name)?;
-            let Some(image) = image_for(&status.images, sku) else {
+            let sku = records(&t.name)?;
+            let Some(image) = image_for(&status.images, &sku) else {
                 without_image.push(t.name.as_str());
                 return None;
             };
-            Some(InstanceTypeOption::from_sku(sku, &image.id, offerings))
+            Some(InstanceTypeOption::from_sku(&sku, &image.id, offerings))
         })
         .collect();
     if options.is_empty() && !without_image.is_empty() {

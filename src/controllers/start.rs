@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{Catalog, Settings};
+use crate::catalog::regions::FALLBACK_PRICE_REGION;
 use crate::catalog::retail::REFRESH_INTERVAL;
 use crate::catalog::{CatalogError, PriceTable, RetailError, RetailPricesClient, UnavailableOfferings};
 use crate::cloud::azure::client::ClientError;
@@ -96,10 +97,14 @@ pub fn launch_settings(v: &Validated) -> LaunchSettings {
 pub fn azure(v: &Validated) -> Result<(Arc<Metered<AzureCloudProvider>>, Catalog), StartError> {
     let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
     let clock = wall_clock();
+    let location = &v.azure.location;
+    if PriceTable::static_for_region(location).is_empty() {
+        tracing::warn!(region = %location, fallback = FALLBACK_PRICE_REGION, "the embedded price table has no prices for the region; using the fallback region's until the Retail Prices API answers");
+    }
     let catalog = Catalog::new(
-        &v.azure.location,
+        location,
         v.capacity_options(),
-        PriceTable::static_for_region(&v.azure.location),
+        PriceTable::static_or_fallback(location),
         unavailable.clone(),
         clock.clone(),
     )?;

@@ -228,7 +228,7 @@ fn nodepools(
             used.entry(pool.clone()).or_default().add_assign(&capacity);
         }
     }
-    let pricing = PriceTable::static_for_region(region);
+    let pricing = PriceTable::static_or_fallback(region);
     let mut by_options: BTreeMap<ClassSettings, Arc<Vec<InstanceType>>> = BTreeMap::new();
     let mut pools = vec![];
     for p in &objects.nodepools {
