@@ -25,6 +25,7 @@ mod chart;
 mod chart_settings;
 mod events;
 mod eviction;
+mod inputs;
 mod leader;
 mod metrics;
 mod nodeclass;
