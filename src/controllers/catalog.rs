@@ -261,6 +261,23 @@ mod tests {
     }
 
     #[test]
+    fn every_azure_region_starts_and_other_names_do_not() {
+        let start = |region: &str| {
+            let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
+            let prices = PriceTable::static_or_fallback(region);
+            Catalog::new(region, CapacityOptions::default(), prices, unavailable, Arc::new(|| Duration::ZERO))
+        };
+        let sweden = start("swedencentral").expect("a real region without embedded data starts");
+        let types = sweden.types_for(None);
+        let d4 = types.iter().find(|t| t.name == "Standard_D4s_v5").expect("embedded sizes until listed");
+        assert_eq!(d4.price(CapacityType::OnDemand), Some(0.192), "eastus's prices until live ones");
+        assert_eq!(d4.available_zones(), ["swedencentral-1", "swedencentral-2", "swedencentral-3"]);
+        assert_eq!(sweden.pricing().current().region(), "swedencentral");
+        let err = start("marsnorth").err().expect("not an Azure region");
+        assert_eq!(err.category(), "UnknownRegion");
+    }
+
+    #[test]
     fn live_prices_reprice_the_sizes_once_installed() {
         let catalog = catalog();
         let spot_of = |types: &[InstanceType]| {
