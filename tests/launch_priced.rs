@@ -163,6 +163,11 @@ async fn launched_vms_cost_what_the_plan_priced_and_spot_wins_where_cheaper() {
     let input = input(types.clone());
     let (plan, launched) = plan_and_launch(&input, &types).await;
     let (total, mix) = summary(&launched, &types);
+    println!(
+        "seed pool, spot at 20 %: {} claims, planned {:.4} $/h, launched {total:.4} $/h, mix {mix:?}",
+        plan.nodeclaims.len(),
+        plan.price_per_hour
+    );
     assert!(
         (total - plan.price_per_hour).abs() < 1e-9,
         "launched {total} $/h, planned {} $/h",
