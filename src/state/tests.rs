@@ -318,6 +318,13 @@ pub(crate) fn apply_all(cluster: &mut Cluster, text: &str) {
             "PodDisruptionBudget" => cluster.apply(
                 &serde_yaml::from_value::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(doc).unwrap(),
             ),
+            "Namespace" => cluster.apply(&serde_yaml::from_value::<core::Namespace>(doc).unwrap()),
+            "PersistentVolumeClaim" => {
+                cluster.apply(&serde_yaml::from_value::<core::PersistentVolumeClaim>(doc).unwrap())
+            }
+            "PersistentVolume" => {
+                cluster.apply(&serde_yaml::from_value::<core::PersistentVolume>(doc).unwrap())
+            }
             other => panic!("unexpected kind {other}"),
         }
     }
