@@ -117,12 +117,15 @@ impl Cluster {
     /// Removes an object (a watch `Delete`).
     pub fn delete<'a>(&mut self, object: impl Into<Object<'a>>) {
         let object = object.into();
-        self.remove(object.kind(), &object_key(object));
+        self.delete_key(object.kind(), &object_key(object));
     }
 
     /// Removes an object by kind and key (`namespace/name`, or `name` for cluster-scoped kinds).
     pub fn delete_key(&mut self, kind: Kind, key: &str) {
         self.remove(kind, key);
+        if kind == Kind::Namespace {
+            self.reconvert_selector_pods();
+        }
     }
 
     /// A watch of `kind` restarts its list (`Init`): objects not applied again before
@@ -135,7 +138,7 @@ impl Cluster {
     pub fn mark_synced(&mut self, kind: Kind) {
         if let Some(seen) = self.relisting.remove(&kind) {
             for stale in self.keys(kind).into_iter().filter(|k| !seen.contains(k)) {
-                self.remove(kind, &stale);
+                self.delete_key(kind, &stale);
             }
         }
         self.synced.insert(kind);
@@ -264,11 +267,9 @@ impl Cluster {
             Kind::PersistentVolumeClaim => self.volumes.delete_claim(key),
             Kind::PersistentVolume => self.volumes.delete_volume(key),
             Kind::StorageClass => self.volumes.delete_class(key),
-            Kind::Namespace => {
-                if self.ctx.namespaces.remove(key).is_some() {
-                    self.reconvert_selector_pods();
-                }
-            }
+            // The pods that select namespaces are converted again by the caller: once after a delete,
+            // once after the insert that follows a removal in `apply`.
+            Kind::Namespace => drop(self.ctx.namespaces.remove(key)),
         }
     }
 
