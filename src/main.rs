@@ -225,7 +225,12 @@ fn main() -> ExitCode {
         Command::Controller(options) => run_controller(&options),
         Command::Catalog { region, nodepool, nodeclass, output } => {
             match catalog_command::run(&CatalogArgs { region, nodepool, nodeclass, output }) {
-                Ok(text) => print_output(&text),
+                Ok(listing) => {
+                    for warning in &listing.warnings {
+                        eprintln!("warning: {warning}");
+                    }
+                    print_output(&listing.text)
+                }
                 Err(e) => {
                     eprintln!("error: {e}");
                     ExitCode::from(EXIT_USAGE)

@@ -51,11 +51,18 @@ async fn harness(config: FakeArmConfig) -> Harness {
     Harness { fake, provider, cache, arm }
 }
 
+/// A size with the given offerings, each a cent dearer than the one before, so the listed order is
+/// the allocation order.
 fn option(size: &str, offerings: &[(&str, CapacityType)]) -> InstanceTypeOption {
     let sku = embedded_sku(size).expect("size in catalog");
     let offerings = offerings
         .iter()
-        .map(|(zone, ct)| OfferingChoice { zone: zone.to_string(), capacity_type: *ct })
+        .enumerate()
+        .map(|(i, (zone, ct))| OfferingChoice {
+            zone: zone.to_string(),
+            capacity_type: *ct,
+            price: 0.1 + 0.01 * i as f64,
+        })
         .collect();
     InstanceTypeOption::from_sku(sku, IMAGE_ID, offerings)
 }

@@ -23,6 +23,27 @@ fn row<'a>(rows: &'a [serde_json::Value], name: &str) -> &'a serde_json::Value {
 }
 
 #[test]
+fn offline_listings_warn_about_spot_and_fallback_prices() {
+    let out = catalog(&["--region", "eastus", "--output", "json"]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("warning: ") && stderr.contains("spot is priced as on-demand"), "{stderr}");
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("stdout stays JSON");
+    assert_eq!(row(&rows, "Standard_D4s_v5")["spot_price"], row(&rows, "Standard_D4s_v5")["on_demand_price"]);
+    // Every real Azure region works, at eastus's prices and with a line that says so.
+    let out = catalog(&["--region", "swedencentral"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().filter(|l| l.starts_with("warning: ")).count(), 2, "{stderr}");
+    assert!(stderr.contains("eastus's static prices"), "{stderr}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l.starts_with("Standard_D4s_v5 ") && l.contains("swedencentral-1")),
+        "{text}"
+    );
+}
+
+#[test]
 fn d4s_v5_in_eastus_has_3860m_allocatable_cpu() {
     let out = catalog(&["--region", "eastus"]);
     assert!(out.status.success());

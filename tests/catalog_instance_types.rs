@@ -162,10 +162,32 @@ fn unknown_region_lists_known_ones() {
     .unwrap_err();
     let CatalogError::UnknownRegion { region, known } = &err;
     assert_eq!(region, "marsnorth");
-    assert_eq!(known.len(), 10);
+    assert!(known.len() > 60, "every Azure region: {known:?}");
     assert!(known.windows(2).all(|w| w[0] < w[1]));
-    assert!(err.to_string().contains("eastus"));
+    assert!(known.contains(&"swedencentral".to_string()) && known.contains(&"usgovvirginia".to_string()));
+    assert!(err.to_string().contains("not an Azure region"), "{err}");
     assert_eq!(err.category(), "UnknownRegion");
+}
+
+#[test]
+fn a_region_without_embedded_data_gets_every_size_at_eastus_prices() {
+    let build = |region: &str| {
+        let prices = PriceTable::static_or_fallback(region);
+        assert_eq!(prices.region(), region);
+        instance_types(region, &CapacityOptions::default(), &prices, &UnavailableOfferings::new(), NOW)
+            .unwrap()
+    };
+    let sweden = build("swedencentral");
+    let d4 = sweden.iter().find(|t| t.name == "Standard_D4s_v5").expect("D4s_v5 offered");
+    assert_eq!(d4.price(CapacityType::OnDemand), Some(0.192), "eastus's static price");
+    assert_eq!(d4.available_zones(), ["swedencentral-1", "swedencentral-2", "swedencentral-3"]);
+    assert_eq!(d4.labels.get("topology.kubernetes.io/region").map(String::as_str), Some("swedencentral"));
+    // A region without availability zones: regional offerings (zone ""), as upstream's non-zonal ones.
+    let west_central = build("westcentralus");
+    let d4 = west_central.iter().find(|t| t.name == "Standard_D4s_v5").unwrap();
+    assert!(d4.offerings.iter().all(|o| o.zone.is_empty()), "{:?}", d4.offerings);
+    assert_eq!(d4.offerings.len(), 2, "one on-demand and one spot offering");
+    assert_eq!(sweden.len(), build("eastus").len());
 }
 
 #[test]

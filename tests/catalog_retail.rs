@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use karpenter_azure::catalog::{PriceTable, PricingProvider, RetailError, RetailPricesClient};
+use karpenter_azure::catalog::{PriceSource, PriceTable, PricingProvider, RetailError, RetailPricesClient};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -138,9 +138,17 @@ async fn refresh_installs_live_prices_over_static() {
     let api = start(SecondPage::Good).await;
     let provider = PricingProvider::new("eastus");
     assert_eq!(provider.current().on_demand("Standard_D4s_v5"), Some(0.192));
-    let count = provider.refresh(&client(&api)).await.unwrap();
+    assert_eq!((provider.version(), provider.updated()), (0, None), "static until refreshed");
+    let far = std::time::Duration::from_secs(u64::from(u32::MAX) * 4);
+    assert_eq!(provider.age(far).0, PriceSource::Static);
+    let summary = provider.refresh(&client(&api)).await.unwrap();
     let current = provider.current();
-    assert_eq!(count, current.len());
+    assert_eq!(summary.priced, current.len());
+    assert_eq!(summary.spot, 2, "D4s_v5 and E8s_v5 have live spot prices");
+    assert_eq!(provider.version(), 1);
+    let updated = provider.updated().expect("a live update");
+    let (source, age) = provider.age(updated + std::time::Duration::from_secs(60));
+    assert_eq!((source, age.as_secs()), (PriceSource::Live, 60));
     assert_eq!(current.on_demand("Standard_D4s_v5"), Some(0.2));
     assert_eq!(current.spot("Standard_D4s_v5"), Some(0.025));
     // Sizes the live answer lacks keep their static price.
@@ -155,10 +163,12 @@ async fn failing_second_page_keeps_old_prices() {
         let provider = PricingProvider::new("eastus");
         provider.refresh(&client(&good)).await.unwrap();
         let before = provider.current();
+        let (version, updated) = (provider.version(), provider.updated());
 
         let err = provider.refresh(&client(&broken)).await.unwrap_err();
         assert_eq!(err.category(), category, "{err}");
         assert_eq!(*provider.current(), *before, "a failed refresh changes nothing");
+        assert_eq!((provider.version(), provider.updated()), (version, updated));
         assert_eq!(provider.current().spot("Standard_D4s_v5"), Some(0.025));
         assert_eq!(broken.requests.lock().unwrap().len(), 2, "failed on the second page");
     }

@@ -7,6 +7,8 @@
 
 #[path = "support/fake_arm/mod.rs"]
 mod fake_arm;
+#[path = "support/fake_retail.rs"]
+mod fake_retail;
 
 #[path = "e2e/mod.rs"]
 mod e2e;

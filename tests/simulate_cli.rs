@@ -66,6 +66,22 @@ fn demo_runs_and_its_json_has_every_contract_key() {
     assert!(table.status.success());
     let text = String::from_utf8(table.stdout).unwrap();
     assert!(text.contains("Total:"), "{text}");
+    assert!(text.contains("warning: the embedded price table has no spot prices"), "{text}");
+    let warnings = plan["warnings"].as_array().expect("warnings in the JSON");
+    assert!(warnings.iter().any(|w| w.as_str().unwrap_or_default().contains("spot is priced as on-demand")));
+}
+
+#[test]
+fn every_azure_region_simulates_and_other_names_exit_2() {
+    let out = run(&["simulate", "--region", "australiacentral", "--output", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["region"], "australiacentral");
+    let warnings = plan["warnings"].to_string();
+    assert!(warnings.contains("eastus's static prices") && warnings.contains("regional"), "{warnings}");
+    let out = run(&["simulate", "--region", "eastus9"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not an Azure region"));
 }
 
 const POOL: &str = "apiVersion: karpenter.sh/v1
@@ -264,4 +280,66 @@ fn a_catalog_file_replaces_the_azure_sizes() {
     assert!(out.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("catalog.json: [0].allocatable"), "{stderr}");
+}
+
+#[test]
+fn a_statefulset_whose_volumes_sit_in_zone_2_is_planned_in_zone_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from(POOL);
+    text.push_str(
+        "---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: data}
+spec:
+  replicas: 2
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers: [{name: db, image: db, resources: {requests: {cpu: '1', memory: 2Gi}}}]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec: {accessModes: [ReadWriteOnce], storageClassName: managed-csi, resources: {requests: {storage: 8Gi}}}
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: managed-csi}
+provisioner: disk.csi.azure.com
+volumeBindingMode: WaitForFirstConsumer
+",
+    );
+    for i in 0..2 {
+        text.push_str(&format!(
+            "---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: data-db-{i}, namespace: data}}
+spec: {{volumeName: pv-db-{i}, storageClassName: managed-csi, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 8Gi}}}}}}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: pv-db-{i}}}
+spec:
+  capacity: {{storage: 8Gi}}
+  accessModes: [ReadWriteOnce]
+  csi: {{driver: disk.csi.azure.com, volumeHandle: disk-{i}}}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions:
+        - {{key: topology.disk.csi.azure.com/zone, operator: In, values: [eastus-2]}}
+"
+        ));
+    }
+    let file = dir.path().join("statefulset.yaml");
+    std::fs::write(&file, text).unwrap();
+    let plan = simulate_json(&[&file]);
+    let claims = plan["nodeclaims"].as_array().unwrap();
+    let placed: usize = claims.iter().map(|c| c["pods"].as_array().unwrap().len()).sum();
+    assert_eq!(placed, 2, "{plan}");
+    for claim in claims {
+        assert_eq!(claim["zone"], "eastus-2", "{claim}");
+    }
 }

@@ -198,6 +198,26 @@ fn volume_zones_pin_the_node() {
 }
 
 #[test]
+fn hard_rules_on_unsupported_topology_keys_are_refused_with_a_reason() {
+    let mut racked = pods("racked", 2, 500, GI);
+    for p in &mut racked {
+        p.topology_spread.push(spread("racked", "example.com/rack", 1));
+    }
+    let mut regional = pod("regional", "regional", 500, GI);
+    regional.anti_affinity.push(affinity_term("regional", "topology.kubernetes.io/region"));
+    let mut all = racked;
+    all.push(regional);
+    all.push(pod("plain", "plain", 500, GI));
+    let plan = solved(&input(all, vec![pool("default", general())]));
+    assert!(claim_of(&plan, "default/plain").is_some(), "other pods are planned");
+    for id in ["default/racked-0", "default/racked-1", "default/regional"] {
+        let reason = unschedulable_reason(&plan, id).unwrap_or_else(|| panic!("{id} refused"));
+        assert!(reason.contains("is not supported"), "{id}: {reason}");
+    }
+    assert!(unschedulable_reason(&plan, "default/racked-0").unwrap().contains("example.com/rack"));
+}
+
+#[test]
 fn gpu_requests_pick_a_gpu_size() {
     let mut types = general();
     types.push(with_gpus(zonal_type("g1", 8000, 56 * GI, 1.5), 1));

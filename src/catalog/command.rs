@@ -9,8 +9,9 @@ use crate::apis::manifest::{self, ManifestError};
 use crate::apis::validate::{self, ValidationError};
 use crate::apis::{AKSNodeClass, NodePool};
 use crate::catalog::cli::{render, OutputFormat};
-use crate::catalog::instancetype::{instance_types, CatalogError};
+use crate::catalog::instancetype::{instance_types, known_regions, CatalogError};
 use crate::catalog::pricing::PriceTable;
+use crate::catalog::regions::offline_notes;
 use crate::catalog::unavailable::UnavailableOfferings;
 use crate::catalog::CapacityOptions;
 use crate::model::requirements::{MinValuesError, RequirementError};
@@ -40,8 +41,16 @@ pub enum CommandError {
     MinValues { file: String, object: String, error: MinValuesError },
 }
 
+/// What the command prints: the listing on stdout, the warnings (one line each) on stderr so that the
+/// JSON output stays parseable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    pub text: String,
+    pub warnings: Vec<String>,
+}
+
 /// Runs the command and returns what it prints.
-pub fn run(args: &CatalogArgs) -> Result<String, CommandError> {
+pub fn run(args: &CatalogArgs) -> Result<Listing, CommandError> {
     let mut options = CapacityOptions::default();
     if let Some(path) = &args.nodeclass {
         let (raw, class): (_, AKSNodeClass) = manifest::read_one(path, "AKSNodeClass")?;
@@ -54,9 +63,11 @@ pub fn run(args: &CatalogArgs) -> Result<String, CommandError> {
         options.max_pods = class.spec.max_pods.map(|m| m as u32);
         options.os_disk_size_gb = class.spec.os_disk_size_gb.map(|g| g as u32);
     }
-    let pricing = PriceTable::static_for_region(&args.region);
+    let pricing = PriceTable::static_or_fallback(&args.region);
     let types =
         instance_types(&args.region, &options, &pricing, &UnavailableOfferings::default(), Duration::ZERO)?;
+    let has_own_data = known_regions().contains(&args.region);
+    let warnings = offline_notes(&args.region, has_own_data, &pricing);
     let types = match &args.nodepool {
         None => types,
         Some(path) => {
@@ -79,5 +90,5 @@ pub fn run(args: &CatalogArgs) -> Result<String, CommandError> {
             })?
         }
     };
-    Ok(render(&types, args.output))
+    Ok(Listing { text: render(&types, args.output), warnings })
 }

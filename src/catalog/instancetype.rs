@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use super::allocatable::{self, CapacityOptions};
 use super::pricing::PriceTable;
+use super::regions;
 use super::sku::{embedded_skus, embedded_zones, SkuRecord};
 use super::unavailable::{OfferingRef, Timestamp, UnavailableOfferings};
 use crate::model::labels;
@@ -24,7 +25,7 @@ pub const MIN_MEMORY_MIB: u64 = 3584;
 /// Errors of instance-type listing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CatalogError {
-    #[error("unknown region {region:?}; known regions: {}", known.join(", "))]
+    #[error("unknown region {region:?}: not an Azure region; Azure regions: {}", known.join(", "))]
     UnknownRegion { region: String, known: Vec<String> },
 }
 
@@ -37,12 +38,25 @@ impl CatalogError {
     }
 }
 
-/// Regions the embedded data knows, sorted.
+/// Regions the embedded data has zones and prices for, sorted.
 pub fn known_regions() -> Vec<String> {
     embedded_zones().keys().cloned().collect()
 }
 
-/// The instance types of `region` from the embedded catalog.
+/// The logical zones of `region`: the embedded data's, else the Azure region list's (see
+/// [`super::regions`]); an error naming every Azure region when `region` is not one.
+pub fn region_zones(region: &str) -> Result<Vec<String>, CatalogError> {
+    if let Some(zones) = embedded_zones().get(region) {
+        return Ok(zones.clone());
+    }
+    regions::region_zones(region).ok_or_else(|| CatalogError::UnknownRegion {
+        region: region.to_string(),
+        known: regions::azure_regions().into_iter().map(str::to_string).collect(),
+    })
+}
+
+/// The instance types of `region` from the embedded catalog. A region without embedded data of its own
+/// gets every embedded size, in the zones [`region_zones`] knows (regional offerings when none).
 ///
 /// Filters: restricted sizes (AKS- and Karpenter-restricted lists), fewer than 2 vCPUs, less than
 /// 3.5 GiB, confidential DC*/EC* sizes, constrained-core sizes (their `vcpus` overstates what the VM can use), and sizes without an
@@ -56,13 +70,13 @@ pub fn instance_types(
     unavailable: &UnavailableOfferings,
     now: Timestamp,
 ) -> Result<Vec<InstanceType>, CatalogError> {
-    let zones = embedded_zones()
-        .get(region)
-        .ok_or_else(|| CatalogError::UnknownRegion { region: region.to_string(), known: known_regions() })?;
-    Ok(build_instance_types(embedded_skus(), region, zones, options, pricing, unavailable, now))
+    let zones = region_zones(region)?;
+    Ok(build_instance_types(embedded_skus(), region, &zones, options, pricing, unavailable, now))
 }
 
-/// [`instance_types`] over explicit records and zone numbers (for tests and what-if runs).
+/// [`instance_types`] over explicit records and zone numbers (for tests and what-if runs). No zone
+/// numbers (a size or region without availability zones) gives regional offerings, zone `""`, as
+/// upstream offers non-zonal sizes.
 pub fn build_instance_types(
     skus: &[SkuRecord],
     region: &str,
@@ -72,7 +86,11 @@ pub fn build_instance_types(
     unavailable: &UnavailableOfferings,
     now: Timestamp,
 ) -> Vec<InstanceType> {
-    let zones: Vec<String> = zone_numbers.iter().map(|n| format!("{region}-{n}")).collect();
+    let zones: Vec<String> = if zone_numbers.is_empty() {
+        vec![String::new()]
+    } else {
+        zone_numbers.iter().map(|n| format!("{region}-{n}")).collect()
+    };
     let mut types: Vec<InstanceType> = skus
         .iter()
         .filter(|sku| passes_global_filters(sku))

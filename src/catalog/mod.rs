@@ -6,6 +6,7 @@
 //! - `instancetype`: builds the model's instance types with labels and offerings per zone and capacity
 //!   type (pure).
 //! - `pricing`: price tables, the static fallback, Retail API row classification (pure).
+//! - `regions`: every Azure region with its zones, and what offline output assumes about one (pure).
 //! - `retail`: the Retail Prices API client and the refreshing price provider (I/O).
 //! - `unavailable`: the TTL cache of offerings Azure recently refused (pure, time injected).
 //! - `security`: an AKSNodeClass's encryption at host / trusted launch and the sizes that honour them
@@ -17,6 +18,7 @@ pub mod cli;
 pub mod command;
 pub mod instancetype;
 pub mod pricing;
+pub mod regions;
 pub mod retail;
 pub mod security;
 pub mod sku;
@@ -24,9 +26,9 @@ pub mod unavailable;
 
 pub use allocatable::{CapacityOptions, NetworkPlugin};
 pub use cli::{render, OutputFormat};
-pub use instancetype::{instance_types, known_regions, CatalogError};
+pub use instancetype::{instance_types, known_regions, region_zones, CatalogError};
 pub use pricing::{PriceTable, SkuPrice};
-pub use retail::{PricingProvider, RetailError, RetailPricesClient};
+pub use retail::{PriceSource, PricingProvider, RetailError, RetailPricesClient};
 pub use security::{NodeSecurity, SecurityError, UefiSettings};
 pub use sku::{embedded_sku, embedded_skus, Arch, GpuVendor, SkuRecord};
 pub use unavailable::{Timestamp, UnavailableOfferings, UnavailableReason};

@@ -44,6 +44,17 @@ impl PriceTable {
         table
     }
 
+    /// The static table for `region`, or, when the embedded data has no prices for it, eastus's
+    /// (upstream's fallback for unknown regions) under `region`'s name.
+    pub fn static_or_fallback(region: &str) -> PriceTable {
+        let own = PriceTable::static_for_region(region);
+        if !own.is_empty() {
+            return own;
+        }
+        let fallback = PriceTable::static_for_region(super::regions::FALLBACK_PRICE_REGION);
+        PriceTable { region: region.to_string(), prices: fallback.prices }
+    }
+
     pub fn region(&self) -> &str {
         &self.region
     }

@@ -5,8 +5,9 @@
 //! mean. A refresh is all-or-nothing: if any page fails, the previous table stays in place, because a
 //! partial table would silently drop sizes from cost ranking.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Deserialize;
 use url::Url;
@@ -135,17 +136,58 @@ impl RetailPricesClient {
 pub struct PricingProvider {
     static_table: Arc<PriceTable>,
     current: Arc<RwLock<Arc<PriceTable>>>,
+    /// Bumped by every successful refresh, so whoever caches what the prices decide knows to recompute.
+    version: Arc<AtomicU64>,
+    /// Wall time (since the Unix epoch) of the last successful refresh; None while static.
+    updated: Arc<RwLock<Option<Duration>>>,
+    /// Wall time the static table came into effect.
+    started: Duration,
+}
+
+/// Where the prices in effect come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PriceSource {
+    /// The embedded table: on-demand only, spot priced as on-demand (upstream's start-up behaviour).
+    Static,
+    /// The Retail Prices API, laid over the embedded table.
+    Live,
+}
+
+impl PriceSource {
+    /// The `source` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PriceSource::Static => "static",
+            PriceSource::Live => "live",
+        }
+    }
+}
+
+/// What a successful refresh installed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefreshSummary {
+    /// Sizes with a price now in effect (live or static).
+    pub priced: usize,
+    /// Sizes with a live spot price.
+    pub spot: usize,
 }
 
 impl PricingProvider {
-    /// Starts from the embedded static prices of `region`.
+    /// Starts from the embedded static prices of `region` (eastus's for a region without its own, as
+    /// upstream).
     pub fn new(region: &str) -> Self {
-        Self::with_static(PriceTable::static_for_region(region))
+        Self::with_static(PriceTable::static_or_fallback(region))
     }
 
     pub fn with_static(static_table: PriceTable) -> Self {
         let static_table = Arc::new(static_table);
-        PricingProvider { current: Arc::new(RwLock::new(static_table.clone())), static_table }
+        PricingProvider {
+            current: Arc::new(RwLock::new(static_table.clone())),
+            static_table,
+            version: Arc::new(AtomicU64::new(0)),
+            updated: Arc::new(RwLock::new(None)),
+            started: wall_time(),
+        }
     }
 
     pub fn region(&self) -> String {
@@ -157,18 +199,46 @@ impl PricingProvider {
         self.current.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
+    /// Changes whenever [`Self::current`] does.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// When live prices were last installed (wall time since the Unix epoch); None while only the static
+    /// table is in effect.
+    pub fn updated(&self) -> Option<Duration> {
+        *self.updated.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Where the prices in effect come from and how old they are at `now` (wall time since the Unix
+    /// epoch): since the last live update, or, while static, since the static table came into effect
+    /// (how long live prices have been missing).
+    pub fn age(&self, now: Duration) -> (PriceSource, Duration) {
+        match self.updated() {
+            Some(at) => (PriceSource::Live, now.saturating_sub(at)),
+            None => (PriceSource::Static, now.saturating_sub(self.started)),
+        }
+    }
+
     /// Fetches live prices and, only if every page succeeded, installs them over the static table.
-    /// Returns the number of priced sizes now in effect.
-    pub async fn refresh(&self, client: &RetailPricesClient) -> Result<usize, RetailError> {
+    pub async fn refresh(&self, client: &RetailPricesClient) -> Result<RefreshSummary, RetailError> {
         let live = client.fetch_price_table(self.static_table.region()).await?;
-        let merged = Arc::new(self.static_table.merged_with(&live));
-        let count = merged.len();
+        Ok(self.install(&live))
+    }
+
+    /// Lays `live` over the static table and makes it the prices in effect.
+    pub fn install(&self, live: &PriceTable) -> RefreshSummary {
+        let spot = live.iter().filter(|(_, p)| p.spot.is_some()).count();
+        let merged = Arc::new(self.static_table.merged_with(live));
+        let priced = merged.len();
         *self.current.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = merged;
-        Ok(count)
+        *self.updated.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(wall_time());
+        self.version.fetch_add(1, Ordering::AcqRel);
+        RefreshSummary { priced, spot }
     }
 
     /// Refreshes now and then every `interval` until the task is aborted; failures are logged and the
-    /// previous prices kept.
+    /// previous prices kept (as upstream's pricing provider does).
     pub fn spawn_refresh_loop(
         &self,
         client: RetailPricesClient,
@@ -180,18 +250,33 @@ impl PricingProvider {
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticker.tick().await;
+                let region = provider.region();
+                let (was, age) = provider.age(wall_time());
                 match provider.refresh(&client).await {
-                    Ok(count) => {
-                        tracing::info!(region = %provider.region(), count, "refreshed VM prices")
-                    }
+                    Ok(RefreshSummary { priced, spot }) => tracing::info!(
+                        %region,
+                        priced,
+                        spot,
+                        replaced = was.as_str(),
+                        replaced_age_s = age.as_secs(),
+                        next_in_s = interval.as_secs(),
+                        "refreshed VM prices from the Retail Prices API"
+                    ),
                     Err(error) => tracing::warn!(
-                        region = %provider.region(),
+                        %region,
                         category = error.category(),
                         %error,
-                        "VM price refresh failed; keeping previous prices"
+                        prices = was.as_str(),
+                        age_s = age.as_secs(),
+                        "VM price refresh failed; keeping the prices in effect"
                     ),
                 }
             }
         })
     }
+}
+
+/// Wall time since the Unix epoch, the clock price ages are measured on.
+fn wall_time() -> Duration {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO)
 }

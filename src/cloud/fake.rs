@@ -96,35 +96,33 @@ impl CloudProvider for FakeCloud {
             return Ok(existing.clone());
         }
         let mut refused = Vec::new();
-        for option in &request.options {
-            for offering in &option.offerings {
-                let refusal = inner.refusals.iter().find(|(sku, zone, ct, _)| {
-                    *sku == option.name && *zone == offering.zone && *ct == offering.capacity_type
-                });
-                if let Some((_, _, _, reason)) = refusal {
-                    refused.push(RefusedOffering {
-                        instance_type: option.name.clone(),
-                        zone: offering.zone.clone(),
-                        capacity_type: offering.capacity_type,
-                        reason: reason.clone(),
-                    });
-                    continue;
-                }
-                let instance = Instance {
-                    name: name.clone(),
-                    provider_id: naming::provider_id(FAKE_SUBSCRIPTION, FAKE_RESOURCE_GROUP, &name),
+        for (option, offering) in super::allocation::ranked(request) {
+            let refusal = inner.refusals.iter().find(|(sku, zone, ct, _)| {
+                *sku == option.name && *zone == offering.zone && *ct == offering.capacity_type
+            });
+            if let Some((_, _, _, reason)) = refusal {
+                refused.push(RefusedOffering {
                     instance_type: option.name.clone(),
-                    zone: super::logical_zone(&offering.zone).map(|_| offering.zone.clone()),
+                    zone: offering.zone.clone(),
                     capacity_type: offering.capacity_type,
-                    nodepool: (!request.nodepool.is_empty()).then(|| request.nodepool.clone()),
-                    image_id: Some(option.image_id.clone()),
-                    state: "Succeeded".to_string(),
-                    created: None,
-                    tags: request.tags.clone(),
-                };
-                inner.instances.insert(name, instance.clone());
-                return Ok(instance);
+                    reason: reason.clone(),
+                });
+                continue;
             }
+            let instance = Instance {
+                name: name.clone(),
+                provider_id: naming::provider_id(FAKE_SUBSCRIPTION, FAKE_RESOURCE_GROUP, &name),
+                instance_type: option.name.clone(),
+                zone: super::logical_zone(&offering.zone).map(|_| offering.zone.clone()),
+                capacity_type: offering.capacity_type,
+                nodepool: (!request.nodepool.is_empty()).then(|| request.nodepool.clone()),
+                image_id: Some(option.image_id.clone()),
+                state: "Succeeded".to_string(),
+                created: None,
+                tags: request.tags.clone(),
+            };
+            inner.instances.insert(name, instance.clone());
+            return Ok(instance);
         }
         Err(CloudError::InsufficientCapacity { refused })
     }
@@ -181,8 +179,11 @@ mod tests {
     use crate::cloud::{InstanceTypeOption, KubeletSettings, OfferingChoice};
 
     fn request() -> LaunchRequest {
-        let offering =
-            |zone: &str| OfferingChoice { zone: zone.into(), capacity_type: CapacityType::OnDemand };
+        let offering = |zone: &str| OfferingChoice {
+            zone: zone.into(),
+            capacity_type: CapacityType::OnDemand,
+            price: 0.1,
+        };
         LaunchRequest {
             claim_name: "default-abc".into(),
             nodepool: "default".into(),

@@ -122,6 +122,7 @@ mod tests {
                 offerings: vec![OfferingChoice {
                     zone: "eastus-1".into(),
                     capacity_type: CapacityType::OnDemand,
+                    price: 0.096,
                 }],
             }],
             labels: BTreeMap::new(),

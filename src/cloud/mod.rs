@@ -5,6 +5,7 @@
 //! an event reason. Implementations: `azure` (production, ARM) and `fake` (in memory, for unit tests and
 //! the simulator); `metered` wraps either with the cloud-provider metrics.
 
+pub mod allocation;
 pub mod azure;
 pub mod fake;
 pub mod metered;
@@ -69,7 +70,8 @@ pub struct LaunchRequest {
     pub claim_name: String,
     /// Empty for a standalone claim.
     pub nodepool: String,
-    /// Ranked best first; the first offering not blocked by the unavailable cache is tried.
+    /// The sizes the claim allows, the solver's ranking first. Which offering is tried is decided by
+    /// [`allocation::ranked`] over all of them: the cheapest one the unavailable cache does not block.
     pub options: Vec<InstanceTypeOption>,
     /// Node labels from the claim (single-valued requirements and template labels). The provider keeps
     /// only those the kubelet may set and adds the chosen offering's zone, capacity type and size.
@@ -131,11 +133,13 @@ impl InstanceTypeOption {
     }
 }
 
-/// A zone (`<region>-<n>`, or `""`/`"0"` for regional) and a capacity type.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A zone (`<region>-<n>`, or `""`/`"0"` for regional), a capacity type and the catalog's price.
+#[derive(Debug, Clone, PartialEq)]
 pub struct OfferingChoice {
     pub zone: String,
     pub capacity_type: CapacityType,
+    /// USD per hour, as the catalog (and so the solver) priced it; orders the launch attempts.
+    pub price: f64,
 }
 
 /// The local disk an ephemeral OS disk is placed on (ARM `diffDiskSettings.placement`).

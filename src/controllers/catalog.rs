@@ -1,6 +1,7 @@
 //! Instance types per AKSNodeClass: the region's sizes — from the Azure Resource SKUs API once it has
 //! answered (refreshed every 12 hours), the embedded catalog until then or when it cannot be reached —
-//! priced by the static table, shaped by the class (maxPods, OS disk) and the operator's network
+//! priced by the Retail Prices API once it has answered (refreshed every 12 hours, as upstream's pricing
+//! provider), the static table until then, shaped by the class (maxPods, OS disk) and the operator's network
 //! settings, with offerings the unavailable cache blocks marked unavailable, and without the sizes the
 //! class cannot launch: those none of its status images boots, and those that cannot honour its
 //! `spec.security` (encryption at host, trusted launch; rules in [`crate::catalog::security`], which
@@ -14,8 +15,8 @@ use std::time::Duration;
 use crate::apis::aksnodeclass::NodeImage;
 use crate::apis::AKSNodeClass;
 use crate::catalog::{
-    self, embedded_sku, CapacityOptions, CatalogError, NodeSecurity, PriceTable, SkuRecord,
-    UnavailableOfferings,
+    self, embedded_sku, CapacityOptions, CatalogError, NodeSecurity, PriceTable, PricingProvider,
+    RetailPricesClient, SkuRecord, UnavailableOfferings,
 };
 use crate::cloud::azure::bootstrap::{labels::class_labels, NodeClassBootstrap};
 use crate::cloud::azure::client::ArmClients;
@@ -32,15 +33,16 @@ const SKU_RETRY_INTERVAL: Duration = Duration::from_secs(5 * 60);
 /// (maxPods, osDiskSizeGB, image requirements, security, AKS labels) of a class: what changes
 /// allocatable, which sizes it can launch and the labels all its nodes carry.
 type ClassShape = (Option<u32>, Option<u32>, String, NodeSecurity, BTreeMap<String, String>);
-/// The types of a shape, with the cache generation and SKU-list version they were computed at.
-type Memo = BTreeMap<ClassShape, ((u64, u64), Arc<Vec<InstanceType>>)>;
+/// The types of a shape, with the cache generation, SKU-list version and price version they were
+/// computed at.
+type Memo = BTreeMap<ClassShape, ((u64, u64, u64), Arc<Vec<InstanceType>>)>;
 /// The live SKU list, shared with the refresh task.
 type LiveSkus = Arc<RwLock<Option<Arc<Vec<RegionSku>>>>>;
 
 pub struct Catalog {
     region: String,
     options: CapacityOptions,
-    pricing: PriceTable,
+    pricing: PricingProvider,
     unavailable: Arc<Mutex<UnavailableOfferings>>,
     clock: Clock,
     memo: Mutex<Memo>,
@@ -61,13 +63,40 @@ impl Catalog {
         Ok(Catalog {
             region: region.to_string(),
             options,
-            pricing,
+            pricing: PricingProvider::with_static(pricing),
             unavailable,
             clock,
             memo: Mutex::new(BTreeMap::new()),
             live: Arc::new(RwLock::new(None)),
             live_version: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// The prices in effect: the static table given to [`Catalog::new`] until the Retail Prices API has
+    /// answered.
+    pub fn pricing(&self) -> &PricingProvider {
+        &self.pricing
+    }
+
+    /// Fetches the region's prices from the Retail Prices API now and then every `interval`
+    /// ([`catalog::retail::REFRESH_INTERVAL`] in production); a failed refresh keeps the prices in effect.
+    pub fn spawn_price_refresh(
+        &self,
+        client: RetailPricesClient,
+        interval: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        self.pricing.spawn_refresh_loop(client, interval)
+    }
+
+    /// The facts of a size: the Resource SKUs API's record once it has answered (it knows sizes newer
+    /// than the embedded data), else the embedded one.
+    pub fn sku_record(&self, name: &str) -> Option<SkuRecord> {
+        let live = self.live.read().unwrap_or_else(|p| p.into_inner()).clone();
+        live.iter()
+            .flat_map(|skus| skus.iter())
+            .find(|s| s.record.name == name)
+            .map(|s| s.record.clone())
+            .or_else(|| embedded_sku(name).cloned())
     }
 
     /// The cache of offerings Azure refused, shared with the cloud provider.
@@ -91,7 +120,7 @@ impl Catalog {
         let now = (self.clock)();
         let mut unavailable = self.unavailable.lock().unwrap_or_else(|p| p.into_inner());
         unavailable.evict_expired(now);
-        let version = (unavailable.seq(), self.live_version.load(Ordering::Acquire));
+        let version = (unavailable.seq(), self.live_version.load(Ordering::Acquire), self.pricing.version());
         let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((at, types)) = memo.get(&shape) {
             if *at == version {
@@ -100,10 +129,11 @@ impl Catalog {
         }
         let options = CapacityOptions { max_pods: shape.0, os_disk_size_gb: shape.1, ..self.options.clone() };
         let live = self.live.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let prices = self.pricing.current();
         let mut types = match &live {
-            Some(skus) => self.live_types(skus, &options, &unavailable, now),
+            Some(skus) => self.live_types(skus, &options, &prices, &unavailable, now),
             // The region was checked in `new`, so this cannot fail; an empty list is the safe fallback.
-            None => catalog::instance_types(&self.region, &options, &self.pricing, &unavailable, now)
+            None => catalog::instance_types(&self.region, &options, &prices, &unavailable, now)
                 .unwrap_or_default(),
         };
         // The live record carries the capabilities (and current generations); the embedded one is what
@@ -134,6 +164,7 @@ impl Catalog {
         &self,
         skus: &[RegionSku],
         options: &CapacityOptions,
+        prices: &PriceTable,
         unavailable: &UnavailableOfferings,
         now: Duration,
     ) -> Vec<InstanceType> {
@@ -149,7 +180,7 @@ impl Catalog {
                     &self.region,
                     zones,
                     options,
-                    &self.pricing,
+                    prices,
                     unavailable,
                     now,
                 )
@@ -196,6 +227,7 @@ fn image_requirements_key(images: &[NodeImage]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::CapacityType;
 
     fn catalog() -> Catalog {
         let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
@@ -260,6 +292,59 @@ mod tests {
         assert_eq!(label(&fips, "kubernetes.azure.com/fips_enabled"), [Some("true".to_string())]);
         // The memo keeps the classes apart.
         assert_eq!(label(&ubuntu, "kubernetes.azure.com/os-sku"), [Some("Ubuntu".to_string())]);
+    }
+
+    #[test]
+    fn every_azure_region_starts_and_other_names_do_not() {
+        let start = |region: &str| {
+            let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
+            let prices = PriceTable::static_or_fallback(region);
+            Catalog::new(region, CapacityOptions::default(), prices, unavailable, Arc::new(|| Duration::ZERO))
+        };
+        let sweden = start("swedencentral").expect("a real region without embedded data starts");
+        let types = sweden.types_for(None);
+        let d4 = types.iter().find(|t| t.name == "Standard_D4s_v5").expect("embedded sizes until listed");
+        assert_eq!(d4.price(CapacityType::OnDemand), Some(0.192), "eastus's prices until live ones");
+        assert_eq!(d4.available_zones(), ["swedencentral-1", "swedencentral-2", "swedencentral-3"]);
+        assert_eq!(sweden.pricing().current().region(), "swedencentral");
+        let err = start("marsnorth").err().expect("not an Azure region");
+        assert_eq!(err.category(), "UnknownRegion");
+    }
+
+    #[test]
+    fn live_prices_reprice_the_sizes_once_installed() {
+        let catalog = catalog();
+        let spot_of = |types: &[InstanceType]| {
+            types.iter().find(|t| t.name == "Standard_D4s_v5").and_then(|t| t.price(CapacityType::Spot))
+        };
+        assert_eq!(spot_of(&catalog.types_for(None)), Some(0.192), "spot priced as on-demand until live");
+        let mut live = PriceTable::new("eastus");
+        live.set_spot("Standard_D4s_v5", 0.03);
+        catalog.pricing().install(&live);
+        assert_eq!(spot_of(&catalog.types_for(None)), Some(0.03));
+    }
+
+    #[test]
+    fn listed_sizes_without_a_static_price_are_offered_once_live_prices_have_one() {
+        let catalog = catalog();
+        let new_size =
+            SkuRecord { name: "Standard_D4s_v9".into(), ..embedded_sku("Standard_D4s_v5").unwrap().clone() };
+        let non_zonal = embedded_sku("Standard_E4s_v5").unwrap().clone();
+        *catalog.live.write().unwrap() = Some(Arc::new(vec![
+            RegionSku { record: new_size.clone(), zones: vec!["1".into()] },
+            RegionSku { record: non_zonal, zones: vec![] },
+        ]));
+        catalog.live_version.fetch_add(1, Ordering::AcqRel);
+        let names = |types: &[InstanceType]| types.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
+        let types = catalog.types_for(None);
+        assert_eq!(names(&types), ["Standard_E4s_v5"], "no price yet for the new size");
+        assert!(types[0].offerings.iter().all(|o| o.zone.is_empty()), "listed without zones: regional");
+        let mut live = PriceTable::new("eastus");
+        live.set_on_demand("Standard_D4s_v9", 0.15);
+        catalog.pricing().install(&live);
+        let types = catalog.types_for(None);
+        assert_eq!(names(&types), ["Standard_D4s_v9", "Standard_E4s_v5"]);
+        assert_eq!(catalog.sku_record("Standard_D4s_v9"), Some(new_size), "the live record, for the launch");
     }
 
     #[test]

@@ -213,7 +213,8 @@ async fn launch<C: CloudProvider + 'static>(
     let name = claim.name_any();
     let class = shared.cluster().nodeclass(&claim.spec.node_class_ref.name).cloned();
     let types = shared.catalog.types_for(class.as_ref());
-    let request = match nodeclaim::launch_request(claim, class.as_ref(), &types) {
+    let records = |name: &str| shared.catalog.sku_record(name);
+    let request = match nodeclaim::launch_request_with(claim, class.as_ref(), &types, &records) {
         Ok(request) => request,
         Err(error) if error.category() == "NodeClassNotReady" => {
             // As upstream: the claim cannot launch until its class changes, and provisioning creates no

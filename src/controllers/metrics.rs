@@ -37,6 +37,8 @@ impl<C: Send + Sync + 'static> Probes for Shared<C> {
 
     fn refresh_metrics(&self) {
         refresh(get(), &self.cluster());
+        let (source, age) = self.catalog.pricing().age(crate::cloud::wall_clock()());
+        get().set_pricing_age(source.as_str(), age);
     }
 }
 

@@ -11,10 +11,10 @@ use crate::apis::common::{Operator, Quantity, ResourceList};
 use crate::apis::conditions::{self, Condition, ConditionStatus};
 use crate::apis::nodeclaim::ResourceRequirements;
 use crate::apis::{AKSNodeClass, NodeClaim, NodeClaimSpec, NodePool};
-use crate::catalog::{embedded_sku, NodeSecurity};
+use crate::catalog::{embedded_sku, NodeSecurity, SkuRecord};
 use crate::cloud::azure::bootstrap::{kubelet_config_flags, NodeClassBootstrap};
 use crate::cloud::azure::imagefamily::image_for;
-use crate::cloud::{InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice};
+use crate::cloud::{allocation, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice};
 use crate::model::labels::{self, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
 use crate::model::resources::Resources;
 use crate::model::selection::{allowed_offerings, offering_labels, type_allowed};
@@ -117,13 +117,25 @@ impl LaunchRequestError {
 }
 
 /// The launch request for a claim: every instance type its requirements allow and an image of the
-/// (Ready) class boots, in the order of the instance-type requirement's `In` values (the solver's
-/// ranking, see [`build`]), else cheapest allowed offering first; each with its image and the offerings
-/// its zone and capacity-type requirements allow.
+/// (Ready) class boots, each with its image and the offerings (priced by the catalog) its zone and
+/// capacity-type requirements allow. The cloud picks among all of them by upstream's allocation rules
+/// ([`crate::cloud::allocation`]); the options are listed in that order of their best offering, so the
+/// first is the size a launch without capacity errors gets, whose kubelet values the request carries.
 pub fn launch_request(
     claim: &NodeClaim,
     class: Option<&AKSNodeClass>,
     types: &[InstanceType],
+) -> Result<LaunchRequest, LaunchRequestError> {
+    launch_request_with(claim, class, types, &|name| embedded_sku(name).cloned())
+}
+
+/// [`launch_request`] with the size facts (family, disks, generations) from `records`: the catalog's,
+/// which knows the sizes the Resource SKUs API listed beyond the embedded data.
+pub fn launch_request_with(
+    claim: &NodeClaim,
+    class: Option<&AKSNodeClass>,
+    types: &[InstanceType],
+    records: &dyn Fn(&str) -> Option<SkuRecord>,
 ) -> Result<LaunchRequest, LaunchRequestError> {
     let class_name = &claim.spec.node_class_ref.name;
     let class = class.ok_or_else(|| LaunchRequestError::NodeClassMissing(class_name.clone()))?;
@@ -136,46 +148,41 @@ pub fn launch_request(
     }
     let requirements = crate::apis::requirements::from_api(&claim.spec.requirements)
         .map_err(|e| LaunchRequestError::Requirements(e.to_string()))?;
-    let mut ranked: Vec<(f64, &InstanceType, Vec<OfferingChoice>)> = types
+    let mut ranked: Vec<(&InstanceType, Vec<OfferingChoice>)> = types
         .iter()
         .filter(|t| {
             requirements.get(LABEL_INSTANCE_TYPE).is_none_or(|r| r.admits(Some(&t.name)))
                 && type_allowed(t, &requirements)
         })
-        .filter_map(|t| {
-            let offerings: Vec<_> = allowed_offerings(t, &requirements).collect();
-            let cheapest = offerings.iter().map(|o| o.price).reduce(f64::min)?;
-            let choices = offerings
-                .iter()
-                .map(|o| OfferingChoice { zone: o.zone.clone(), capacity_type: o.capacity_type })
+        .map(|t| {
+            let choices: Vec<OfferingChoice> = allowed_offerings(t, &requirements)
+                .map(|o| OfferingChoice {
+                    zone: o.zone.clone(),
+                    capacity_type: o.capacity_type,
+                    price: o.price,
+                })
                 .collect();
-            Some((cheapest, t, choices))
+            (t, choices)
         })
+        .filter(|(_, choices)| !choices.is_empty())
         .collect();
-    let listed: Vec<&String> = claim
-        .spec
-        .requirements
-        .iter()
-        .filter(|r| r.key == LABEL_INSTANCE_TYPE && r.operator == Operator::In)
-        .flat_map(|r| &r.values)
-        .collect();
-    let position = |name: &String| listed.iter().position(|v| *v == name).unwrap_or(usize::MAX);
-    ranked.sort_by(|a, b| {
-        position(&a.1.name)
-            .cmp(&position(&b.1.name))
-            .then_with(|| a.0.total_cmp(&b.0))
-            .then_with(|| a.1.name.cmp(&b.1.name))
+    ranked.sort_by(|(a, a_offerings), (b, b_offerings)| {
+        match (allocation::best(a_offerings), allocation::best(b_offerings)) {
+            (Some(x), Some(y)) => allocation::cheaper(x, y),
+            _ => std::cmp::Ordering::Equal,
+        }
+        .then_with(|| a.name.cmp(&b.name))
     });
     let mut without_image = Vec::new();
     let options: Vec<InstanceTypeOption> = ranked
         .into_iter()
-        .filter_map(|(_, t, offerings)| {
-            let sku = embedded_sku(&t.name)?;
-            let Some(image) = image_for(&status.images, sku) else {
+        .filter_map(|(t, offerings)| {
+            let sku = records(&t.name)?;
+            let Some(image) = image_for(&status.images, &sku) else {
                 without_image.push(t.name.as_str());
                 return None;
             };
-            Some(InstanceTypeOption::from_sku(sku, &image.id, offerings))
+            Some(InstanceTypeOption::from_sku(&sku, &image.id, offerings))
         })
         .collect();
     if options.is_empty() && !without_image.is_empty() {

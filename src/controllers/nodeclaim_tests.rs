@@ -157,14 +157,17 @@ fn builds_the_launch_request_from_a_nodeclaim() {
     assert_eq!(request.claim_name, "general-abcde");
     assert_eq!(request.nodepool, "general");
     let names: Vec<&str> = request.options.iter().map(|o| o.name.as_str()).collect();
-    assert_eq!(names, ["Standard_D2s_v5", "Standard_D4s_v5"], "the claim's order");
-    // The order of the claim's values wins over price.
+    assert_eq!(names, ["Standard_D2s_v5", "Standard_D4s_v5"], "cheapest best offering first");
+    // Price decides the order, as upstream's allocation, whatever order the claim lists the values in.
     for r in claim.spec.requirements.iter_mut().filter(|r| r.key == "node.kubernetes.io/instance-type") {
         r.values.reverse();
     }
     let request = launch_request(&claim, Some(&class()), &types).unwrap();
     let names: Vec<&str> = request.options.iter().map(|o| o.name.as_str()).collect();
-    assert_eq!(names, ["Standard_D4s_v5", "Standard_D2s_v5"]);
+    assert_eq!(names, ["Standard_D2s_v5", "Standard_D4s_v5"]);
+    let d2 = types.iter().find(|t| t.name == "Standard_D2s_v5").unwrap();
+    let catalog_price = d2.price(CapacityType::OnDemand).unwrap();
+    assert!(request.options[0].offerings.iter().all(|o| o.price == catalog_price), "the catalog's price");
     let request = launch_request(&build_named(), Some(&class()), &types).unwrap();
     for option in &request.options {
         assert!(!option.offerings.is_empty());
@@ -242,18 +245,18 @@ fn each_size_launches_with_the_image_it_boots() {
         "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v/subnets/own".into(),
     );
     let request = launch_request(&claim, Some(&class), &catalog()).unwrap();
-    let chosen: Vec<(&str, &str)> = request
+    let chosen: BTreeMap<&str, &str> = request
         .options
         .iter()
         .map(|o| (o.name.as_str(), o.image_id.split('/').nth(4).unwrap_or_default()))
         .collect();
     assert_eq!(
         chosen,
-        [
+        BTreeMap::from([
             ("Standard_D2ps_v5", "2204gen2arm64containerd"),
             ("Standard_D2_v2", "2204containerd"),
             ("Standard_D2s_v5", "2204gen2containerd")
-        ]
+        ])
     );
     assert_eq!(request.subnet_id, class.spec.vnet_subnet_id, "the class's own subnet");
 }

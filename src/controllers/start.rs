@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{Catalog, Settings};
-use crate::catalog::{CatalogError, PriceTable, UnavailableOfferings};
+use crate::catalog::regions::FALLBACK_PRICE_REGION;
+use crate::catalog::retail::REFRESH_INTERVAL;
+use crate::catalog::{CatalogError, PriceTable, RetailError, RetailPricesClient, UnavailableOfferings};
 use crate::cloud::azure::client::ClientError;
 use crate::cloud::azure::{
     ArmClients, ArmSettings, AzureCloudProvider, BootstrapSettings, CredentialSource, LaunchSettings,
@@ -27,6 +29,8 @@ pub enum StartError {
     /// Nodes verify the API server with the cluster CA; without one they would never join.
     #[error("no cluster CA: the Kubernetes client configuration trusts no CA certificate; set --cluster-ca-bundle (CLUSTER_CA_BUNDLE) to the cluster's CA (PEM or base64 PEM)")]
     NoClusterCa,
+    #[error(transparent)]
+    RetailPrices(#[from] RetailError),
 }
 
 impl StartError {
@@ -36,6 +40,7 @@ impl StartError {
             StartError::Client(e) => e.category(),
             StartError::Catalog(e) => e.category(),
             StartError::NoClusterCa => "ClusterCAMissing",
+            StartError::RetailPrices(e) => e.category(),
         }
     }
 }
@@ -133,23 +138,31 @@ pub fn launch_settings(v: &Validated, ca_bundle_base64: &str) -> LaunchSettings 
 }
 
 /// The Azure provider, timed by the cloud-provider metrics, and the catalog, sharing one
-/// unavailable-offerings cache.
+/// unavailable-offerings cache. The catalog's sizes and prices refresh in the background: sizes from the
+/// Resource SKUs API, prices from the Retail Prices API at `RETAIL_PRICES_URL` (both at start, then
+/// every 12 hours).
 pub fn azure(
     v: &Validated,
     ca_bundle_base64: &str,
 ) -> Result<(Arc<Metered<AzureCloudProvider>>, Catalog), StartError> {
     let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
     let clock = wall_clock();
+    let location = &v.azure.location;
+    if PriceTable::static_for_region(location).is_empty() {
+        tracing::warn!(region = %location, fallback = FALLBACK_PRICE_REGION, "the embedded price table has no prices for the region; using the fallback region's until the Retail Prices API answers");
+    }
     let catalog = Catalog::new(
-        &v.azure.location,
+        location,
         v.capacity_options(),
-        PriceTable::static_for_region(&v.azure.location),
+        PriceTable::static_or_fallback(location),
         unavailable.clone(),
         clock.clone(),
     )?;
     // One credential and pipeline for the launcher and the SKU refresh.
     let clients = ArmClients::new(&arm_settings(v)?)?;
     catalog.spawn_sku_refresh(clients.clone());
+    let retail = RetailPricesClient::new(reqwest::Client::new(), v.retail_prices_url.as_str())?;
+    catalog.spawn_price_refresh(retail, env_duration(PRICE_REFRESH_INTERVAL_ENV, REFRESH_INTERVAL));
     let provider = AzureCloudProvider::new(clients, launch_settings(v, ca_bundle_base64), unavailable, clock);
     Ok((Arc::new(Metered::new(provider, metered::AZURE)), catalog))
 }
@@ -170,6 +183,8 @@ pub fn settings(v: &Validated) -> Settings {
 
 /// Hidden override of the garbage-collection interval (a duration such as `3s`), for tests.
 pub const GC_INTERVAL_ENV: &str = "KARPENTER_GC_INTERVAL";
+/// Hidden override of the Retail Prices refresh interval (upstream's is 12 hours), for tests.
+pub const PRICE_REFRESH_INTERVAL_ENV: &str = "KARPENTER_PRICE_REFRESH_INTERVAL";
 /// Hidden override of the garbage-collection grace period for unowned VMs, for tests.
 pub const GC_GRACE_ENV: &str = "KARPENTER_GC_GRACE_PERIOD";
 

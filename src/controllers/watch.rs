@@ -12,8 +12,9 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Resource, ResourceExt};
@@ -71,11 +72,32 @@ pub fn spawn_all<C: Send + Sync + 'static>(
         |_, _: &DaemonSet| {},
     ));
     tasks.spawn(watch(
-        Api::<PodDisruptionBudget>::all(client),
+        Api::<PodDisruptionBudget>::all(client.clone()),
         Kind::PodDisruptionBudget,
-        shared,
+        shared.clone(),
         |_, _: &PodDisruptionBudget| {},
     ));
+    // What constrains pods beyond their own spec: the zones of their volumes, and the namespaces a
+    // pod-affinity namespaceSelector picks.
+    tasks.spawn(watch(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        Kind::PersistentVolumeClaim,
+        shared.clone(),
+        |_, _: &PersistentVolumeClaim| {},
+    ));
+    tasks.spawn(watch(
+        Api::<PersistentVolume>::all(client.clone()),
+        Kind::PersistentVolume,
+        shared.clone(),
+        |_, _: &PersistentVolume| {},
+    ));
+    tasks.spawn(watch(
+        Api::<StorageClass>::all(client.clone()),
+        Kind::StorageClass,
+        shared.clone(),
+        |_, _: &StorageClass| {},
+    ));
+    tasks.spawn(watch(Api::<Namespace>::all(client), Kind::Namespace, shared, |_, _: &Namespace| {}));
 }
 
 /// Runs one watch until the task is aborted. Errors are logged; the stream backs off and relists itself.

@@ -128,6 +128,8 @@ pub struct Metrics {
     pub plan_price: GaugeVec,
     /// `karpenter_azure_plan_lower_bound_dollars_per_hour`: ours.
     pub plan_lower_bound: Gauge,
+    /// `karpenter_azure_pricing_age_seconds{source}`: ours; one series, for the source in effect.
+    pub pricing_age: GaugeVec,
 }
 
 /// The node labels `karpenter_nodes_allocatable` keeps (upstream's snake-cased well-known labels that
@@ -279,6 +281,11 @@ impl Metrics {
                 &["nodepool"],
             ),
             plan_lower_bound,
+            pricing_age: gauge(
+                "karpenter_azure_pricing_age_seconds",
+                "Age of the VM prices the solver uses: seconds since the last successful Retail Prices API refresh (source=live), or, before the first one, since the controller started on the embedded table (source=static, spot priced as on-demand).",
+                &["source"],
+            ),
             registry,
         }
     }
@@ -350,6 +357,12 @@ impl Metrics {
     /// Whether this replica now holds the leader Lease `lease`.
     pub fn set_leading(&self, lease: &str, leading: bool) {
         self.leader_status.with_label_values(&[lease]).set(i64::from(leading));
+    }
+
+    /// Sets the price-age gauge: one series, labelled with the source in effect.
+    pub fn set_pricing_age(&self, source: &'static str, age: Duration) {
+        self.pricing_age.reset();
+        self.pricing_age.with_label_values(&[source]).set(age.as_secs_f64());
     }
 
     pub fn vm_create_started(&self, vm: &VmCreate<'_>) {

@@ -85,6 +85,7 @@ fn record_everything(m: &Metrics) {
     m.plan_price.with_label_values(&["general"]).set(0.384);
     m.plan_lower_bound.set(0.3);
     m.set_leading("karpenter-leader-election", true);
+    m.set_pricing_age("static", Duration::from_secs(5));
 }
 
 /// Every metric the issue lists (plus ours), its type and its label names (histograms: of `_count`).
@@ -121,6 +122,7 @@ const EXPECTED: &[(&str, &str, &[&str])] = &[
     ("karpenter_cluster_state_synced", "gauge", &[]),
     ("karpenter_azure_plan_price_dollars_per_hour", "gauge", &["nodepool"]),
     ("karpenter_azure_plan_lower_bound_dollars_per_hour", "gauge", &[]),
+    ("karpenter_azure_pricing_age_seconds", "gauge", &["source"]),
     ("leader_election_master_status", "gauge", &["name"]),
 ];
 
@@ -224,6 +226,18 @@ fn scheduling_and_queue_depth_are_per_controller() {
         )
     };
     assert_eq!((bucket("0.005"), bucket("0.01")), (Some(0.0), Some(1.0)));
+}
+
+#[test]
+fn the_price_age_has_one_series_for_the_source_in_effect() {
+    let m = Metrics::new();
+    m.set_pricing_age("static", Duration::from_secs(90));
+    let text = m.render().unwrap();
+    assert_eq!(value(&text, "karpenter_azure_pricing_age_seconds", &[("source", "static")]), Some(90.0));
+    m.set_pricing_age("live", Duration::from_millis(2500));
+    let text = m.render().unwrap();
+    assert_eq!(value(&text, "karpenter_azure_pricing_age_seconds", &[("source", "live")]), Some(2.5));
+    assert_eq!(value(&text, "karpenter_azure_pricing_age_seconds", &[("source", "static")]), None, "{text}");
 }
 
 #[tokio::test]

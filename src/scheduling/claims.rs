@@ -2,13 +2,14 @@
 //! that still holds its pods, pick its offering, list the other instance types that would do
 //! (cheapest first), and write the NodeClaim's requirements, labels and resources.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE};
+use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE};
 use crate::model::requirements::{Requirement, Requirements};
 use crate::model::selection::offering_labels;
 use crate::model::Offering;
 use crate::scheduling::plan::{NewNodeClaim, Plan, Unschedulable};
+use crate::scheduling::templates::TemplateOffering;
 use crate::scheduling::working::{Slot, Solver};
 
 /// Builds the plan; `unschedulable` comes from the relaxation rounds.
@@ -142,21 +143,24 @@ fn new_claim(
     check_min_values(solver, &requirements, &options)?;
     all_options.truncate(solver.input().options.max_instance_type_options.max(1));
     let listed = &options[..all_options.len()];
-    let mut capacity_types: Vec<&str> = listed
+    // The claim carries the zones and capacity types its listed options may launch in, so the launcher
+    // chooses among exactly the offerings the plan priced (the cheapest first) and still has the others
+    // to fall back on after a capacity error.
+    let allowed: Vec<&TemplateOffering> = listed
         .iter()
         .flat_map(|&(o, m, _)| {
-            solver.templates()[o]
-                .offerings
-                .iter()
-                .enumerate()
-                .filter(move |(i, _)| m & (1 << i) != 0)
-                .map(|(_, off)| off.capacity_type.as_str())
+            solver.templates()[o].offerings.iter().enumerate().filter(move |(i, _)| m & (1 << i) != 0)
         })
+        .map(|(_, off)| off)
         .collect();
-    capacity_types.sort_unstable();
-    capacity_types.dedup();
+    let capacity_types: BTreeSet<&str> = allowed.iter().map(|o| o.capacity_type.as_str()).collect();
+    let zones: BTreeSet<&str> = allowed.iter().map(|o| o.zone.as_str()).collect();
     requirements.add(Requirement::is_in(LABEL_INSTANCE_TYPE, all_options.iter().cloned()));
     requirements.add(Requirement::is_in(LABEL_CAPACITY_TYPE, capacity_types.iter().map(|s| s.to_string())));
+    // A regional offering has no zone label to require (upstream labels it `0`, which no pod selects).
+    if zones.iter().all(|z| !z.is_empty()) {
+        requirements.add(Requirement::is_in(LABEL_ZONE, zones.iter().map(|s| s.to_string())));
+    }
 
     let mut labels = pool.labels.clone();
     for r in requirements.iter() {

@@ -20,8 +20,10 @@ use crate::scheduling::input::{ExistingNode, NodePoolInput};
 mod pod;
 #[cfg(test)]
 mod tests;
+pub mod volumes;
 
 pub use pod::{from_pod, pod, pod_requests, template_pods, PodContext, PodSource};
+pub use volumes::{pod_claims, VolumeIndex};
 
 /// The taint the node lifecycle controller puts on cordoned nodes (`kubectl cordon`).
 pub const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";

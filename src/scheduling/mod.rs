@@ -23,6 +23,7 @@ mod solve_tests;
 mod spread;
 pub mod templates;
 pub mod topology;
+pub mod topology_keys;
 mod working;
 
 pub use input::{ExistingNode, NodePoolInput, Pod, PodId, SolveInput, SolveOptions};

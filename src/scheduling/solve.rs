@@ -34,6 +34,7 @@ use crate::scheduling::node::PodTraits;
 use crate::scheduling::plan::{Plan, Unschedulable};
 use crate::scheduling::shapes::{Rule, Scope};
 use crate::scheduling::topology::{Assignment, EligibleDomains};
+use crate::scheduling::topology_keys;
 use crate::scheduling::working::{Class, Solver};
 
 /// A pod waiting to be placed: (shape, pod index, relaxation level).
@@ -70,6 +71,24 @@ pub fn solve(input: &SolveInput) -> Plan {
 /// [`solve`], stopped with [`Cancelled`] at the first safe point where `cancel` says so. While the hook
 /// says no, the plan is exactly [`solve`]'s: the hook is only asked, it changes nothing.
 pub fn solve_with_cancel(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
+    let refused: Vec<Unschedulable> = input
+        .pods
+        .iter()
+        .filter_map(|pod| topology_keys::refusal(pod).map(|reason| Unschedulable { pod: pod.id(), reason }))
+        .collect();
+    if refused.is_empty() {
+        return solve_supported(input, cancel);
+    }
+    let mut kept = input.clone();
+    kept.pods.retain(|pod| topology_keys::refusal(pod).is_none());
+    let mut plan = solve_supported(&kept, cancel)?;
+    plan.unschedulable.extend(refused);
+    plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+    Ok(plan)
+}
+
+/// The solve of pods whose rules the solver models ([`topology_keys`]).
+fn solve_supported(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
     let mut solver = Solver::new(input, cancel);
     let unschedulable = solver.run()?;
     improve::merge_nodes(&mut solver)?;

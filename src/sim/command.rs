@@ -10,7 +10,8 @@ use super::catalog_file::{self, CatalogFileError};
 use super::load::{self, LoadError, Source};
 use super::report::{self, Report};
 use super::scenario::{self, Catalog, Scenario, ScenarioError};
-use crate::catalog::{known_regions, CatalogError, OutputFormat};
+use crate::catalog::regions::offline_notes;
+use crate::catalog::{known_regions, region_zones, CatalogError, OutputFormat, PriceTable};
 
 /// The built-in demo scenario, run when no file is given.
 pub const DEMO: &str = include_str!("demo.yaml");
@@ -67,13 +68,7 @@ pub fn scenario_of(args: &SimulateArgs) -> Result<Scenario, SimulateError> {
         Some(path) => Catalog::Fixed(Arc::new(catalog_file::read(path, &args.region)?)),
         None => {
             // Checked up front so a scenario without NodePools still reports a mistyped region.
-            if !known_regions().contains(&args.region) {
-                return Err(CatalogError::UnknownRegion {
-                    region: args.region.clone(),
-                    known: known_regions(),
-                }
-                .into());
-            }
+            region_zones(&args.region)?;
             Catalog::Azure
         }
     };
@@ -83,5 +78,11 @@ pub fn scenario_of(args: &SimulateArgs) -> Result<Scenario, SimulateError> {
         args.files.iter().cloned().map(Source::File).collect()
     };
     let objects = load::load(&sources)?;
-    Ok(scenario::build(&objects, &args.region, &catalog)?)
+    let mut scenario = scenario::build(&objects, &args.region, &catalog)?;
+    if let Catalog::Azure = catalog {
+        let has_own_data = known_regions().contains(&args.region);
+        let prices = PriceTable::static_or_fallback(&args.region);
+        scenario.warnings.extend(offline_notes(&args.region, has_own_data, &prices));
+    }
+    Ok(scenario)
 }

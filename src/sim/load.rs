@@ -8,8 +8,9 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use serde::de::DeserializeOwned;
 
 use crate::apis::manifest::{self, ManifestError, RawObject};
@@ -17,7 +18,7 @@ use crate::apis::{AKSNodeClass, NodePool};
 
 /// The kinds `simulate` reads. Anything else is refused rather than silently ignored, so a typo in a
 /// kind cannot make a scenario look cheaper than it is.
-pub const KINDS: [&str; 12] = [
+pub const KINDS: [&str; 15] = [
     "NodePool",
     "AKSNodeClass",
     "Pod",
@@ -29,6 +30,9 @@ pub const KINDS: [&str; 12] = [
     "Node",
     "PodDisruptionBudget",
     "Namespace",
+    "PersistentVolumeClaim",
+    "PersistentVolume",
+    "StorageClass",
     "List",
 ];
 
@@ -81,6 +85,10 @@ pub struct Objects {
     /// Read and checked, not used: the simulator plans provisioning, and PDBs only limit disruption.
     pub pdbs: Vec<Sourced<PodDisruptionBudget>>,
     pub namespaces: Vec<Sourced<Namespace>>,
+    /// Claims, volumes and storage classes: the zones pods' volumes pin them to.
+    pub claims: Vec<Sourced<PersistentVolumeClaim>>,
+    pub volumes: Vec<Sourced<PersistentVolume>>,
+    pub storage_classes: Vec<Sourced<StorageClass>>,
 }
 
 /// Where the text of a scenario comes from.
@@ -149,6 +157,9 @@ fn add(
         "Node" => objects.nodes.push(decode(file, raw)?),
         "PodDisruptionBudget" => objects.pdbs.push(decode(file, raw)?),
         "Namespace" => objects.namespaces.push(decode(file, raw)?),
+        "PersistentVolumeClaim" => objects.claims.push(decode(file, raw)?),
+        "PersistentVolume" => objects.volumes.push(decode(file, raw)?),
+        "StorageClass" => objects.storage_classes.push(decode(file, raw)?),
         _ => {}
     }
     Ok(())

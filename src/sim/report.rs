@@ -68,6 +68,7 @@ pub fn to_json(report: &Report) -> Value {
         "nodeclaims": nodeclaims,
         "existing_nodes": existing_nodes,
         "unschedulable": unschedulable,
+        "warnings": report.warnings,
     })
 }
 

@@ -24,7 +24,7 @@ use crate::apis::validate::{self, ValidationError};
 use crate::catalog::{self, CapacityOptions, CatalogError, PriceTable, UnavailableOfferings};
 use crate::model::resources::Resources;
 use crate::model::InstanceType;
-use crate::scheduling::from_k8s::{self, FromK8sError, PodContext};
+use crate::scheduling::from_k8s::{self, FromK8sError, PodContext, VolumeIndex};
 use crate::scheduling::{SolveInput, SolveOptions};
 
 /// The label the API server puts on every namespace.
@@ -86,6 +86,7 @@ fn namespace_of(meta: &ObjectMeta) -> &str {
 pub fn build(objects: &Objects, region: &str, catalog: &Catalog) -> Result<Scenario, ScenarioError> {
     let mut warnings = vec![];
     let ctx = pod_context(objects);
+    let volumes = volume_index(objects);
     let mut input = SolveInput {
         options: SolveOptions { region: region.to_string(), ..SolveOptions::default() },
         ..SolveInput::default()
@@ -99,7 +100,10 @@ pub fn build(objects: &Objects, region: &str, catalog: &Catalog) -> Result<Scena
         if matches!(phase, Some("Succeeded" | "Failed")) {
             continue;
         }
-        let pod = from_k8s::from_pod(&p.object, &ctx).map_err(convert(p))?;
+        let mut pod = from_k8s::from_pod(&p.object, &ctx).map_err(convert(p))?;
+        if let Some(spec) = &p.object.spec {
+            pod.volume_zones = volumes.zones(&pod.namespace, &from_k8s::pod_claims(&pod.name, spec));
+        }
         match &pod.node_name {
             Some(node) if node_names.contains(node.as_str()) => input.running.push(pod),
             Some(node) => warnings
@@ -108,7 +112,7 @@ pub fn build(objects: &Objects, region: &str, catalog: &Catalog) -> Result<Scena
             None => input.pods.push(pod),
         }
     }
-    expand_workloads(objects, &ctx, &mut input)?;
+    expand_workloads(objects, &ctx, &volumes, &mut input)?;
     for d in &objects.daemonsets {
         let template = &d.object.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
         let name = d.object.metadata.name.as_deref().unwrap_or_default();
@@ -118,6 +122,15 @@ pub fn build(objects: &Objects, region: &str, catalog: &Catalog) -> Result<Scena
     }
     nodepools(objects, region, catalog, &mut input, &mut warnings)?;
     Ok(Scenario { input, warnings })
+}
+
+/// The input's claims, volumes and storage classes, for the zones pods' volumes allow.
+fn volume_index(objects: &Objects) -> VolumeIndex {
+    let mut index = VolumeIndex::new();
+    objects.claims.iter().for_each(|c| index.apply_claim(&c.object));
+    objects.volumes.iter().for_each(|v| index.apply_volume(&v.object));
+    objects.storage_classes.iter().for_each(|c| index.apply_class(&c.object));
+    index
 }
 
 /// Namespaces of the input with their labels, for `namespaceSelector`.
@@ -149,6 +162,7 @@ fn pod_context(objects: &Objects) -> PodContext {
 fn expand_workloads(
     objects: &Objects,
     ctx: &PodContext,
+    volumes: &VolumeIndex,
     input: &mut SolveInput,
 ) -> Result<(), ScenarioError> {
     let owned: BTreeSet<(String, String, String)> = objects
@@ -161,7 +175,12 @@ fn expand_workloads(
             meta.owner_references.iter().flatten().map(move |o| (ns.clone(), o.kind.clone(), o.name.clone()))
         })
         .collect();
-    let mut expand = |kind: &str, meta: &ObjectMeta, replicas: i32, template: Option<&PodTemplateSpec>| {
+    // `claim_templates`: a StatefulSet's volumeClaimTemplates, whose claims are `<template>-<pod>`.
+    let mut expand = |kind: &str,
+                      meta: &ObjectMeta,
+                      replicas: i32,
+                      template: Option<&PodTemplateSpec>,
+                      claim_templates: &[String]| {
         let name = meta.name.clone().unwrap_or_default();
         let ns = namespace_of(meta).to_string();
         if owned.contains(&(ns.clone(), kind.to_string(), name.clone())) {
@@ -169,32 +188,47 @@ fn expand_workloads(
         }
         let template = template.cloned().unwrap_or_default();
         let replicas = usize::try_from(replicas).unwrap_or(0);
-        let pods = from_k8s::template_pods(&template, &ns, kind, &name, replicas, ctx)?;
+        let mut pods = from_k8s::template_pods(&template, &ns, kind, &name, replicas, ctx)?;
+        if let Some(spec) = &template.spec {
+            for pod in &mut pods {
+                let mut claims = from_k8s::pod_claims(&pod.name, spec);
+                claims.extend(claim_templates.iter().map(|t| format!("{t}-{}", pod.name)));
+                pod.volume_zones = volumes.zones(&ns, &claims);
+            }
+        }
         input.pods.extend(pods);
         Ok(())
     };
     for d in &objects.deployments {
         let spec = d.object.spec.as_ref();
         let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);
-        expand("Deployment", &d.object.metadata, replicas, spec.map(|s| &s.template)).map_err(convert(d))?;
+        expand("Deployment", &d.object.metadata, replicas, spec.map(|s| &s.template), &[])
+            .map_err(convert(d))?;
     }
     for r in &objects.replicasets {
         let spec = r.object.spec.as_ref();
         let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);
-        expand("ReplicaSet", &r.object.metadata, replicas, spec.and_then(|s| s.template.as_ref()))
+        expand("ReplicaSet", &r.object.metadata, replicas, spec.and_then(|s| s.template.as_ref()), &[])
             .map_err(convert(r))?;
     }
     for s in &objects.statefulsets {
         let spec = s.object.spec.as_ref();
         let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);
-        expand("StatefulSet", &s.object.metadata, replicas, spec.map(|s| &s.template)).map_err(convert(s))?;
+        let claim_templates: Vec<String> = spec
+            .and_then(|s| s.volume_claim_templates.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.metadata.name.clone())
+            .collect();
+        expand("StatefulSet", &s.object.metadata, replicas, spec.map(|s| &s.template), &claim_templates)
+            .map_err(convert(s))?;
     }
     for j in &objects.jobs {
         let spec = j.object.spec.as_ref();
         // Pods running at once: parallelism (default 1), never more than the completions asked for.
         let parallelism = spec.and_then(|s| s.parallelism).unwrap_or(1);
         let replicas = spec.and_then(|s| s.completions).map_or(parallelism, |c| c.min(parallelism));
-        expand("Job", &j.object.metadata, replicas, spec.map(|s| &s.template)).map_err(convert(j))?;
+        expand("Job", &j.object.metadata, replicas, spec.map(|s| &s.template), &[]).map_err(convert(j))?;
     }
     Ok(())
 }
@@ -228,7 +262,7 @@ fn nodepools(
             used.entry(pool.clone()).or_default().add_assign(&capacity);
         }
     }
-    let pricing = PriceTable::static_for_region(region);
+    let pricing = PriceTable::static_or_fallback(region);
     let mut by_options: BTreeMap<ClassSettings, Arc<Vec<InstanceType>>> = BTreeMap::new();
     let mut pools = vec![];
     for p in &objects.nodepools {

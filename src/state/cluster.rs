@@ -13,11 +13,14 @@ use std::sync::Arc;
 use crate::apis::conditions;
 use crate::apis::{AKSNodeClass, NodePool};
 use crate::model::resources::Resources;
-use crate::scheduling::from_k8s::{self, FromK8sError, PodContext};
+use crate::scheduling::from_k8s::{self, FromK8sError, PodContext, VolumeIndex};
 use crate::scheduling::Pod;
 
 use super::records::{NodeClaimRecord, NodeRecord, PdbRecord, PodRecord};
 use super::{key, Kind, Object};
+
+/// The label the API server puts on every namespace.
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// Why the index may not be acted on yet.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -31,8 +34,11 @@ pub enum NotSynced {
 /// The in-memory index of the cluster. See the module documentation of [`crate::state`].
 #[derive(Debug, Default)]
 pub struct Cluster {
-    /// Namespaces for pod-affinity `namespaceSelector`; empty until a namespace feed exists.
+    /// Namespaces and their labels, for pod-affinity `namespaceSelector`.
     ctx: PodContext,
+    /// Claims, volumes and storage classes: the zones a pod's volumes allow, read at snapshot time so a
+    /// volume bound after its pod arrived still counts.
+    volumes: VolumeIndex,
     pods: BTreeMap<String, PodRecord>,
     /// Node name → keys of the pods bound to it.
     pods_by_node: BTreeMap<String, BTreeSet<String>>,
@@ -68,6 +74,12 @@ fn object_key(object: Object<'_>) -> String {
         Object::NodeClaim(o) => (None, &o.metadata.name),
         Object::NodePool(o) => (None, &o.metadata.name),
         Object::NodeClass(o) => (None, &o.metadata.name),
+        Object::PersistentVolumeClaim(o) => {
+            (Some(o.metadata.namespace.as_deref().unwrap_or("default")), &o.metadata.name)
+        }
+        Object::PersistentVolume(o) => (None, &o.metadata.name),
+        Object::StorageClass(o) => (None, &o.metadata.name),
+        Object::Namespace(o) => (None, &o.metadata.name),
     };
     key(namespace, name.as_deref().unwrap_or_default())
 }
@@ -105,12 +117,15 @@ impl Cluster {
     /// Removes an object (a watch `Delete`).
     pub fn delete<'a>(&mut self, object: impl Into<Object<'a>>) {
         let object = object.into();
-        self.remove(object.kind(), &object_key(object));
+        self.delete_key(object.kind(), &object_key(object));
     }
 
     /// Removes an object by kind and key (`namespace/name`, or `name` for cluster-scoped kinds).
     pub fn delete_key(&mut self, kind: Kind, key: &str) {
         self.remove(kind, key);
+        if kind == Kind::Namespace {
+            self.reconvert_selector_pods();
+        }
     }
 
     /// A watch of `kind` restarts its list (`Init`): objects not applied again before
@@ -123,7 +138,7 @@ impl Cluster {
     pub fn mark_synced(&mut self, kind: Kind) {
         if let Some(seen) = self.relisting.remove(&kind) {
             for stale in self.keys(kind).into_iter().filter(|k| !seen.contains(k)) {
-                self.remove(kind, &stale);
+                self.delete_key(kind, &stale);
             }
         }
         self.synced.insert(kind);
@@ -192,8 +207,35 @@ impl Cluster {
             Object::PodDisruptionBudget(p) => {
                 self.pdbs.insert(key, PdbRecord::from_k8s(p)?);
             }
+            Object::PersistentVolumeClaim(c) => self.volumes.apply_claim(c),
+            Object::PersistentVolume(v) => self.volumes.apply_volume(v),
+            Object::StorageClass(c) => self.volumes.apply_class(c),
+            Object::Namespace(n) => {
+                let mut labels = n.metadata.labels.clone().unwrap_or_default();
+                // The API server sets it on every namespace; an object from elsewhere may lack it.
+                labels.entry(NAMESPACE_NAME_LABEL.to_string()).or_insert_with(|| key.clone());
+                self.ctx.namespaces.insert(key, labels);
+                self.reconvert_selector_pods();
+            }
         }
         Ok(())
+    }
+
+    /// Converts again the pods whose affinity selects namespaces by label: which namespaces a
+    /// `namespaceSelector` means changes with the namespaces.
+    fn reconvert_selector_pods(&mut self) {
+        let keys: Vec<String> =
+            self.pods.iter().filter(|(_, r)| r.source.is_some()).map(|(k, _)| k.clone()).collect();
+        for key in keys {
+            let Some(source) = self.pods.get(&key).and_then(|r| r.source.clone()) else { continue };
+            match PodRecord::from_k8s(&source, &self.ctx) {
+                Ok(record) => drop(self.pods.insert(key, record)),
+                Err(error) => {
+                    self.remove(Kind::Pod, &key);
+                    self.invalid.insert((Kind::Pod, key), error);
+                }
+            }
+        }
     }
 
     fn remove(&mut self, kind: Kind, key: &str) {
@@ -222,6 +264,12 @@ impl Cluster {
             Kind::NodeClass => drop(self.nodeclasses.remove(key)),
             Kind::DaemonSet => drop(self.daemonsets.remove(key)),
             Kind::PodDisruptionBudget => drop(self.pdbs.remove(key)),
+            Kind::PersistentVolumeClaim => self.volumes.delete_claim(key),
+            Kind::PersistentVolume => self.volumes.delete_volume(key),
+            Kind::StorageClass => self.volumes.delete_class(key),
+            // The pods that select namespaces are converted again by the caller: once after a delete,
+            // once after the insert that follows a removal in `apply`.
+            Kind::Namespace => drop(self.ctx.namespaces.remove(key)),
         }
     }
 
@@ -235,6 +283,10 @@ impl Cluster {
             Kind::NodeClass => self.nodeclasses.keys().cloned().collect(),
             Kind::DaemonSet => self.daemonsets.keys().cloned().collect(),
             Kind::PodDisruptionBudget => self.pdbs.keys().cloned().collect(),
+            Kind::PersistentVolumeClaim => self.volumes.claim_keys().cloned().collect(),
+            Kind::PersistentVolume => self.volumes.volume_names().cloned().collect(),
+            Kind::StorageClass => self.volumes.class_names().cloned().collect(),
+            Kind::Namespace => self.ctx.namespaces.keys().cloned().collect(),
         };
         let invalid = self.invalid.keys().filter(|(k, _)| *k == kind).map(|(_, key)| key.clone());
         valid.into_iter().chain(invalid).collect()
@@ -253,6 +305,11 @@ impl Cluster {
     /// Pods a new node should be launched for, in key order (see [`PodRecord::is_provisionable`]).
     pub fn provisionable_pods(&self) -> impl Iterator<Item = &PodRecord> {
         self.pods.values().filter(|p| p.is_provisionable())
+    }
+
+    /// The zones the pod's persistent volumes allow, now; None when they do not constrain it.
+    pub fn volume_zones(&self, pod: &PodRecord) -> Option<Vec<String>> {
+        self.volumes.zones(&pod.pod.namespace, &pod.volume_claims)
     }
 
     /// Pods bound to `node`, terminal ones included (callers decide what they count).

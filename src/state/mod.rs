@@ -1,5 +1,6 @@
 //! The cluster index: a synchronous, in-memory view of the objects provisioning and disruption decide
-//! on (Pods, Nodes, NodeClaims, NodePools, AKSNodeClasses, DaemonSets, PodDisruptionBudgets), fed by
+//! on (Pods, Nodes, NodeClaims, NodePools, AKSNodeClasses, DaemonSets, PodDisruptionBudgets, and the
+//! PersistentVolumeClaims, PersistentVolumes, StorageClasses and Namespaces that constrain pods), fed by
 //! watch tasks through [`Cluster::apply`] / [`Cluster::delete`], gated by [`Cluster::synced`], and
 //! turned into plain solver input by [`Cluster::snapshot`].
 //!
@@ -20,8 +21,9 @@ mod snapshot;
 pub(crate) mod tests;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::apis::{AKSNodeClass, NodeClaim, NodePool};
 
@@ -38,10 +40,14 @@ pub enum Kind {
     NodeClass,
     DaemonSet,
     PodDisruptionBudget,
+    PersistentVolumeClaim,
+    PersistentVolume,
+    StorageClass,
+    Namespace,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Pod,
         Kind::Node,
         Kind::NodeClaim,
@@ -49,6 +55,10 @@ impl Kind {
         Kind::NodeClass,
         Kind::DaemonSet,
         Kind::PodDisruptionBudget,
+        Kind::PersistentVolumeClaim,
+        Kind::PersistentVolume,
+        Kind::StorageClass,
+        Kind::Namespace,
     ];
 
     /// The Kubernetes kind name, for logs and events.
@@ -61,6 +71,10 @@ impl Kind {
             Kind::NodeClass => "AKSNodeClass",
             Kind::DaemonSet => "DaemonSet",
             Kind::PodDisruptionBudget => "PodDisruptionBudget",
+            Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
+            Kind::PersistentVolume => "PersistentVolume",
+            Kind::StorageClass => "StorageClass",
+            Kind::Namespace => "Namespace",
         }
     }
 }
@@ -75,6 +89,10 @@ pub enum Object<'a> {
     NodeClass(&'a AKSNodeClass),
     DaemonSet(&'a DaemonSet),
     PodDisruptionBudget(&'a PodDisruptionBudget),
+    PersistentVolumeClaim(&'a PersistentVolumeClaim),
+    PersistentVolume(&'a PersistentVolume),
+    StorageClass(&'a StorageClass),
+    Namespace(&'a Namespace),
 }
 
 impl Object<'_> {
@@ -87,6 +105,10 @@ impl Object<'_> {
             Object::NodeClass(_) => Kind::NodeClass,
             Object::DaemonSet(_) => Kind::DaemonSet,
             Object::PodDisruptionBudget(_) => Kind::PodDisruptionBudget,
+            Object::PersistentVolumeClaim(_) => Kind::PersistentVolumeClaim,
+            Object::PersistentVolume(_) => Kind::PersistentVolume,
+            Object::StorageClass(_) => Kind::StorageClass,
+            Object::Namespace(_) => Kind::Namespace,
         }
     }
 }
@@ -109,6 +131,10 @@ object_from!(
     NodeClass => AKSNodeClass,
     DaemonSet => DaemonSet,
     PodDisruptionBudget => PodDisruptionBudget,
+    PersistentVolumeClaim => PersistentVolumeClaim,
+    PersistentVolume => PersistentVolume,
+    StorageClass => StorageClass,
+    Namespace => Namespace,
 );
 
 /// The index key of an object: `namespace/name` for namespaced kinds, `name` for cluster-scoped ones

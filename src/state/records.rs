@@ -3,6 +3,7 @@
 //! disruption read. Whole objects are dropped after conversion.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -79,6 +80,28 @@ pub struct PodRecord {
     pub do_not_disrupt: Option<String>,
     /// `metadata.uid`, so events about the pod show in `kubectl describe pod`.
     pub uid: Option<String>,
+    /// The PersistentVolumeClaims its volumes name; their zones are looked up at snapshot time.
+    pub volume_claims: Vec<String>,
+    /// The Pod itself, kept only when its affinity selects namespaces by label, to convert it again
+    /// when the namespaces change.
+    pub source: Option<Arc<core::Pod>>,
+}
+
+/// Whether any pod (anti-)affinity term of the pod has a `namespaceSelector`.
+fn selects_namespaces(p: &core::Pod) -> bool {
+    let Some(affinity) = p.spec.as_ref().and_then(|s| s.affinity.as_ref()) else { return false };
+    let required = |terms: Option<&Vec<core::PodAffinityTerm>>| {
+        terms.into_iter().flatten().any(|t| t.namespace_selector.is_some())
+    };
+    let preferred = |terms: Option<&Vec<core::WeightedPodAffinityTerm>>| {
+        terms.into_iter().flatten().any(|t| t.pod_affinity_term.namespace_selector.is_some())
+    };
+    let a = affinity.pod_affinity.as_ref();
+    let anti = affinity.pod_anti_affinity.as_ref();
+    required(a.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()))
+        || preferred(a.and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref()))
+        || required(anti.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()))
+        || preferred(anti.and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref()))
 }
 
 impl PodRecord {
@@ -97,6 +120,12 @@ impl PodRecord {
             deleting: p.metadata.deletion_timestamp.is_some(),
             do_not_disrupt: annotations.and_then(|a| a.get(ANNOTATION_DO_NOT_DISRUPT).cloned()),
             uid: p.metadata.uid.clone(),
+            volume_claims: p
+                .spec
+                .as_ref()
+                .map(|s| from_k8s::pod_claims(p.metadata.name.as_deref().unwrap_or_default(), s))
+                .unwrap_or_default(),
+            source: selects_namespaces(p).then(|| Arc::new(p.clone())),
         })
     }
 

@@ -1,7 +1,7 @@
 //! The index as solver input: the same shape the simulator builds from manifests
 //! ([`crate::sim::scenario`]), from the same conversions, so a what-if run and the controller agree.
 //!
-//! - pods: the provisionable pods;
+//! - pods: the provisionable pods, with the zones their persistent volumes allow as of now;
 //! - nodes: registered Nodes not being deleted (nor their NodeClaim), by name, then in-flight
 //!   NodeClaims as capacity on its way (`in_flight: true`, with the claim's labels and allocatable);
 //! - running: non-terminal pods bound to one of those nodes (pods of a node being deleted are the
@@ -18,7 +18,7 @@ use std::sync::Arc;
 use crate::apis::{AKSNodeClass, NodePool, Taint};
 use crate::model::InstanceType;
 use crate::scheduling::from_k8s;
-use crate::scheduling::{ExistingNode, SolveInput, SolveOptions};
+use crate::scheduling::{ExistingNode, Pod, SolveInput, SolveOptions};
 
 use super::records::{is_ephemeral_taint, NodeClaimRecord, NodeRecord};
 use super::Cluster;
@@ -56,7 +56,10 @@ impl Cluster {
             })
             .collect();
         SolveInput {
-            pods: self.provisionable_pods().map(|p| p.pod.clone()).collect(),
+            pods: self
+                .provisionable_pods()
+                .map(|p| Pod { volume_zones: self.volume_zones(p), ..p.pod.clone() })
+                .collect(),
             running,
             nodes,
             nodepools,

@@ -106,7 +106,11 @@ fn synced_waits_for_every_list_and_for_launching_claims() {
         cluster.mark_synced(*kind);
     }
     assert_eq!(cluster.sync_status(), Err(NotSynced::Listing(Kind::PodDisruptionBudget)));
-    cluster.mark_synced(Kind::PodDisruptionBudget);
+    for kind in &Kind::ALL[6..10] {
+        cluster.mark_synced(*kind);
+    }
+    assert_eq!(cluster.sync_status(), Err(NotSynced::Listing(Kind::Namespace)), "volumes and namespaces too");
+    cluster.mark_synced(Kind::Namespace);
     assert!(cluster.synced());
 
     cluster.apply(&nodeclaim("c1", None, false));
@@ -314,6 +318,13 @@ pub(crate) fn apply_all(cluster: &mut Cluster, text: &str) {
             "PodDisruptionBudget" => cluster.apply(
                 &serde_yaml::from_value::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(doc).unwrap(),
             ),
+            "Namespace" => cluster.apply(&serde_yaml::from_value::<core::Namespace>(doc).unwrap()),
+            "PersistentVolumeClaim" => {
+                cluster.apply(&serde_yaml::from_value::<core::PersistentVolumeClaim>(doc).unwrap())
+            }
+            "PersistentVolume" => {
+                cluster.apply(&serde_yaml::from_value::<core::PersistentVolume>(doc).unwrap())
+            }
             other => panic!("unexpected kind {other}"),
         }
     }
@@ -420,4 +431,45 @@ fn records_stay_small() {
     // The index holds thousands of these; keep the fixed part of each record modest.
     assert!(std::mem::size_of::<PodRecord>() <= 640, "{}", std::mem::size_of::<PodRecord>());
     assert!(std::mem::size_of::<NodeRecord>() <= 320, "{}", std::mem::size_of::<NodeRecord>());
+}
+
+#[test]
+fn volume_zones_are_read_at_snapshot_time() {
+    let mut cluster = Cluster::new();
+    all_synced(&mut cluster);
+    let spec = ", volumes: [{name: data, persistentVolumeClaim: {claimName: data-db-0}}]";
+    cluster.apply(&pod("db-0", "", spec, UNSCHEDULABLE));
+    let zones = |cluster: &Cluster| {
+        let input = cluster.snapshot(&|_, _| Arc::new(vec![]), SolveOptions::default());
+        input.pods.iter().find(|p| p.name == "db-0").expect("pending").volume_zones.clone()
+    };
+    assert_eq!(zones(&cluster), None, "no claim known yet");
+    // The claim and its volume arrive after the pod; the next snapshot sees them.
+    cluster.apply(&yaml::<core::PersistentVolumeClaim>(
+        "metadata: {name: data-db-0, namespace: ns}\nspec: {volumeName: pv-1}\n",
+    ));
+    cluster.apply(&yaml::<core::PersistentVolume>(
+        "metadata: {name: pv-1}\nspec:\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n        - matchExpressions:\n            - {key: topology.disk.csi.azure.com/zone, operator: In, values: [eastus-2]}\n",
+    ));
+    assert_eq!(zones(&cluster), Some(vec!["eastus-2".to_string()]));
+    cluster.delete_key(Kind::PersistentVolume, "pv-1");
+    assert_eq!(zones(&cluster), None);
+}
+
+#[test]
+fn a_namespace_selector_follows_the_namespaces() {
+    let mut cluster = Cluster::new();
+    all_synced(&mut cluster);
+    let affinity = ", affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [\
+        {labelSelector: {matchLabels: {app: cache}}, namespaceSelector: {matchLabels: {team: blue}}, \
+        topologyKey: topology.kubernetes.io/zone}]}}";
+    cluster.apply(&pod("web", "", affinity, UNSCHEDULABLE));
+    let namespaces =
+        |cluster: &Cluster| cluster.pod("ns/web").expect("indexed").pod.affinity[0].namespaces.clone();
+    assert!(namespaces(&cluster).is_empty(), "no namespace labelled team=blue yet");
+    cluster.apply(&yaml::<core::Namespace>("metadata: {name: caches, labels: {team: blue}}\n"));
+    cluster.apply(&yaml::<core::Namespace>("metadata: {name: other, labels: {team: red}}\n"));
+    assert_eq!(namespaces(&cluster), ["caches"]);
+    cluster.delete_key(Kind::Namespace, "caches");
+    assert!(namespaces(&cluster).is_empty());
 }

@@ -40,6 +40,11 @@ const CLUSTER_RULES: &[(&str, &str, &[&str])] = &[
     // watch.rs: DaemonSets (the overhead of a new node) and PodDisruptionBudgets.
     ("apps", "daemonsets", &["list", "watch"]),
     ("policy", "poddisruptionbudgets", &["list", "watch"]),
+    // watch.rs: volume zones and the namespaces of namespaceSelector.
+    ("", "persistentvolumeclaims", &["list", "watch"]),
+    ("", "persistentvolumes", &["list", "watch"]),
+    ("", "namespaces", &["list", "watch"]),
+    ("storage.k8s.io", "storageclasses", &["list", "watch"]),
     // events.rs through kube's Recorder: create, then patch a repeat.
     ("events.k8s.io", "events", &["create", "patch"]),
 ];

@@ -296,7 +296,8 @@ fn provider_for(fake: &FakeArm) -> AzureCloudProvider {
 
 fn orphan_request(claim: &str) -> LaunchRequest {
     let sku = embedded_sku("Standard_D2s_v5").expect("Standard_D2s_v5 is in the catalog");
-    let offering = OfferingChoice { zone: "eastus-2".into(), capacity_type: CapacityType::OnDemand };
+    let offering =
+        OfferingChoice { zone: "eastus-2".into(), capacity_type: CapacityType::OnDemand, price: 0.096 };
     LaunchRequest {
         claim_name: claim.into(),
         nodepool: "e2e-res-no-such-pool".into(),

@@ -1,6 +1,7 @@
 //! [`AzureCloudProvider`]: the [`CloudProvider`] over ARM.
 //!
-//! Owns the create flow (reference §3.1): reuse an existing VM, else pick the first offering the
+//! Owns the create flow (upstream `pkg/providers/instance/vminstance.go`): reuse an existing VM, else
+//! pick the best offering by the allocation rules ([`crate::cloud::allocation`]) that the
 //! unavailable-offerings cache does not block, create the NIC then the VM, wait, and on failure delete
 //! what this attempt created so nothing leaks. A capacity error marks the cache and, as upstream, ends
 //! the attempt with `InsufficientCapacity` so the claim is deleted and the next solve picks another
@@ -21,7 +22,7 @@ use super::{imagefamily, lookups, naming, network, nic, vm, LaunchSettings};
 use crate::catalog::unavailable::OfferingRef;
 use crate::catalog::UnavailableOfferings;
 use crate::cloud::{
-    logical_zone, Clock, CloudError, CloudProvider, Instance, InstanceTypeOption, LaunchRequest,
+    allocation, logical_zone, Clock, CloudError, CloudProvider, Instance, InstanceTypeOption, LaunchRequest,
     OfferingChoice, RefusedOffering,
 };
 use crate::model::labels;
@@ -77,7 +78,8 @@ impl AzureCloudProvider {
         vm::instance(doc, &self.clients.subscription_id, self.rg(), &self.settings.location)
     }
 
-    /// The first offering the cache does not block, with the ones it skipped.
+    /// The best offering by upstream's allocation rules ([`allocation::ranked`]) that the cache does
+    /// not block, with the better ones it skipped.
     fn pick<'r>(
         &self,
         request: &'r LaunchRequest,
@@ -85,20 +87,18 @@ impl AzureCloudProvider {
         let now = (self.clock)();
         let cache = self.cache();
         let mut skipped = Vec::new();
-        for option in &request.options {
-            for offering in &option.offerings {
-                let key = OfferingRef {
-                    capacity_type: offering.capacity_type,
-                    sku: &option.name,
-                    zone: &offering.zone,
-                    family: option.family.as_deref(),
-                    vcpus: option.vcpus,
-                };
-                if !cache.is_unavailable(&key, now) {
-                    return (Some((option, offering)), skipped);
-                }
-                skipped.push(refused(option, offering, CACHED_REASON));
+        for (option, offering) in allocation::ranked(request) {
+            let key = OfferingRef {
+                capacity_type: offering.capacity_type,
+                sku: &option.name,
+                zone: &offering.zone,
+                family: option.family.as_deref(),
+                vcpus: option.vcpus,
+            };
+            if !cache.is_unavailable(&key, now) {
+                return (Some((option, offering)), skipped);
             }
+            skipped.push(refused(option, offering, CACHED_REASON));
         }
         (None, skipped)
     }
