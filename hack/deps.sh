@@ -10,6 +10,7 @@
 #   target x86_64-unknown-linux-musl   tests/container_image.rs (the Dockerfile's static build)
 #   musl-tools (x86_64-linux-musl-gcc) the same build: ring compiles C for the musl target
 #   prometheus (prometheus, promtool)  tests/e2e/metrics.rs (promtool lints the page, Prometheus scrapes it)
+#   chromium (headless browser)        tests/timeline_report_browser.rs (renders the timeline's HTML report)
 #   the control plane                  tests/e2e: hack/e2e-cluster.sh build (about 10 minutes cold)
 #   upstream's bootstrap renderer      tests/bootstrap_oracle.rs: hack/aks-bootstrap.sh build (minutes cold)
 # Debian packages need root (sudo is used when not root) and `apt-get update` runs only when one is missing.
@@ -76,6 +77,7 @@ install_prometheus() {
     as_root /etc/init.d/prometheus stop || true
   fi
 }
+install_chromium() { apt_install chromium; }
 install_controlplane() { "$HACK_DIR/e2e-cluster.sh" build >/dev/null; }
 install_aks_bootstrap() { "$HACK_DIR/aks-bootstrap.sh" build >/dev/null; }
 
@@ -92,6 +94,7 @@ step "clippy" "cargo clippy --version" install_clippy
 step "rust target $MUSL_TARGET" "rustup target list --installed | grep -qx $MUSL_TARGET" install_musl_target
 step "musl-tools (x86_64-linux-musl-gcc)" "command -v x86_64-linux-musl-gcc" install_musl_tools
 step "prometheus and promtool" "command -v prometheus && command -v promtool" install_prometheus
+step "chromium (headless browser)" "command -v chromium" install_chromium
 step "e2e control plane" controlplane_built install_controlplane
 step "upstream bootstrap renderer (hack/aks-bootstrap.sh)" "\"$HACK_DIR/aks-bootstrap.sh\" path" install_aks_bootstrap
 

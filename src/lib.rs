@@ -40,6 +40,7 @@ pub mod bench;
 pub mod catalog;
 pub mod cloud;
 pub mod controllers;
+pub mod disruption;
 pub mod model;
 pub mod operator;
 pub mod scheduling;

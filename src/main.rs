@@ -53,6 +53,13 @@ enum Command {
         /// table or json.
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         output: OutputFormat,
+        /// Run a timeline instead: a file of initial objects and events at virtual times (or
+        /// `demo`), with provisioning, node lifecycle and disruption on a virtual clock.
+        #[arg(long, value_name = "FILE|demo")]
+        timeline: Option<PathBuf>,
+        /// With --timeline: also write a self-contained HTML report (plots and decisions) here.
+        #[arg(long, value_name = "FILE.html", requires = "timeline")]
+        report: Option<PathBuf>,
     },
     /// Time the solver on upstream's benchmark and a mixed workload; prints a table of numbers.
     Bench {
@@ -237,7 +244,24 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Simulate { files, region, catalog, output } => {
+        Command::Simulate { files, region, catalog, output, timeline: Some(timeline), report } => {
+            if !files.is_empty() {
+                eprintln!(
+                    "error: --timeline reads its objects from the timeline file; drop the FILE arguments"
+                );
+                return ExitCode::from(EXIT_USAGE);
+            }
+            let args =
+                karpenter_azure::sim::timeline::TimelineArgs { timeline, region, catalog, output, report };
+            match karpenter_azure::sim::timeline::command::run(&args) {
+                Ok(text) => print_output(&text),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(EXIT_USAGE)
+                }
+            }
+        }
+        Command::Simulate { files, region, catalog, output, timeline: None, .. } => {
             let args = karpenter_azure::sim::SimulateArgs { files, region, catalog, output };
             match karpenter_azure::sim::run(&args) {
                 Ok(text) => print_output(&text),

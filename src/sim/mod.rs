@@ -17,6 +17,7 @@ pub mod report;
 pub mod scenario;
 #[cfg(test)]
 mod snapshot_tests;
+pub mod timeline;
 pub mod upstream_bench;
 
 pub use command::{run, SimulateArgs, SimulateError};

@@ -1,0 +1,296 @@
+//! Consolidation as an optimiser: choose the set of nodes to remove, and the NodeClaims to replace them
+//! with, that saves the most money net of the disruption it causes.
+//!
+//! Upstream (`multinodeconsolidation.go`, `singlenodeconsolidation.go`) binary-searches a prefix of
+//! the first 100 candidates for an M→1 move under a 1-minute timeout and then tries single nodes under
+//! a 3-minute one, and takes any positive saving. Here:
+//! - a move may replace M nodes by K NodeClaims for any K < M (and, as upstream, by one when M = 1);
+//! - every move is priced by its net value: the saving in $/hour minus `λ × disruption cost`, where
+//!   each node's λ is its pool's price per unit of disruption scaled by the threshold,
+//!   `threshold × pool $/h ÷ pool disruption cost`. A move is worth taking when its value is not
+//!   negative, which is upstream's Balanced score test (`designs/balanced-consolidation.md`:
+//!   savings share ÷ disruption share ≥ 1/k) summed over the move's nodes; threshold 0 takes any saving;
+//! - candidates are ordered by the best value a removal could have (price − λ × disruption), nodes
+//!   that could not pay for their disruption even if deleted outright are left out, and prefixes of
+//!   that order are solved in shrinking sizes; the prefix with the highest value wins;
+//! - single nodes are tried, in the same order, only when no multi-node move is worth it, as upstream.
+//!
+//! Spot-to-spot moves (every candidate spot) follow `designs/spot-consolidation.md`: off unless the
+//! SpotToSpotConsolidation gate is on, replacements spot only, and a single-node move needs at least
+//! 15 cheaper spot types, of which it offers the 15 cheapest.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::apis::nodepool::DisruptionReason;
+use crate::model::CapacityType;
+use crate::scheduling::{Cancelled, ShouldCancel};
+
+use super::command::{BlockReason, Command, Method};
+use super::cost::node_disruption_cost;
+use super::simulate::{outcome, Outcome, Replace};
+use super::snapshot::Snapshot;
+use super::Options;
+
+/// Spot-to-spot single-node moves need this many cheaper spot types, and offer this many
+/// (upstream `consolidation.go` `MinInstanceTypesForSpotToSpotConsolidation`).
+pub const SPOT_TO_SPOT_MIN_OPTIONS: usize = 15;
+
+/// The $/hour each unit of disruption must save, per pool: `threshold × pool price ÷ pool disruption`.
+pub fn disruption_prices(snapshot: &Snapshot, threshold: f64) -> BTreeMap<String, f64> {
+    let mut totals: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    for n in snapshot.nodes.iter().filter(|n| !n.marked_for_deletion) {
+        let t = totals.entry(n.nodepool.as_str()).or_default();
+        t.0 += n.price_per_hour;
+        t.1 += node_disruption_cost(n);
+    }
+    totals
+        .into_iter()
+        .map(|(pool, (price, disruption))| {
+            let lambda = if disruption > 0.0 { threshold.max(0.0) * price / disruption } else { 0.0 };
+            (pool.to_string(), lambda)
+        })
+        .collect()
+}
+
+/// A move that was solved and passed every rule.
+#[derive(Clone, Debug)]
+pub struct Evaluation {
+    pub nodes: Vec<usize>,
+    pub outcome: Outcome,
+    pub savings: f64,
+    pub disruption: f64,
+    /// The saving the disruption requires.
+    pub required: f64,
+}
+
+impl Evaluation {
+    pub fn value(&self) -> f64 {
+        self.savings - self.required
+    }
+
+    pub fn into_command(self, snapshot: &Snapshot, method: Method) -> Command {
+        let mut candidates: Vec<String> =
+            self.nodes.iter().map(|&i| snapshot.nodes[i].node.name.clone()).collect();
+        candidates.sort();
+        let k = self.outcome.replacements.len();
+        let explanation = format!(
+            "{} {} node(s) to {k} replacement(s): saves ${:.4}/h for disruption {:.1} (needs ${:.4}/h)",
+            if k == 0 { "delete" } else { "replace" },
+            candidates.len(),
+            self.savings,
+            self.disruption,
+            self.required
+        );
+        Command {
+            reason: DisruptionReason::Underutilized,
+            method,
+            candidates,
+            replacements: self.outcome.replacements,
+            savings_per_hour: self.savings,
+            disruption_cost: self.disruption,
+            moves: self.outcome.moves,
+            explanation,
+        }
+    }
+}
+
+/// Which replacements a set of nodes may get.
+pub fn replace_mode(snapshot: &Snapshot, nodes: &[usize], options: &Options) -> Replace {
+    let all_spot = nodes.iter().all(|&i| snapshot.nodes[i].capacity_type == CapacityType::Spot);
+    match (all_spot, options.spot_to_spot_consolidation) {
+        (false, _) => Replace::Any,
+        (true, true) => Replace::SpotOnly,
+        (true, false) => Replace::Never,
+    }
+}
+
+/// Solves the removal of `nodes` and applies every consolidation rule.
+pub fn evaluate(
+    snapshot: &Snapshot,
+    nodes: &[usize],
+    lambdas: &BTreeMap<String, f64>,
+    now: Timestamp,
+    options: &Options,
+    cancel: &dyn ShouldCancel,
+) -> Result<Result<Evaluation, BlockReason>, Cancelled> {
+    let replace = replace_mode(snapshot, nodes, options);
+    let removed: BTreeSet<usize> = nodes.iter().copied().collect();
+    let (mut outcome, _, _) = outcome(snapshot, &removed, now, replace, cancel)?;
+    Ok(judge(snapshot, nodes, lambdas, replace, &mut outcome).map(|(savings, disruption, required)| {
+        Evaluation { nodes: nodes.to_vec(), outcome, savings, disruption, required }
+    }))
+}
+
+/// The rules of a move, given its solve: `(savings, disruption, required)`.
+fn judge(
+    snapshot: &Snapshot,
+    nodes: &[usize],
+    lambdas: &BTreeMap<String, f64>,
+    replace: Replace,
+    outcome: &mut Outcome,
+) -> Result<(f64, f64, f64), BlockReason> {
+    if let Some((pod, reason)) = outcome.stranded.first() {
+        if replace == Replace::Never {
+            return Err(BlockReason::SpotToSpotDisabled);
+        }
+        return Err(BlockReason::NoCheaperPlacement { detail: format!("pod {pod} has no place: {reason}") });
+    }
+    let m = nodes.len();
+    let k = outcome.replacements.len();
+    if !(k <= 1 || k < m) {
+        return Err(BlockReason::NoCheaperPlacement {
+            detail: format!("{m} node(s) would need {k} replacements"),
+        });
+    }
+    let price: f64 = nodes.iter().map(|&i| snapshot.nodes[i].price_per_hour).sum();
+    let savings = price - outcome.replacement_price();
+    if savings <= 0.0 {
+        return Err(BlockReason::NoCheaperPlacement {
+            detail: format!(
+                "replacements cost ${:.4}/h, the node(s) ${price:.4}/h",
+                outcome.replacement_price()
+            ),
+        });
+    }
+    if replace == Replace::SpotOnly && m == 1 && k == 1 {
+        let cheaper =
+            cheaper_options(snapshot, &mut outcome.replacements[0], snapshot.nodes[nodes[0]].price_per_hour);
+        if cheaper < SPOT_TO_SPOT_MIN_OPTIONS {
+            return Err(BlockReason::SpotFlexibility {
+                cheaper_options: cheaper,
+                needed: SPOT_TO_SPOT_MIN_OPTIONS,
+            });
+        }
+        outcome.replacements[0].instance_type_options.truncate(SPOT_TO_SPOT_MIN_OPTIONS);
+    } else {
+        // Any option a replacement might launch must keep the move saving money (upstream
+        // `RemoveInstanceTypeOptionsByPriceAndMinValues`, generalised to K replacements).
+        for claim in &mut outcome.replacements {
+            let ceiling = claim.price_per_hour + savings;
+            cheaper_options(snapshot, claim, ceiling);
+        }
+    }
+    let mut disruption = 0.0;
+    let mut required = 0.0;
+    for &i in nodes {
+        let node = &snapshot.nodes[i];
+        let d = node_disruption_cost(node);
+        disruption += d;
+        required += lambdas.get(&node.nodepool).copied().unwrap_or(0.0) * d;
+    }
+    if savings < required {
+        return Err(BlockReason::NotWorthIt { savings_per_hour: savings, required_per_hour: required });
+    }
+    Ok((savings, disruption, required))
+}
+
+/// Keeps the claim's options priced (at its capacity type) below `ceiling`, the chosen type always
+/// first, and returns how many there are.
+fn cheaper_options(snapshot: &Snapshot, claim: &mut crate::scheduling::NewNodeClaim, ceiling: f64) -> usize {
+    let Some(types) = snapshot
+        .nodepools
+        .iter()
+        .find(|p| p.name == claim.nodepool)
+        .and_then(|p| p.solver.as_ref())
+        .map(|s| s.instance_types.clone())
+    else {
+        return claim.instance_type_options.len();
+    };
+    let price_of = |name: &str| {
+        types
+            .iter()
+            .find(|t| t.name == name)
+            .and_then(|t| t.price(claim.capacity_type))
+            .unwrap_or(f64::INFINITY)
+    };
+    let chosen = claim.instance_type.clone();
+    claim.instance_type_options.retain(|o| *o == chosen || price_of(o) < ceiling);
+    claim.instance_type_options.iter().filter(|o| price_of(o) < ceiling).count()
+}
+
+/// The consolidation pass over `candidates` (already within budgets), best first. Returns the command,
+/// if any, and a reason for each candidate it does not take.
+pub fn consolidate(
+    snapshot: &Snapshot,
+    candidates: &[usize],
+    now: Timestamp,
+    options: &Options,
+    cancel: &dyn ShouldCancel,
+) -> Result<(Option<Command>, BTreeMap<usize, BlockReason>), Cancelled> {
+    let lambdas = disruption_prices(snapshot, options.consolidation_threshold);
+    let mut blocked: BTreeMap<usize, BlockReason> = BTreeMap::new();
+    // The best value a node's removal could have: its whole price saved, its disruption paid.
+    let best_case = |i: usize| {
+        let n = &snapshot.nodes[i];
+        let lambda = lambdas.get(&n.nodepool).copied().unwrap_or(0.0);
+        (n.price_per_hour - lambda * node_disruption_cost(n), lambda * node_disruption_cost(n))
+    };
+    let mut ordered: Vec<(usize, f64)> = vec![];
+    for &i in candidates {
+        let (value, required) = best_case(i);
+        if value <= 0.0 {
+            blocked.insert(
+                i,
+                BlockReason::NotWorthIt {
+                    savings_per_hour: snapshot.nodes[i].price_per_hour,
+                    required_per_hour: required,
+                },
+            );
+        } else {
+            ordered.push((i, value));
+        }
+    }
+    ordered.sort_by(|a, b| {
+        b.1.total_cmp(&a.1).then_with(|| snapshot.nodes[a.0].node.name.cmp(&snapshot.nodes[b.0].node.name))
+    });
+    let order: Vec<usize> = ordered.iter().map(|(i, _)| *i).collect();
+
+    let mut best: Option<Evaluation> = None;
+    let mut sizes: Vec<usize> = vec![];
+    let mut size = order.len();
+    while size >= 2 {
+        sizes.push(size);
+        size /= 2;
+    }
+    for size in sizes {
+        match evaluate(snapshot, &order[..size], &lambdas, now, options, cancel)? {
+            Ok(eval) => {
+                let better = best.as_ref().is_none_or(|b| eval.value() > b.value());
+                if !better {
+                    // Values rose as sizes grew; smaller prefixes will not do better.
+                    break;
+                }
+                best = Some(eval);
+            }
+            Err(_) if best.is_some() => break,
+            Err(_) => {}
+        }
+    }
+    if let Some(eval) = best {
+        let chosen: BTreeSet<usize> = eval.nodes.iter().copied().collect();
+        for &i in order.iter().filter(|i| !chosen.contains(i)) {
+            blocked.insert(i, BlockReason::Deferred);
+        }
+        return Ok((Some(eval.into_command(snapshot, Method::MultiNodeConsolidation)), blocked));
+    }
+    for (tried, &i) in order.iter().enumerate() {
+        if tried >= options.max_single_node_solves {
+            blocked.insert(i, BlockReason::Deferred);
+            continue;
+        }
+        match evaluate(snapshot, &[i], &lambdas, now, options, cancel)? {
+            Ok(eval) => {
+                for &j in &order[tried + 1..] {
+                    blocked.insert(j, BlockReason::Deferred);
+                }
+                return Ok((Some(eval.into_command(snapshot, Method::SingleNodeConsolidation)), blocked));
+            }
+            Err(reason) => {
+                blocked.insert(i, reason);
+            }
+        }
+    }
+    Ok((None, blocked))
+}

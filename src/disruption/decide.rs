@@ -1,0 +1,258 @@
+//! One disruption pass: the methods in upstream's order (`pkg/controllers/disruption/controller.go`),
+//! emptiness → drift → consolidation (multi-node, then single-node), stopping at the first that finds
+//! something to do, each under its NodePool budgets; and for every node no command takes, why not.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::apis::nodepool::DisruptionReason;
+use crate::scheduling::{solve_with_cancel, Cancelled, ShouldCancel, SolveInput};
+
+use super::budgets::{allowances, Allowance};
+use super::candidates::{base_check, check};
+use super::command::{BlockReason, Blocked, Command, Decisions, Method};
+use super::consolidation::consolidate;
+use super::cost::{is_empty, node_disruption_cost};
+use super::simulate::{outcome, Replace};
+use super::snapshot::Snapshot;
+use super::Options;
+
+/// Decides what to disrupt at `now`. Pure and deterministic.
+pub fn decide(snapshot: &Snapshot, now: Timestamp, options: &Options) -> Decisions {
+    match decide_with_cancel(snapshot, now, options, &|| false) {
+        Ok(d) => d,
+        Err(Cancelled) => unreachable!("a hook that never cancels"),
+    }
+}
+
+/// [`decide`], stopped at the first safe point of a solve where `cancel` says so.
+pub fn decide_with_cancel(
+    snapshot: &Snapshot,
+    now: Timestamp,
+    options: &Options,
+    cancel: &dyn ShouldCancel,
+) -> Result<Decisions, Cancelled> {
+    let mut blocked: BTreeMap<usize, BlockReason> = BTreeMap::new();
+    let mut eligible: Vec<usize> = vec![];
+    for (i, node) in snapshot.nodes.iter().enumerate() {
+        match base_check(snapshot, node, now) {
+            Ok(()) => eligible.push(i),
+            Err(reason) => {
+                blocked.insert(i, reason);
+            }
+        }
+    }
+    let mut commands = emptiness(snapshot, &eligible, now, &mut blocked);
+    if commands.is_empty() {
+        commands = drift(snapshot, &eligible, now, &mut blocked, cancel)?;
+    }
+    if commands.is_empty() {
+        commands = consolidation(snapshot, &eligible, now, options, &mut blocked, cancel)?;
+    }
+    let taken: BTreeSet<&str> =
+        commands.iter().flat_map(|c| c.candidates.iter().map(String::as_str)).collect();
+    let blocked = snapshot
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| !taken.contains(n.node.name.as_str()))
+        .map(|(i, n)| Blocked {
+            node: n.node.name.clone(),
+            reason: blocked.remove(&i).unwrap_or(if commands.is_empty() {
+                BlockReason::Utilized
+            } else {
+                BlockReason::Deferred
+            }),
+        })
+        .collect();
+    Ok(Decisions {
+        commands,
+        blocked,
+        cluster_price_per_hour: snapshot.nodes.iter().map(|n| n.price_per_hour).sum(),
+        repack_lower_bound_per_hour: repack_lower_bound(snapshot, cancel)?,
+    })
+}
+
+/// The solver's lower bound for placing every pending pod and every pod of the managed nodes on fresh
+/// capacity, with the unmanaged nodes as they are.
+pub fn repack_lower_bound(snapshot: &Snapshot, cancel: &dyn ShouldCancel) -> Result<f64, Cancelled> {
+    if snapshot.nodes.is_empty() {
+        return Ok(0.0);
+    }
+    let mut pods = snapshot.pending.clone();
+    for n in &snapshot.nodes {
+        pods.extend(n.pods.iter().filter(|p| p.reschedulable()).map(|p| {
+            let mut pod = p.pod.clone();
+            pod.node_name = None;
+            pod
+        }));
+    }
+    let input = SolveInput {
+        pods,
+        running: snapshot.unmanaged.iter().flat_map(|u| u.pods.iter().cloned()).collect(),
+        nodes: snapshot.unmanaged.iter().map(|u| u.node.clone()).collect(),
+        nodepools: snapshot.nodepools.iter().filter_map(|p| p.solver.clone()).collect(),
+        daemonsets: snapshot.daemonsets.clone(),
+        options: snapshot.solve_options.clone(),
+    };
+    Ok(solve_with_cancel(&input, cancel)?.lower_bound_per_hour)
+}
+
+/// Takes candidates in order while their pool's budget allows; the rest are blocked by the budget.
+fn within_budgets(
+    snapshot: &Snapshot,
+    ordered: Vec<usize>,
+    reason: DisruptionReason,
+    now: Timestamp,
+    blocked: &mut BTreeMap<usize, BlockReason>,
+) -> Vec<usize> {
+    let mut budgets: BTreeMap<String, Allowance> = allowances(snapshot, reason, now);
+    let mut out = vec![];
+    for i in ordered {
+        let pool = &snapshot.nodes[i].nodepool;
+        let Some(allowance) = budgets.get_mut(pool) else { continue };
+        match allowance.remaining.as_mut() {
+            Some(0) => {
+                blocked.insert(
+                    i,
+                    BlockReason::Budget {
+                        nodepool: pool.clone(),
+                        reason,
+                        limited_by: allowance.limited_by.clone().unwrap_or_default(),
+                    },
+                );
+            }
+            Some(n) => {
+                *n -= 1;
+                out.push(i);
+            }
+            None => out.push(i),
+        }
+    }
+    out
+}
+
+/// Empty nodes within budget, removed together without replacement (upstream `emptiness.go`).
+fn emptiness(
+    snapshot: &Snapshot,
+    eligible: &[usize],
+    now: Timestamp,
+    blocked: &mut BTreeMap<usize, BlockReason>,
+) -> Vec<Command> {
+    let mut ordered = vec![];
+    for &i in eligible.iter().filter(|&&i| is_empty(&snapshot.nodes[i])) {
+        match check(snapshot, &snapshot.nodes[i], DisruptionReason::Empty, now) {
+            Ok(()) => ordered.push(i),
+            Err(reason) => {
+                blocked.insert(i, reason);
+            }
+        }
+    }
+    // The most expensive first, so a tight budget removes the most cost.
+    ordered.sort_by(|&a, &b| {
+        let (x, y) = (&snapshot.nodes[a], &snapshot.nodes[b]);
+        y.price_per_hour.total_cmp(&x.price_per_hour).then_with(|| x.node.name.cmp(&y.node.name))
+    });
+    let chosen = within_budgets(snapshot, ordered, DisruptionReason::Empty, now, blocked);
+    if chosen.is_empty() {
+        return vec![];
+    }
+    let mut candidates: Vec<String> = chosen.iter().map(|&i| snapshot.nodes[i].node.name.clone()).collect();
+    candidates.sort();
+    let savings: f64 = chosen.iter().map(|&i| snapshot.nodes[i].price_per_hour).sum();
+    let disruption: f64 = chosen.iter().map(|&i| node_disruption_cost(&snapshot.nodes[i])).sum();
+    vec![Command {
+        reason: DisruptionReason::Empty,
+        method: Method::Emptiness,
+        explanation: format!("delete {} empty node(s), saving ${savings:.4}/h", candidates.len()),
+        candidates,
+        replacements: vec![],
+        savings_per_hour: savings,
+        disruption_cost: disruption,
+        moves: vec![],
+    }]
+}
+
+/// One drifted node, empty ones first and then the longest drifted, replaced before it is removed
+/// (upstream `drift.go`); its replacements may be several NodeClaims.
+fn drift(
+    snapshot: &Snapshot,
+    eligible: &[usize],
+    now: Timestamp,
+    blocked: &mut BTreeMap<usize, BlockReason>,
+    cancel: &dyn ShouldCancel,
+) -> Result<Vec<Command>, Cancelled> {
+    let mut ordered: Vec<usize> = eligible
+        .iter()
+        .copied()
+        .filter(|&i| check(snapshot, &snapshot.nodes[i], DisruptionReason::Drifted, now).is_ok())
+        .collect();
+    ordered.sort_by_key(|&i| {
+        let n = &snapshot.nodes[i];
+        (!is_empty(n), n.drifted.as_ref().map(|d| d.since), n.node.name.clone())
+    });
+    let within = within_budgets(snapshot, ordered, DisruptionReason::Drifted, now, blocked);
+    for (k, &i) in within.iter().enumerate() {
+        let node = &snapshot.nodes[i];
+        let removed: BTreeSet<usize> = [i].into();
+        let (result, _, _) = outcome(snapshot, &removed, now, Replace::Any, cancel)?;
+        if let Some((pod, why)) = result.stranded.first() {
+            blocked.insert(
+                i,
+                BlockReason::NoCheaperPlacement { detail: format!("pod {pod} has no place: {why}") },
+            );
+            continue;
+        }
+        for &j in &within[k + 1..] {
+            blocked.insert(j, BlockReason::Deferred);
+        }
+        let drift = node.drifted.as_ref().expect("a drift candidate");
+        let savings = node.price_per_hour - result.replacement_price();
+        return Ok(vec![Command {
+            reason: DisruptionReason::Drifted,
+            method: Method::Drift,
+            candidates: vec![node.node.name.clone()],
+            explanation: format!(
+                "replace drifted node ({}) with {} NodeClaim(s)",
+                drift.reason,
+                result.replacements.len()
+            ),
+            replacements: result.replacements,
+            savings_per_hour: savings,
+            disruption_cost: node_disruption_cost(node),
+            moves: result.moves,
+        }]);
+    }
+    Ok(vec![])
+}
+
+fn consolidation(
+    snapshot: &Snapshot,
+    eligible: &[usize],
+    now: Timestamp,
+    options: &Options,
+    blocked: &mut BTreeMap<usize, BlockReason>,
+    cancel: &dyn ShouldCancel,
+) -> Result<Vec<Command>, Cancelled> {
+    let mut ordered = vec![];
+    let open: Vec<usize> = eligible.iter().copied().filter(|i| !blocked.contains_key(i)).collect();
+    for i in open {
+        match check(snapshot, &snapshot.nodes[i], DisruptionReason::Underutilized, now) {
+            Ok(()) => ordered.push(i),
+            Err(reason) => {
+                blocked.insert(i, reason);
+            }
+        }
+    }
+    // Budgets are spent on the nodes whose removal could be worth the most: price per disruption.
+    ordered.sort_by(|&a, &b| {
+        let (x, y) = (&snapshot.nodes[a], &snapshot.nodes[b]);
+        let ratio = |n: &super::snapshot::ManagedNode| n.price_per_hour / node_disruption_cost(n);
+        ratio(y).total_cmp(&ratio(x)).then_with(|| x.node.name.cmp(&y.node.name))
+    });
+    let candidates = within_budgets(snapshot, ordered, DisruptionReason::Underutilized, now, blocked);
+    let (command, reasons) = consolidate(snapshot, &candidates, now, options, cancel)?;
+    blocked.extend(reasons);
+    Ok(command.into_iter().collect())
+}

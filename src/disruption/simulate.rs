@@ -1,0 +1,177 @@
+//! "Where would these pods go?": the solver's input for a cluster without some nodes, and the
+//! outcome of one solve read as a disruption (upstream `helpers.go` `SimulateScheduling`). Every
+//! question of that kind in this module goes through [`crate::scheduling::solve`]; there is no
+//! second scheduler.
+//!
+//! The input: the pending pods, the reschedulable pods of the removed nodes and of nodes already being
+//! deleted, placed on the remaining nodes or on new NodeClaims from the pools. Nodes that may not
+//! receive moved pods (uninitialized, inside their consolidateAfter window) stay in the input with no
+//! room to spare, so the pods on them still count for topology.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::model::labels::LABEL_CAPACITY_TYPE;
+use crate::model::requirements::Requirement;
+use crate::model::resources::Resources;
+use crate::model::CapacityType;
+use crate::scheduling::{
+    solve_with_cancel, Cancelled, ExistingNode, NewNodeClaim, Plan, PodId, ShouldCancel, SolveInput,
+};
+
+use super::candidates::{destination_open, pool_of};
+use super::command::Move;
+use super::snapshot::Snapshot;
+
+/// Which capacity types replacements may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replace {
+    /// Any offering the pools allow.
+    Any,
+    /// Spot only (spot-to-spot consolidation).
+    SpotOnly,
+    /// No new NodeClaims at all: the pods must fit on what exists.
+    Never,
+}
+
+/// What removing a set of nodes would take.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// NodeClaims that receive at least one moved pod. Claims that only serve pods already pending
+    /// are provisioning's business and not part of the command.
+    pub replacements: Vec<NewNodeClaim>,
+    pub moves: Vec<Move>,
+    /// Moved pods the solve could not place, with its reason.
+    pub stranded: Vec<(PodId, String)>,
+}
+
+impl Outcome {
+    pub fn replacement_price(&self) -> f64 {
+        self.replacements.iter().map(|c| c.price_per_hour).sum()
+    }
+}
+
+/// The solver input for the cluster without `removed` (indices into `snapshot.nodes`).
+pub fn input_without(
+    snapshot: &Snapshot,
+    removed: &BTreeSet<usize>,
+    now: Timestamp,
+    replace: Replace,
+) -> SolveInput {
+    let mut pods = snapshot.pending.clone();
+    let mut running = vec![];
+    let mut nodes: Vec<ExistingNode> = vec![];
+    for (i, n) in snapshot.nodes.iter().enumerate() {
+        let leaving = removed.contains(&i) || n.marked_for_deletion;
+        if leaving {
+            pods.extend(n.pods.iter().filter(|p| p.reschedulable()).map(|p| unbound(&p.pod)));
+            continue;
+        }
+        let mut node = n.node.clone();
+        if !destination_open(pool_of(snapshot, n), n, now) {
+            node.allocatable = used(n.pods.iter().map(|p| &p.pod.requests));
+        }
+        nodes.push(node);
+        running.extend(n.pods.iter().map(|p| p.pod.clone()));
+    }
+    for u in &snapshot.unmanaged {
+        nodes.push(u.node.clone());
+        running.extend(u.pods.iter().cloned());
+    }
+    let nodepools = match replace {
+        Replace::Never => vec![],
+        Replace::Any => snapshot.nodepools.iter().filter_map(|p| p.solver.clone()).collect(),
+        Replace::SpotOnly => snapshot
+            .nodepools
+            .iter()
+            .filter_map(|p| p.solver.clone())
+            .map(|mut pool| {
+                pool.requirements = pool.requirements.intersect(&single(Requirement::is_in(
+                    LABEL_CAPACITY_TYPE,
+                    [CapacityType::Spot.as_str()],
+                )));
+                let spot_only = pool
+                    .instance_types
+                    .iter()
+                    .cloned()
+                    .map(|mut t| {
+                        t.offerings.retain(|o| o.capacity_type == CapacityType::Spot);
+                        t
+                    })
+                    .filter(|t| !t.offerings.is_empty())
+                    .collect();
+                pool.instance_types = Arc::new(spot_only);
+                pool
+            })
+            .collect(),
+    };
+    SolveInput {
+        pods,
+        running,
+        nodes,
+        nodepools,
+        daemonsets: snapshot.daemonsets.clone(),
+        options: snapshot.solve_options.clone(),
+    }
+}
+
+fn single(r: Requirement) -> crate::model::requirements::Requirements {
+    let mut out = crate::model::requirements::Requirements::new();
+    out.add(r);
+    out
+}
+
+fn unbound(pod: &crate::scheduling::Pod) -> crate::scheduling::Pod {
+    let mut p = pod.clone();
+    p.node_name = None;
+    p
+}
+
+fn used<'a>(requests: impl Iterator<Item = &'a Resources>) -> Resources {
+    let mut total = Resources::new();
+    for r in requests {
+        total.add_assign(r);
+    }
+    total
+}
+
+/// Solves the cluster without `removed` and reads the plan as a disruption.
+pub fn outcome(
+    snapshot: &Snapshot,
+    removed: &BTreeSet<usize>,
+    now: Timestamp,
+    replace: Replace,
+    cancel: &dyn ShouldCancel,
+) -> Result<(Outcome, SolveInput, Plan), Cancelled> {
+    let input = input_without(snapshot, removed, now, replace);
+    let plan = solve_with_cancel(&input, cancel)?;
+    let moved: BTreeSet<PodId> = removed
+        .iter()
+        .flat_map(|&i| snapshot.nodes[i].pods.iter().filter(|p| p.reschedulable()).map(|p| p.pod.id()))
+        .collect();
+    let mut moves = vec![];
+    for (node, placed) in &plan.existing {
+        moves.extend(
+            placed.iter().filter(|p| moved.contains(*p)).map(|p| Move { pod: p.clone(), to: node.clone() }),
+        );
+    }
+    let mut replacements = vec![];
+    for claim in &plan.nodeclaims {
+        let here: Vec<&PodId> = claim.pods.iter().filter(|p| moved.contains(*p)).collect();
+        if here.is_empty() {
+            continue;
+        }
+        moves.extend(here.into_iter().map(|p| Move { pod: p.clone(), to: claim.name.clone() }));
+        replacements.push(claim.clone());
+    }
+    moves.sort();
+    let stranded: Vec<(PodId, String)> = plan
+        .unschedulable
+        .iter()
+        .filter(|u| moved.contains(&u.pod))
+        .map(|u| (u.pod.clone(), u.reason.clone()))
+        .collect();
+    Ok((Outcome { replacements, moves, stranded }, input, plan))
+}
