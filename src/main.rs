@@ -53,6 +53,10 @@ enum Command {
         /// table or json.
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         output: OutputFormat,
+        /// When to judge disruption (consolidateAfter, expireAfter, budget schedules), as RFC 3339
+        /// such as 2026-12-01T12:00:00Z; default: the current time.
+        #[arg(long, value_parser = parse_rfc3339)]
+        now: Option<k8s_openapi::jiff::Timestamp>,
     },
     /// Time the solver on upstream's benchmark and a mixed workload; prints a table of numbers.
     Bench {
@@ -231,8 +235,8 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Simulate { files, region, catalog, output } => {
-            let args = karpenter_azure::sim::SimulateArgs { files, region, catalog, output };
+        Command::Simulate { files, region, catalog, output, now } => {
+            let args = karpenter_azure::sim::SimulateArgs { files, region, catalog, output, now };
             match karpenter_azure::sim::run(&args) {
                 Ok(text) => print_output(&text),
                 Err(e) => {
@@ -268,4 +272,9 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// `--now`: an RFC 3339 timestamp.
+fn parse_rfc3339(text: &str) -> Result<k8s_openapi::jiff::Timestamp, String> {
+    text.parse().map_err(|e| format!("{e}; write an RFC 3339 time such as 2026-12-01T12:00:00Z"))
 }
