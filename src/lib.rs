@@ -37,6 +37,7 @@
 
 pub mod apis;
 pub mod bench;
+pub mod bench_disruption;
 pub mod catalog;
 pub mod cloud;
 pub mod controllers;

@@ -63,9 +63,16 @@ enum Command {
         /// upstream, mixed or all.
         #[arg(long, value_enum, default_value_t = karpenter_azure::bench::Workload::All)]
         workload: karpenter_azure::bench::Workload,
-        /// Pod counts to solve, comma separated.
+        /// Pod counts to solve, comma separated (fragmented: the largest is the pods provisioned).
         #[arg(long, value_delimiter = ',', default_value = "1000,5000,20000")]
         sizes: Vec<usize>,
+        /// Fragmented: the consolidation threshold (savings share over disruption share; 0 takes any
+        /// saving).
+        #[arg(long, default_value_t = 0.5)]
+        consolidation_threshold: f64,
+        /// Fragmented: provision only on sizes with at most this many vCPUs (more, smaller nodes).
+        #[arg(long)]
+        max_vcpus: Option<u32>,
     },
     /// Compare our solver with upstream Karpenter's on upstream's benchmark input.
     ///
@@ -245,11 +252,27 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Bench { workload, sizes } => {
-            println!("{}", karpenter_azure::bench::render_header());
-            karpenter_azure::bench::run(workload, &sizes, karpenter_azure::scheduling::solve, |result| {
-                println!("{}", karpenter_azure::bench::render_row(result));
-            });
+        Command::Bench { workload, sizes, consolidation_threshold, max_vcpus } => {
+            use karpenter_azure::bench::Workload;
+            if workload != Workload::Fragmented {
+                println!("{}", karpenter_azure::bench::render_header());
+                karpenter_azure::bench::run(workload, &sizes, karpenter_azure::scheduling::solve, |result| {
+                    println!("{}", karpenter_azure::bench::render_row(result));
+                });
+            }
+            if matches!(workload, Workload::Fragmented | Workload::All) {
+                let options = karpenter_azure::disruption::Options {
+                    consolidation_threshold,
+                    ..karpenter_azure::disruption::Options::default()
+                };
+                let pods = if workload == Workload::All {
+                    20_000
+                } else {
+                    sizes.iter().copied().max().unwrap_or(20_000)
+                };
+                let result = karpenter_azure::bench_disruption::run(pods, max_vcpus, &options);
+                println!("{}", karpenter_azure::bench_disruption::render(&result, &options));
+            }
             ExitCode::SUCCESS
         }
         Command::BenchUpstream { dir, sizes, output, solve_timeout, check_timeout, one } => {
