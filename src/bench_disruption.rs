@@ -43,6 +43,8 @@ pub struct FragmentedResult {
     pub peak_rss_kib: Option<u64>,
     pub passes: usize,
     pub total_decide_time: Duration,
+    /// The last pass, which found nothing to do: every method tried and no move pays.
+    pub last_pass: Duration,
     pub price_before: f64,
     pub price_after: f64,
     pub lower_bound: f64,
@@ -70,6 +72,7 @@ pub fn run(pods: usize, max_vcpus: Option<u32>, options: &Options) -> Fragmented
 
     let (mut removed, mut launched, mut moved, mut passes) = (0, 0, 0, 0);
     let mut total = first_pass;
+    let mut last_pass = first_pass;
     let mut decisions: Decisions = first;
     while !decisions.commands.is_empty() && passes < MAX_PASSES {
         passes += 1;
@@ -81,7 +84,8 @@ pub fn run(pods: usize, max_vcpus: Option<u32>, options: &Options) -> Fragmented
         }
         let started = Instant::now();
         decisions = decide(&snapshot, now, options);
-        total += started.elapsed();
+        last_pass = started.elapsed();
+        total += last_pass;
     }
     FragmentedResult {
         pods_provisioned: pods,
@@ -92,6 +96,7 @@ pub fn run(pods: usize, max_vcpus: Option<u32>, options: &Options) -> Fragmented
         peak_rss_kib: peak,
         passes,
         total_decide_time: total,
+        last_pass,
         price_before,
         price_after: price(&snapshot),
         lower_bound,
@@ -249,7 +254,7 @@ pub fn render(r: &FragmentedResult, options: &Options) -> String {
     format!(
         "fragmented cluster: {} pods provisioned on {} nodes, {} left after deleting half (threshold {}, spot-to-spot {})\n\
          one pass: {:.2?}, {} command(s), peak RSS {rss}\n\
-         fixpoint: {} passes in {:.2?}; price {:.2} -> {:.2} $/h, repack lower bound {:.2} $/h (ratio {} -> {})\n\
+         fixpoint: {} passes in {:.2?} (the last, deciding nothing: {:.2?}); price {:.2} -> {:.2} $/h, repack lower bound {:.2} $/h (ratio {} -> {})\n\
          nodes removed {}, launched {}, {} -> {} nodes; pods moved {}",
         r.pods_provisioned,
         r.nodes,
@@ -260,6 +265,7 @@ pub fn render(r: &FragmentedResult, options: &Options) -> String {
         r.first_pass_commands,
         r.passes,
         r.total_decide_time,
+        r.last_pass,
         r.price_before,
         r.price_after,
         r.lower_bound,
