@@ -35,13 +35,18 @@ const NODEPOOL: &str = "default";
 pub enum Workload {
     Upstream,
     Mixed,
+    /// The disruption decisions on a fragmented cluster ([`crate::bench_disruption`]); `--sizes` is
+    /// the number of pods provisioned before half are deleted.
+    Fragmented,
     All,
 }
 
 impl Workload {
     fn expand(self) -> Vec<Workload> {
         match self {
+            // The fragmented pass has its own report; see `crate::bench_disruption`.
             Workload::All => vec![Workload::Upstream, Workload::Mixed],
+            Workload::Fragmented => vec![],
             one => vec![one],
         }
     }
@@ -50,6 +55,7 @@ impl Workload {
         match self {
             Workload::Upstream => "upstream",
             Workload::Mixed => "mixed",
+            Workload::Fragmented => "fragmented",
             Workload::All => "all",
         }
     }
@@ -58,7 +64,7 @@ impl Workload {
     pub fn input(self, pods: usize) -> SolveInput {
         match self {
             Workload::Upstream | Workload::All => upstream_input(pods),
-            Workload::Mixed => mixed_input(pods),
+            Workload::Mixed | Workload::Fragmented => mixed_input(pods),
         }
     }
 }

@@ -8,8 +8,8 @@
 //!
 //! An arrow points from a lower layer to the modules that may use it; a module never uses one above
 //! it, catalog and scheduling never use each other, and controllers may use cloud (not the reverse).
-//! `bench` and the binary sit on top. `tests/layering.rs` checks this, and that the pure modules
-//! (`model`, `scheduling`, `disruption`) name no I/O, async runtime, client or clock.
+//! `bench`, `bench_disruption` and the binary sit on top. `tests/layering.rs` checks this, and that the
+//! pure modules (`model`, `scheduling`, `disruption`) name no I/O, async runtime, client or clock.
 //!
 //! - `model`: labels, the requirements algebra, resources, instance types and offerings, selection.
 //! - `apis`: the CRD types, their validation and their requirements in the model's terms; crdgen.
@@ -37,6 +37,7 @@
 
 pub mod apis;
 pub mod bench;
+pub mod bench_disruption;
 pub mod catalog;
 pub mod cloud;
 pub mod controllers;

@@ -60,15 +60,26 @@ enum Command {
         /// With --timeline: also write a self-contained HTML report (plots and decisions) here.
         #[arg(long, value_name = "FILE.html", requires = "timeline")]
         report: Option<PathBuf>,
+        /// When to judge disruption (consolidateAfter, expireAfter, budget schedules), as RFC 3339
+        /// such as 2026-12-01T12:00:00Z; default: the current time.
+        #[arg(long, value_parser = parse_rfc3339)]
+        now: Option<k8s_openapi::jiff::Timestamp>,
     },
     /// Time the solver on upstream's benchmark and a mixed workload; prints a table of numbers.
     Bench {
         /// upstream, mixed or all.
         #[arg(long, value_enum, default_value_t = karpenter_azure::bench::Workload::All)]
         workload: karpenter_azure::bench::Workload,
-        /// Pod counts to solve, comma separated.
+        /// Pod counts to solve, comma separated (fragmented: the largest is the pods provisioned).
         #[arg(long, value_delimiter = ',', default_value = "1000,5000,20000")]
         sizes: Vec<usize>,
+        /// Fragmented: the consolidation threshold (savings share over disruption share; 0 takes any
+        /// saving).
+        #[arg(long, default_value_t = 0.5)]
+        consolidation_threshold: f64,
+        /// Fragmented: provision only on sizes with at most this many vCPUs (more, smaller nodes).
+        #[arg(long)]
+        max_vcpus: Option<u32>,
     },
     /// Compare our solver with upstream Karpenter's on upstream's benchmark input.
     ///
@@ -244,7 +255,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Simulate { files, region, catalog, output, timeline: Some(timeline), report } => {
+        Command::Simulate { files, region, catalog, output, timeline: Some(timeline), report, .. } => {
             if !files.is_empty() {
                 eprintln!(
                     "error: --timeline reads its objects from the timeline file; drop the FILE arguments"
@@ -261,8 +272,8 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Simulate { files, region, catalog, output, timeline: None, .. } => {
-            let args = karpenter_azure::sim::SimulateArgs { files, region, catalog, output };
+        Command::Simulate { files, region, catalog, output, timeline: None, now, .. } => {
+            let args = karpenter_azure::sim::SimulateArgs { files, region, catalog, output, now };
             match karpenter_azure::sim::run(&args) {
                 Ok(text) => print_output(&text),
                 Err(e) => {
@@ -271,11 +282,27 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Bench { workload, sizes } => {
-            println!("{}", karpenter_azure::bench::render_header());
-            karpenter_azure::bench::run(workload, &sizes, karpenter_azure::scheduling::solve, |result| {
-                println!("{}", karpenter_azure::bench::render_row(result));
-            });
+        Command::Bench { workload, sizes, consolidation_threshold, max_vcpus } => {
+            use karpenter_azure::bench::Workload;
+            if workload != Workload::Fragmented {
+                println!("{}", karpenter_azure::bench::render_header());
+                karpenter_azure::bench::run(workload, &sizes, karpenter_azure::scheduling::solve, |result| {
+                    println!("{}", karpenter_azure::bench::render_row(result));
+                });
+            }
+            if matches!(workload, Workload::Fragmented | Workload::All) {
+                let options = karpenter_azure::disruption::Options {
+                    consolidation_threshold,
+                    ..karpenter_azure::disruption::Options::default()
+                };
+                let pods = if workload == Workload::All {
+                    20_000
+                } else {
+                    sizes.iter().copied().max().unwrap_or(20_000)
+                };
+                let result = karpenter_azure::bench_disruption::run(pods, max_vcpus, &options);
+                println!("{}", karpenter_azure::bench_disruption::render(&result, &options));
+            }
             ExitCode::SUCCESS
         }
         Command::BenchUpstream { dir, sizes, output, solve_timeout, check_timeout, one } => {
@@ -298,4 +325,9 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// `--now`: an RFC 3339 timestamp.
+fn parse_rfc3339(text: &str) -> Result<k8s_openapi::jiff::Timestamp, String> {
+    text.parse().map_err(|e| format!("{e}; write an RFC 3339 time such as 2026-12-01T12:00:00Z"))
 }

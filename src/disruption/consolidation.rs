@@ -210,6 +210,23 @@ fn cheaper_options(snapshot: &Snapshot, claim: &mut crate::scheduling::NewNodeCl
     claim.instance_type_options.iter().filter(|o| price_of(o) < ceiling).count()
 }
 
+/// The order single nodes are solved in: the best half of the solves goes to the top of `order`, the
+/// other half to a window that moves with `now` (every 10 s, upstream's disruption requeue interval)
+/// over the rest, so that in a large cluster every candidate is judged within a few passes instead of
+/// the same few being judged forever (upstream issue #3305: single-node timeouts leave nodes never
+/// considered). Deterministic for a given `now`.
+fn single_node_order(order: &[usize], solves: usize, now: Timestamp) -> Vec<usize> {
+    let top = solves.div_ceil(2).min(order.len());
+    let rest = &order[top..];
+    if rest.is_empty() {
+        return order.to_vec();
+    }
+    let offset = (now.as_second().div_euclid(10) as usize) % rest.len();
+    let mut out: Vec<usize> = order[..top].to_vec();
+    out.extend(rest[offset..].iter().chain(&rest[..offset]));
+    out
+}
+
 /// The consolidation pass over `candidates` (already within budgets), best first. Returns the command,
 /// if any, and a reason for each candidate it does not take.
 pub fn consolidate(
@@ -275,15 +292,17 @@ pub fn consolidate(
         }
         return Ok((Some(eval.into_command(snapshot, Method::MultiNodeConsolidation)), blocked));
     }
-    for (tried, &i) in order.iter().enumerate() {
-        if tried >= options.max_single_node_solves {
+    for (position, i) in
+        single_node_order(&order, options.max_single_node_solves, now).into_iter().enumerate()
+    {
+        if position >= options.max_single_node_solves {
             blocked.insert(i, BlockReason::Deferred);
             continue;
         }
         match evaluate(snapshot, &[i], &lambdas, now, options, cancel)? {
             Ok(eval) => {
-                for &j in &order[tried + 1..] {
-                    blocked.insert(j, BlockReason::Deferred);
+                for &j in order.iter().filter(|&&j| j != i) {
+                    blocked.entry(j).or_insert(BlockReason::Deferred);
                 }
                 return Ok((Some(eval.into_command(snapshot, Method::SingleNodeConsolidation)), blocked));
             }
@@ -293,4 +312,24 @@ pub fn consolidate(
         }
     }
     Ok((None, blocked))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_node_solves_cover_the_top_and_a_window_that_moves_with_time() {
+        let order: Vec<usize> = (0..10).collect();
+        let at = |s: i64| Timestamp::from_second(s).unwrap();
+        assert_eq!(single_node_order(&order, 4, at(0)), vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(single_node_order(&order, 4, at(10)), vec![0, 1, 3, 4, 5, 6, 7, 8, 9, 2]);
+        assert_eq!(single_node_order(&order, 4, at(25))[..4], [0, 1, 4, 5]);
+        assert_eq!(single_node_order(&order[..2], 4, at(25)), vec![0, 1]);
+        let mut seen: BTreeSet<usize> = BTreeSet::new();
+        for pass in 0..4 {
+            seen.extend(single_node_order(&order, 4, at(pass * 20))[..4].iter().copied());
+        }
+        assert_eq!(seen.len(), 10, "four passes judge every candidate: {seen:?}");
+    }
 }

@@ -69,7 +69,7 @@ pub fn decide_with_cancel(
     Ok(Decisions {
         commands,
         blocked,
-        cluster_price_per_hour: snapshot.nodes.iter().map(|n| n.price_per_hour).sum(),
+        cluster_price_per_hour: snapshot.nodes.iter().fold(0.0, |sum, n| sum + n.price_per_hour),
         repack_lower_bound_per_hour: repack_lower_bound(snapshot, cancel)?,
     })
 }

@@ -17,8 +17,6 @@ mod decide;
 mod expiration;
 pub mod simulate;
 pub mod snapshot;
-#[cfg(test)]
-mod tests;
 mod validate;
 
 pub use budgets::{Budget, BudgetError, BudgetNodes, BudgetWindow};
@@ -26,7 +24,8 @@ pub use command::{BlockReason, Blocked, Command, Decisions, Expired, Invalid, Me
 pub use decide::{decide, decide_with_cancel, repack_lower_bound};
 pub use expiration::expired;
 pub use snapshot::{
-    DoNotDisrupt, Drifted, ManagedNode, NodePod, Pdb, PodKind, PoolPolicy, Snapshot, UnmanagedNode,
+    DoNotDisrupt, Drifted, ManagedNode, NodePod, Pdb, PodKind, PolicyError, PoolPolicy, Snapshot,
+    UnmanagedNode,
 };
 pub use validate::validate;
 

@@ -4,12 +4,14 @@
 //! the unavailable offerings and the remaining limits). The controller builds it from its index and the
 //! simulator from manifests; nothing here reads the clock, `now` is passed to every decision.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::apis::duration::NillableDuration;
+use crate::apis::duration::{parse_nillable, NillableDuration};
 use crate::apis::nodepool::ConsolidationPolicy;
+use crate::apis::NodePool;
 use crate::model::requirements::Requirements;
 use crate::model::resources::Resources;
 use crate::model::CapacityType;
@@ -190,11 +192,52 @@ pub struct PoolPolicy {
     pub consolidation_policy: ConsolidationPolicy,
     pub consolidate_after: NillableDuration,
     pub expire_after: NillableDuration,
-    /// Parsed budgets; an empty list allows nothing to be disrupted voluntarily.
+    /// Parsed budgets; with none, nothing limits disruptions (as upstream treats an empty list).
     pub budgets: Vec<Budget>,
     /// `spec.limits`, for reports; the solver pool's `remaining` carries the headroom.
     pub limits: Option<Resources>,
     /// `None` when the pool cannot launch (not Ready, or its class is missing): its nodes may still be
     /// removed when their pods fit elsewhere, but never replaced from this pool.
     pub solver: Option<NodePoolInput>,
+}
+
+/// A NodePool whose disruption settings cannot be read; `field` is the path in the NodePool.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("NodePool {pool}: {field}: {message}")]
+pub struct PolicyError {
+    pub pool: String,
+    pub field: String,
+    pub message: String,
+}
+
+impl PoolPolicy {
+    /// The policy of `pool`, with `solver` as built for provisioning (`None` when it cannot launch).
+    pub fn from_nodepool(pool: &NodePool, solver: Option<NodePoolInput>) -> Result<PoolPolicy, PolicyError> {
+        let name = pool.metadata.name.clone().unwrap_or_default();
+        let err =
+            |field: &str, message: String| PolicyError { pool: name.clone(), field: field.into(), message };
+        let disruption = &pool.spec.disruption;
+        let consolidate_after = parse_nillable(&disruption.consolidate_after)
+            .map_err(|e| err("spec.disruption.consolidateAfter", e.to_string()))?;
+        let expire_after = parse_nillable(&pool.spec.template.spec.expire_after)
+            .map_err(|e| err("spec.template.spec.expireAfter", e.to_string()))?;
+        let budgets = Budget::parse_all(&disruption.budgets).map_err(|e| err(&e.field, e.message))?;
+        let limits = match &pool.spec.limits {
+            None => None,
+            Some(list) => {
+                let text: BTreeMap<String, String> =
+                    list.iter().map(|(k, v)| (k.clone(), v.as_str().to_string())).collect();
+                Some(Resources::parse(&text).map_err(|e| err("spec.limits", e.to_string()))?)
+            }
+        };
+        Ok(PoolPolicy {
+            name,
+            consolidation_policy: disruption.consolidation_policy,
+            consolidate_after,
+            expire_after,
+            budgets,
+            limits,
+            solver,
+        })
+    }
 }

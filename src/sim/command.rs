@@ -1,5 +1,6 @@
 //! The `karpenter-azure simulate` command: read a scenario (files, or the built-in demo), build the
-//! solver input, time one solve and render the plan. Nothing is printed until everything succeeded,
+//! solver input, time one solve and render the plan, with what the disruption decisions would do to
+//! the managed nodes at `--now`. Nothing is printed until everything succeeded,
 //! so bad input gives one error line and no partial output.
 
 use std::path::PathBuf;
@@ -7,8 +8,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::catalog_file::{self, CatalogFileError};
+use k8s_openapi::jiff::Timestamp;
+
 use super::load::{self, LoadError, Source};
-use super::report::{self, Report};
+use super::managed::{self, ManagedError};
+use super::report::{self, DisruptionReport, Report};
 use super::scenario::{self, Catalog, Scenario, ScenarioError};
 use crate::catalog::regions::offline_notes;
 use crate::catalog::{known_regions, region_zones, CatalogError, OutputFormat, PriceTable};
@@ -25,6 +29,9 @@ pub struct SimulateArgs {
     pub region: String,
     pub catalog: Option<PathBuf>,
     pub output: OutputFormat,
+    /// The moment the disruption decisions are judged at (consolidateAfter, expireAfter, budget
+    /// schedules against the objects' timestamps); `None` is the current time.
+    pub now: Option<Timestamp>,
 }
 
 /// Why the command produced no plan; each message is one line naming the file, object and field.
@@ -38,6 +45,8 @@ pub enum SimulateError {
     CatalogFile(#[from] CatalogFileError),
     #[error(transparent)]
     Region(#[from] CatalogError),
+    #[error(transparent)]
+    Managed(#[from] ManagedError),
 }
 
 impl SimulateError {
@@ -48,22 +57,43 @@ impl SimulateError {
             Self::Scenario(e) => e.category(),
             Self::CatalogFile(e) => e.category(),
             Self::Region(e) => e.category(),
+            Self::Managed(e) => e.category(),
         }
     }
 }
 
 /// Runs the command and returns what it prints.
 pub fn run(args: &SimulateArgs) -> Result<String, SimulateError> {
-    let scenario = scenario_of(args)?;
+    let (objects, mut scenario) = objects_and_scenario(args)?;
     let started = Instant::now();
     let plan = crate::scheduling::solve(&scenario.input);
     let solve_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let report = Report { input: &scenario.input, plan: &plan, solve_ms, warnings: &scenario.warnings };
+    let mut warnings = vec![];
+    let snapshot = managed::snapshot(&objects, &scenario, &mut warnings)?;
+    scenario.warnings.extend(warnings);
+    let now = args.now.unwrap_or_else(Timestamp::now);
+    let options = crate::disruption::Options::default();
+    let disruption = DisruptionReport {
+        decisions: crate::disruption::decide(&snapshot, now, &options),
+        expired: crate::disruption::expired(&snapshot, now),
+        now,
+    };
+    let report = Report {
+        input: &scenario.input,
+        plan: &plan,
+        solve_ms,
+        warnings: &scenario.warnings,
+        disruption: Some(&disruption),
+    };
     Ok(report::render(&report, args.output))
 }
 
 /// The scenario the command solves: its files (or the demo) read against its catalog.
 pub fn scenario_of(args: &SimulateArgs) -> Result<Scenario, SimulateError> {
+    Ok(objects_and_scenario(args)?.1)
+}
+
+fn objects_and_scenario(args: &SimulateArgs) -> Result<(load::Objects, Scenario), SimulateError> {
     let catalog = match &args.catalog {
         Some(path) => Catalog::Fixed(Arc::new(catalog_file::read(path, &args.region)?)),
         None => {
@@ -84,5 +114,5 @@ pub fn scenario_of(args: &SimulateArgs) -> Result<Scenario, SimulateError> {
         let prices = PriceTable::static_or_fallback(&args.region);
         scenario.warnings.extend(offline_notes(&args.region, has_own_data, &prices));
     }
-    Ok(scenario)
+    Ok((objects, scenario))
 }

@@ -14,12 +14,13 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use serde::de::DeserializeOwned;
 
 use crate::apis::manifest::{self, ManifestError, RawObject};
-use crate::apis::{AKSNodeClass, NodePool};
+use crate::apis::{AKSNodeClass, NodeClaim, NodePool};
 
 /// The kinds `simulate` reads. Anything else is refused rather than silently ignored, so a typo in a
 /// kind cannot make a scenario look cheaper than it is.
-pub const KINDS: [&str; 15] = [
+pub const KINDS: [&str; 16] = [
     "NodePool",
+    "NodeClaim",
     "AKSNodeClass",
     "Pod",
     "Deployment",
@@ -74,6 +75,8 @@ pub struct Sourced<T> {
 #[derive(Clone, Debug, Default)]
 pub struct Objects {
     pub nodepools: Vec<Sourced<NodePool>>,
+    /// Managed capacity, for the disruption decisions (with Nodes labelled `karpenter.sh/nodepool`).
+    pub nodeclaims: Vec<Sourced<NodeClaim>>,
     pub nodeclasses: Vec<Sourced<AKSNodeClass>>,
     pub pods: Vec<Sourced<Pod>>,
     pub deployments: Vec<Sourced<Deployment>>,
@@ -82,7 +85,7 @@ pub struct Objects {
     pub jobs: Vec<Sourced<Job>>,
     pub daemonsets: Vec<Sourced<DaemonSet>>,
     pub nodes: Vec<Sourced<Node>>,
-    /// Read and checked, not used: the simulator plans provisioning, and PDBs only limit disruption.
+    /// Their current allowance limits which nodes the disruption decisions may drain.
     pub pdbs: Vec<Sourced<PodDisruptionBudget>>,
     pub namespaces: Vec<Sourced<Namespace>>,
     /// Claims, volumes and storage classes: the zones pods' volumes pin them to.
@@ -147,6 +150,7 @@ fn add(
     }
     match raw.kind.as_str() {
         "NodePool" => objects.nodepools.push(decode(file, raw)?),
+        "NodeClaim" => objects.nodeclaims.push(decode(file, raw)?),
         "AKSNodeClass" => objects.nodeclasses.push(decode(file, raw)?),
         "Pod" => objects.pods.push(decode(file, raw)?),
         "Deployment" => objects.deployments.push(decode(file, raw)?),

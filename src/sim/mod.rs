@@ -5,6 +5,7 @@
 //! - `load`: reading and decoding the files (the only manifest I/O).
 //! - `scenario`: objects to one [`crate::scheduling::SolveInput`] (workload expansion, NodePools,
 //!   limits, DaemonSets); the per-object conversion is [`crate::scheduling::from_k8s`].
+//! - `managed`: the managed nodes of a snapshot as the disruption decisions see them.
 //! - `catalog_file`: the `--catalog` JSON list of instance types.
 //! - `report`: table and JSON output; `command`: the command itself. `demo.yaml`: the built-in demo.
 //! - `upstream_bench`: `bench-upstream`, our solver next to upstream Karpenter's on upstream's benchmark
@@ -13,6 +14,7 @@
 pub mod catalog_file;
 pub mod command;
 pub mod load;
+pub mod managed;
 pub mod report;
 pub mod scenario;
 #[cfg(test)]

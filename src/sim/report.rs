@@ -2,11 +2,14 @@
 //! unschedulable pods with reasons, totals, warnings) or the JSON contract documented in the README.
 //! Pure formatting of a [`Plan`] and the input it was computed from.
 
+use k8s_openapi::jiff::Timestamp;
 use serde_json::{json, Value};
 
 use crate::catalog::OutputFormat;
+use crate::disruption::command::{human, reason_str};
+use crate::disruption::{Decisions, Expired};
 use crate::model::resources::{format_resource_quantity, CPU, MEMORY};
-use crate::scheduling::{Plan, SolveInput};
+use crate::scheduling::{NewNodeClaim, Plan, SolveInput};
 
 /// What the command measured and decided, ready to print.
 pub struct Report<'a> {
@@ -16,6 +19,15 @@ pub struct Report<'a> {
     pub solve_ms: f64,
     /// Shown in the table output only, so the JSON stays a stable contract.
     pub warnings: &'a [String],
+    /// What disruption would do to the managed nodes now.
+    pub disruption: Option<&'a DisruptionReport>,
+}
+
+/// The disruption decisions at one moment, and the NodeClaims past their expireAfter.
+pub struct DisruptionReport {
+    pub decisions: Decisions,
+    pub expired: Vec<Expired>,
+    pub now: Timestamp,
 }
 
 /// Renders the report in the chosen format, ending with a newline.
@@ -33,25 +45,7 @@ pub fn render(report: &Report, output: OutputFormat) -> String {
 /// The JSON contract; keys are never removed or renamed.
 pub fn to_json(report: &Report) -> Value {
     let plan = report.plan;
-    let nodeclaims: Vec<Value> = plan
-        .nodeclaims
-        .iter()
-        .map(|c| {
-            json!({
-                "name": c.name,
-                "nodepool": c.nodepool,
-                "instance_type": c.instance_type,
-                "instance_type_options": c.instance_type_options,
-                "zone": c.zone,
-                "capacity_type": c.capacity_type.as_str(),
-                "price_per_hour": c.price_per_hour,
-                "labels": c.labels,
-                "taints": c.taints,
-                "allocatable": c.allocatable.to_quantities(),
-                "pods": c.pods,
-            })
-        })
-        .collect();
+    let nodeclaims: Vec<Value> = plan.nodeclaims.iter().map(nodeclaim_json).collect();
     let existing_nodes: Vec<Value> = report
         .input
         .nodes
@@ -60,7 +54,7 @@ pub fn to_json(report: &Report) -> Value {
         .collect();
     let unschedulable: Vec<Value> =
         plan.unschedulable.iter().map(|u| json!({"pod": u.pod, "reason": u.reason})).collect();
-    json!({
+    let mut out = json!({
         "region": report.input.options.region,
         "solve_ms": report.solve_ms,
         "price_per_hour": plan.price_per_hour,
@@ -69,7 +63,111 @@ pub fn to_json(report: &Report) -> Value {
         "existing_nodes": existing_nodes,
         "unschedulable": unschedulable,
         "warnings": report.warnings,
+    });
+    if let Some(d) = report.disruption {
+        out["disruption"] = disruption_json(d);
+    }
+    out
+}
+
+/// One `"nodeclaims"` entry; disruption replacements have the same shape.
+fn nodeclaim_json(c: &NewNodeClaim) -> Value {
+    json!({
+        "name": c.name,
+        "nodepool": c.nodepool,
+        "instance_type": c.instance_type,
+        "instance_type_options": c.instance_type_options,
+        "zone": c.zone,
+        "capacity_type": c.capacity_type.as_str(),
+        "price_per_hour": c.price_per_hour,
+        "labels": c.labels,
+        "taints": c.taints,
+        "allocatable": c.allocatable.to_quantities(),
+        "pods": c.pods,
     })
+}
+
+/// The `"disruption"` key of the contract.
+pub fn disruption_json(report: &DisruptionReport) -> Value {
+    let d = &report.decisions;
+    let commands: Vec<Value> = d
+        .commands
+        .iter()
+        .map(|c| {
+            json!({
+                "reason": reason_str(c.reason),
+                "method": c.method.as_str(),
+                "candidates": c.candidates,
+                "replacements": c.replacements.iter().map(nodeclaim_json).collect::<Vec<_>>(),
+                "savings_per_hour": c.savings_per_hour,
+                "disruption_cost": c.disruption_cost,
+                "moves": c.moves.iter().map(|m| json!({"pod": m.pod, "to": m.to})).collect::<Vec<_>>(),
+                "explanation": c.explanation,
+            })
+        })
+        .collect();
+    json!({
+        "now": report.now.to_string(),
+        "cluster_price_per_hour": d.cluster_price_per_hour,
+        "repack_lower_bound_per_hour": d.repack_lower_bound_per_hour,
+        "commands": commands,
+        "blocked": d.blocked.iter().map(|b| json!({"node": b.node, "reason": b.reason.to_string()})).collect::<Vec<_>>(),
+        "expired": report.expired.iter().map(|e| json!({
+            "node": e.node,
+            "nodeclaim": e.nodeclaim,
+            "nodepool": e.nodepool,
+            "expired_at": e.expired_at.to_string(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The table's "Disruption" section.
+fn disruption_table(report: &DisruptionReport) -> String {
+    let d = &report.decisions;
+    let managed = d.blocked.len() + d.commands.iter().map(|c| c.candidates.len()).sum::<usize>();
+    let ratio = d.repack_ratio();
+    let ratio = if ratio.is_finite() { format!("{ratio:.3}") } else { "-".to_string() };
+    let mut out = format!(
+        "\nDisruption at {}: {managed} managed nodes, {:.4} $/h (repack lower bound {:.4} $/h, ratio {ratio})\n",
+        report.now, d.cluster_price_per_hour, d.repack_lower_bound_per_hour
+    );
+    if d.commands.is_empty() {
+        out.push_str("No disruption commands.\n");
+    } else {
+        let rows: Vec<Vec<String>> = d
+            .commands
+            .iter()
+            .map(|c| {
+                vec![
+                    reason_str(c.reason).to_string(),
+                    c.method.as_str().to_string(),
+                    c.candidates.join(","),
+                    c.replacements.iter().map(|r| r.instance_type.clone()).collect::<Vec<_>>().join(","),
+                    format!("{:.4}", c.savings_per_hour),
+                    c.moves.len().to_string(),
+                    c.explanation.clone(),
+                ]
+            })
+            .collect();
+        let headers = ["REASON", "METHOD", "CANDIDATES", "REPLACEMENTS", "SAVES $/h", "MOVES", "EXPLANATION"];
+        out.push_str(&columns(&headers, &rows));
+    }
+    if !d.blocked.is_empty() {
+        out.push_str("\nNot disrupted:\n");
+        let rows: Vec<Vec<String>> =
+            d.blocked.iter().map(|b| vec![b.node.clone(), b.reason.to_string()]).collect();
+        out.push_str(&columns(&["NODE", "REASON"], &rows));
+    }
+    for e in &report.expired {
+        let late = report.now.as_second().saturating_sub(e.expired_at.as_second()).max(0) as u64;
+        out.push_str(&format!(
+            "Expired: {} (NodeClaim {}) passed expireAfter {} ago; deleted without budgets\n",
+            e.node,
+            e.nodeclaim,
+            human(std::time::Duration::from_secs(late))
+        ));
+    }
+    out
 }
 
 /// Left-aligned columns separated by two spaces, without trailing blanks.
@@ -157,6 +255,9 @@ fn table(report: &Report) -> String {
         input.pods.len(),
         report.solve_ms,
     ));
+    if let Some(d) = report.disruption {
+        out.push_str(&disruption_table(d));
+    }
     for warning in report.warnings {
         out.push_str(&format!("warning: {warning}\n"));
     }
@@ -199,7 +300,8 @@ mod tests {
             lower_bound_per_hour: 0.09,
             ..Plan::default()
         };
-        let value = to_json(&Report { input: &input, plan: &plan, solve_ms: 1.5, warnings: &[] });
+        let value =
+            to_json(&Report { input: &input, plan: &plan, solve_ms: 1.5, warnings: &[], disruption: None });
         for key in [
             "region",
             "solve_ms",
@@ -213,7 +315,7 @@ mod tests {
         }
         assert_eq!(value["nodeclaims"][0]["capacity_type"], "on-demand");
         let text = render(
-            &Report { input: &input, plan: &plan, solve_ms: 1.5, warnings: &["w".into()] },
+            &Report { input: &input, plan: &plan, solve_ms: 1.5, warnings: &["w".into()], disruption: None },
             OutputFormat::Table,
         );
         assert!(

@@ -293,6 +293,7 @@ pub fn read_input(dir: &Path) -> Result<SolveInput, BenchError> {
         region: REGION.into(),
         catalog: Some(dir.join("catalog.json")),
         output: OutputFormat::Table,
+        now: None,
     };
     Ok(scenario_of(&args)?.input)
 }

@@ -123,6 +123,10 @@ impl VirtualCluster {
         upsert(&mut o.nodes, &mut single.nodes);
         upsert(&mut o.pdbs, &mut single.pdbs);
         upsert(&mut o.namespaces, &mut single.namespaces);
+        upsert(&mut o.nodeclaims, &mut single.nodeclaims);
+        upsert(&mut o.claims, &mut single.claims);
+        upsert(&mut o.volumes, &mut single.volumes);
+        upsert(&mut o.storage_classes, &mut single.storage_classes);
         Ok(())
     }
 

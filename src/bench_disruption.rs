@@ -1,0 +1,302 @@
+//! `karpenter-azure bench --workload fragmented`: the disruption decisions on a fragmented cluster.
+//!
+//! Provision the mixed workload ([`crate::bench::mixed_input`], 20,000 pods on the full eastus catalog)
+//! as managed nodes, delete a seeded random half of the pods, then:
+//! - time one full pass of [`crate::disruption::decide`] (every method, budgets unlimited) and read
+//!   the peak RSS;
+//! - apply the commands pass after pass until a pass decides nothing, and report the price before and
+//!   after, the solver's lower bound for a from-scratch repack, nodes removed and launched, pods moved.
+//!
+//! The cluster is built from the solver's own plan, so the numbers measure the decisions, not I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use crate::apis::duration::NillableDuration;
+use crate::apis::nodepool::ConsolidationPolicy;
+use crate::bench::{mixed_input, peak_rss_kib};
+use crate::disruption::{
+    decide, Command, Decisions, DoNotDisrupt, ManagedNode, NodePod, Options, PodKind, PoolPolicy, Snapshot,
+};
+use crate::model::labels::LABEL_HOSTNAME;
+use crate::scheduling::{solve, ExistingNode, NewNodeClaim, Pod, PodId};
+
+/// The moment the cluster is judged at; nodes were launched two hours earlier.
+const NOW: &str = "2026-12-01T12:00:00Z";
+/// The share of pods the scale-in deletes, per mille, and the seed that picks them.
+const DELETED_PER_MILLE: u64 = 500;
+const SEED: u64 = 0x5eed_1234_abcd_0042;
+/// Passes stop here even if commands keep coming (they should not: every pass must save money).
+const MAX_PASSES: usize = 200;
+
+/// What the benchmark measured.
+#[derive(Clone, Debug)]
+pub struct FragmentedResult {
+    pub pods_provisioned: usize,
+    pub pods_after_scale_in: usize,
+    pub nodes: usize,
+    /// One full pass on the fragmented cluster.
+    pub first_pass: Duration,
+    pub first_pass_commands: usize,
+    pub peak_rss_kib: Option<u64>,
+    pub passes: usize,
+    pub total_decide_time: Duration,
+    /// The last pass, which found nothing to do: every method tried and no move pays.
+    pub last_pass: Duration,
+    pub price_before: f64,
+    pub price_after: f64,
+    pub lower_bound: f64,
+    pub nodes_removed: usize,
+    pub nodes_launched: usize,
+    pub pods_moved: usize,
+    pub nodes_after: usize,
+}
+
+/// Runs the benchmark with `pods` provisioned pods and `options`; `max_vcpus` keeps only sizes up to
+/// that many vCPUs (smaller nodes, so many more of them), `None` the full catalog.
+pub fn run(pods: usize, max_vcpus: Option<u32>, options: &Options) -> FragmentedResult {
+    let now: Timestamp = NOW.parse().expect("a valid time");
+    let mut snapshot = fragmented_cluster(pods, max_vcpus, now);
+    let pods_after = snapshot.nodes.iter().map(|n| n.pods.iter().filter(|p| p.reschedulable()).count()).sum();
+    let nodes = snapshot.nodes.len();
+    let price_before = price(&snapshot);
+
+    let started = Instant::now();
+    let first = decide(&snapshot, now, options);
+    let first_pass = started.elapsed();
+    let peak = peak_rss_kib();
+    let lower_bound = first.repack_lower_bound_per_hour;
+    let first_pass_commands = first.commands.len();
+
+    let (mut removed, mut launched, mut moved, mut passes) = (0, 0, 0, 0);
+    let mut total = first_pass;
+    let mut last_pass = first_pass;
+    let mut decisions: Decisions = first;
+    while !decisions.commands.is_empty() && passes < MAX_PASSES {
+        passes += 1;
+        for command in &decisions.commands {
+            removed += command.candidates.len();
+            launched += command.replacements.len();
+            moved += command.moves.len();
+            apply(&mut snapshot, command, passes, now);
+        }
+        let started = Instant::now();
+        decisions = decide(&snapshot, now, options);
+        last_pass = started.elapsed();
+        total += last_pass;
+    }
+    FragmentedResult {
+        pods_provisioned: pods,
+        pods_after_scale_in: pods_after,
+        nodes,
+        first_pass,
+        first_pass_commands,
+        peak_rss_kib: peak,
+        passes,
+        total_decide_time: total,
+        last_pass,
+        price_before,
+        price_after: price(&snapshot),
+        lower_bound,
+        nodes_removed: removed,
+        nodes_launched: launched,
+        pods_moved: moved,
+        nodes_after: snapshot.nodes.len(),
+    }
+}
+
+fn price(snapshot: &Snapshot) -> f64 {
+    snapshot.nodes.iter().map(|n| n.price_per_hour).sum()
+}
+
+/// The mixed workload provisioned by the solver, as managed nodes launched two hours before `now`,
+/// with a seeded random half of the pods deleted.
+pub fn fragmented_cluster(pods: usize, max_vcpus: Option<u32>, now: Timestamp) -> Snapshot {
+    let mut input = mixed_input(pods);
+    if let Some(max) = max_vcpus {
+        let pool = &mut input.nodepools[0];
+        let types = pool.instance_types.iter().filter(|t| t.vcpus <= max).cloned().collect();
+        pool.instance_types = std::sync::Arc::new(types);
+    }
+    let plan = solve(&input);
+    let by_id: BTreeMap<PodId, &Pod> = input.pods.iter().map(|p| (p.id(), p)).collect();
+    let launched = now.checked_sub(SignedDuration::from_hours(2)).expect("in range");
+    let mut rng = SplitMix(SEED);
+    let mut nodes = vec![];
+    for claim in &plan.nodeclaims {
+        let mut node = managed_node(claim, &claim.name, &input.daemonsets, launched);
+        for id in &claim.pods {
+            if rng.next() % 1000 < DELETED_PER_MILLE {
+                continue;
+            }
+            node.pods.push(workload_pod(by_id[id], &claim.name, launched));
+        }
+        nodes.push(node);
+    }
+    let pool = input.nodepools[0].clone();
+    Snapshot {
+        nodes,
+        nodepools: vec![PoolPolicy {
+            name: pool.name.clone(),
+            consolidation_policy: ConsolidationPolicy::WhenEmptyOrUnderutilized,
+            consolidate_after: NillableDuration::After(Duration::ZERO),
+            expire_after: NillableDuration::Never,
+            // Unlimited: the benchmark measures how far the decisions go, not how fast budgets let them.
+            budgets: vec![],
+            limits: None,
+            solver: Some(pool),
+        }],
+        daemonsets: input.daemonsets.clone(),
+        solve_options: input.options.clone(),
+        ..Snapshot::default()
+    }
+}
+
+/// A managed node for a planned NodeClaim, named `name`, running the DaemonSet pods.
+fn managed_node(claim: &NewNodeClaim, name: &str, daemonsets: &[Pod], launched: Timestamp) -> ManagedNode {
+    let mut labels = claim.labels.clone();
+    labels.insert(LABEL_HOSTNAME.into(), name.into());
+    let pods = daemonsets
+        .iter()
+        .map(|ds| NodePod {
+            kind: PodKind::DaemonSet,
+            ..workload_pod(&Pod { name: format!("{}-{name}", ds.name), ..ds.clone() }, name, launched)
+        })
+        .collect();
+    ManagedNode {
+        node: ExistingNode {
+            name: name.into(),
+            labels,
+            taints: claim.taints.clone(),
+            allocatable: claim.allocatable.clone(),
+            nodepool: Some(claim.nodepool.clone()),
+            in_flight: false,
+            startup_taints: vec![],
+        },
+        nodeclaim: name.into(),
+        nodepool: claim.nodepool.clone(),
+        instance_type: claim.instance_type.clone(),
+        zone: claim.zone.clone(),
+        capacity_type: claim.capacity_type,
+        price_per_hour: claim.price_per_hour,
+        created: launched,
+        initialized: Some(launched),
+        last_pod_event: Some(launched),
+        drifted: None,
+        do_not_disrupt: false,
+        nominated: false,
+        marked_for_deletion: false,
+        ready: true,
+        pods,
+    }
+}
+
+fn workload_pod(pod: &Pod, node: &str, started: Timestamp) -> NodePod {
+    NodePod {
+        pod: Pod { node_name: Some(node.into()), ..pod.clone() },
+        priority: 0,
+        deletion_cost: 0,
+        do_not_disrupt: DoNotDisrupt::No,
+        started: Some(started),
+        kind: PodKind::Workload,
+    }
+}
+
+/// The cluster after `command` completed: replacements running (renamed so names stay unique), pods
+/// where the command moved them, candidates gone.
+fn apply(snapshot: &mut Snapshot, command: &Command, pass: usize, now: Timestamp) {
+    let rename: BTreeMap<&str, String> =
+        command.replacements.iter().map(|c| (c.name.as_str(), format!("p{pass}-{}", c.name))).collect();
+    let gone: BTreeSet<&str> = command.candidates.iter().map(String::as_str).collect();
+    let mut moving: BTreeMap<PodId, NodePod> = BTreeMap::new();
+    for node in snapshot.nodes.iter().filter(|n| gone.contains(n.node.name.as_str())) {
+        for p in node.pods.iter().filter(|p| p.reschedulable()) {
+            moving.insert(p.pod.id(), p.clone());
+        }
+    }
+    snapshot.nodes.retain(|n| !gone.contains(n.node.name.as_str()));
+    for claim in &command.replacements {
+        let name = &rename[claim.name.as_str()];
+        let daemonsets = snapshot.daemonsets.clone();
+        snapshot.nodes.push(managed_node(claim, name, &daemonsets, now));
+    }
+    for m in &command.moves {
+        let to = rename.get(m.to.as_str()).cloned().unwrap_or_else(|| m.to.clone());
+        let Some(mut pod) = moving.remove(&m.pod) else { continue };
+        pod.pod.node_name = Some(to.clone());
+        pod.started = Some(now);
+        if let Some(node) = snapshot.nodes.iter_mut().find(|n| n.node.name == to) {
+            node.pods.push(pod);
+            node.last_pod_event = Some(now);
+        }
+    }
+}
+
+/// A small deterministic generator (SplitMix64), so the deleted half is the same on every run.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// The report lines.
+pub fn render(r: &FragmentedResult, options: &Options) -> String {
+    let rss = r.peak_rss_kib.map_or("-".to_string(), |k| format!("{:.0} MiB", k as f64 / 1024.0));
+    let ratio = |p: f64| if r.lower_bound > 0.0 { format!("{:.3}", p / r.lower_bound) } else { "-".into() };
+    format!(
+        "fragmented cluster: {} pods provisioned on {} nodes, {} left after deleting half (threshold {}, spot-to-spot {})\n\
+         one pass: {:.2?}, {} command(s), peak RSS {rss}\n\
+         fixpoint: {} passes in {:.2?} (the last, deciding nothing: {:.2?}); price {:.2} -> {:.2} $/h, repack lower bound {:.2} $/h (ratio {} -> {})\n\
+         nodes removed {}, launched {}, {} -> {} nodes; pods moved {}",
+        r.pods_provisioned,
+        r.nodes,
+        r.pods_after_scale_in,
+        options.consolidation_threshold,
+        if options.spot_to_spot_consolidation { "on" } else { "off" },
+        r.first_pass,
+        r.first_pass_commands,
+        r.passes,
+        r.total_decide_time,
+        r.last_pass,
+        r.price_before,
+        r.price_after,
+        r.lower_bound,
+        ratio(r.price_before),
+        ratio(r.price_after),
+        r.nodes_removed,
+        r.nodes_launched,
+        r.nodes,
+        r.nodes_after,
+        r.pods_moved,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_fragmented_cluster_gets_cheaper_and_keeps_every_pod() {
+        let options = Options { consolidation_threshold: 0.0, ..Options::default() };
+        let now: Timestamp = NOW.parse().unwrap();
+        let start = fragmented_cluster(200, Some(8), now);
+        let pods =
+            |s: &Snapshot| s.nodes.iter().flat_map(|n| n.pods.iter()).filter(|p| p.reschedulable()).count();
+        let r = run(200, Some(8), &options);
+        assert_eq!(r.pods_after_scale_in, pods(&start));
+        assert!(r.pods_after_scale_in > 60 && r.pods_after_scale_in < 140, "about half deleted: {r:?}");
+        assert!(r.price_after < r.price_before, "{r:?}");
+        assert!(r.price_after >= r.lower_bound - 1e-9, "{r:?}");
+        assert!(r.passes < MAX_PASSES, "a fixpoint is reached: {r:?}");
+        assert!(r.pods_moved > 0 && r.nodes_removed > 0, "{r:?}");
+        assert!(render(&r, &options).contains("fixpoint"));
+    }
+}

@@ -1,0 +1,237 @@
+//! `karpenter-azure simulate` on a snapshot with managed nodes: the "disruption" JSON key and the
+//! table's Disruption section, judged at `--now`, with managed capacity recognised from the
+//! `karpenter.sh/nodepool` label and from NodeClaims, and one-line errors for bad disruption input.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_karpenter-azure"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+const POOL: &str = "apiVersion: karpenter.azure.com/v1beta1
+kind: AKSNodeClass
+metadata: {name: default}
+spec: {imageFamily: Ubuntu}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: general}
+spec:
+  disruption:
+    consolidateAfter: CONSOLIDATE_AFTER
+    budgets: [{nodes: '100%'}]
+  template:
+    spec:
+      nodeClassRef: {name: default}
+      requirements:
+      - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+      - {key: karpenter.azure.com/sku-family, operator: In, values: [D]}
+";
+
+/// A Standard_D4s_v5 node; `managed` puts the NodePool label on it.
+fn node(name: &str, managed: bool) -> String {
+    let pool =
+        if managed { ", karpenter.sh/nodepool: general, karpenter.sh/initialized: 'true'" } else { "" };
+    format!(
+        "---
+apiVersion: v1
+kind: Node
+metadata:
+  name: {name}
+  creationTimestamp: '2026-12-01T08:00:00Z'
+  labels: {{kubernetes.io/hostname: {name}, topology.kubernetes.io/zone: eastus-1, kubernetes.io/os: linux, kubernetes.io/arch: amd64, node.kubernetes.io/instance-type: Standard_D4s_v5, karpenter.sh/capacity-type: on-demand{pool}}}
+status:
+  allocatable: {{cpu: 3860m, memory: 12Gi, pods: '110'}}
+  conditions: [{{type: Ready, status: 'True'}}]
+"
+    )
+}
+
+fn pod(name: &str, node: &str, cpu: &str, extra_annotations: &str) -> String {
+    format!(
+        "---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+  labels: {{app: {name}}}
+  creationTimestamp: '2026-12-01T09:00:00Z'
+  annotations: {{x: y{extra_annotations}}}
+spec:
+  nodeName: {node}
+  containers: [{{name: c, resources: {{requests: {{cpu: '{cpu}', memory: 1Gi}}}}}}]
+status: {{phase: Running, startTime: '2026-12-01T09:00:00Z'}}
+"
+    )
+}
+
+/// Three managed nodes (one via a NodeClaim only), one unmanaged; "b" and "c" each run a small pod,
+/// "p" runs a pod behind a PDB that allows nothing, "e" runs nothing.
+fn snapshot(consolidate_after: &str) -> String {
+    let mut text = POOL.replace("CONSOLIDATE_AFTER", consolidate_after);
+    for (name, managed) in [("b", true), ("p", true), ("e", true), ("system-1", false)] {
+        text.push_str(&node(name, managed));
+    }
+    // "c" carries no NodePool label: its NodeClaim makes it managed.
+    text.push_str(&node("c", false));
+    text.push_str(
+        "---
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: general-abc12
+  labels: {karpenter.sh/nodepool: general}
+  creationTimestamp: '2026-12-01T08:00:00Z'
+spec:
+  nodeClassRef: {group: karpenter.azure.com, kind: AKSNodeClass, name: default}
+  requirements: []
+status:
+  nodeName: c
+  conditions:
+  - {type: Initialized, status: 'True', lastTransitionTime: '2026-12-01T08:02:00Z', reason: Initialized, message: ''}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: guarded, namespace: default}
+spec: {selector: {matchLabels: {app: guarded}}}
+status: {disruptionsAllowed: 0, currentHealthy: 1, desiredHealthy: 1, expectedPods: 1}
+",
+    );
+    text.push_str(&pod("small-b", "b", "500m", ""));
+    text.push_str(&pod("small-c", "c", "500m", ""));
+    text.push_str(&pod("guarded", "p", "500m", ""));
+    text.push_str(&pod("system", "system-1", "3", ""));
+    text
+}
+
+fn simulate(text: &str, extra: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("snapshot.yaml");
+    std::fs::write(&path, text).unwrap();
+    let path = path.display().to_string();
+    let mut args = vec!["simulate", path.as_str(), "--now", "2026-12-01T12:00:00Z"];
+    args.extend(extra);
+    run(&args)
+}
+
+fn json(text: &str) -> Value {
+    let out = simulate(text, &["--output", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn blocked_reason(d: &Value, node: &str) -> String {
+    d["blocked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["node"] == node)
+        .unwrap_or_else(|| panic!("{node} not in blocked: {d:#}"))["reason"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn the_json_reports_what_disruption_would_do_now() {
+    let out = json(&snapshot("0s"));
+    for key in ["region", "price_per_hour", "nodeclaims", "existing_nodes", "unschedulable"] {
+        assert!(out.get(key).is_some(), "existing contract key {key} kept");
+    }
+    let d = &out["disruption"];
+    for key in ["cluster_price_per_hour", "repack_lower_bound_per_hour", "commands", "blocked"] {
+        assert!(d.get(key).is_some(), "{key}: {d:#}");
+    }
+    let d4 = d["cluster_price_per_hour"].as_f64().unwrap() / 4.0;
+    assert!(d4 > 0.05 && d4 < 1.0, "four D4s_v5 at their eastus price: {d:#}");
+    // Emptiness acts first: the empty node goes, alone, without replacement.
+    let commands = d["commands"].as_array().unwrap();
+    assert_eq!(commands.len(), 1, "{d:#}");
+    let c = &commands[0];
+    assert_eq!((c["reason"].as_str(), c["method"].as_str()), (Some("Empty"), Some("emptiness")));
+    assert_eq!(c["candidates"], serde_json::json!(["e"]));
+    assert_eq!(c["replacements"], serde_json::json!([]));
+    assert!(c["savings_per_hour"].as_f64().unwrap() > 0.0);
+    // The unmanaged node is neither a candidate nor explained; the PDB keeps "p".
+    let blocked: Vec<&str> =
+        d["blocked"].as_array().unwrap().iter().map(|b| b["node"].as_str().unwrap()).collect();
+    assert_eq!(blocked, vec!["b", "p", "c"], "{d:#}");
+    assert!(blocked_reason(d, "p").contains("PDB default/guarded allows 0"), "{d:#}");
+}
+
+#[test]
+fn without_the_empty_node_the_small_nodes_are_consolidated_and_pods_moved() {
+    let text = snapshot("0s")
+        .replace("  name: e\n", "  name: e\n  annotations: {karpenter.sh/do-not-disrupt: 'true'}\n");
+    let d = json(&text)["disruption"].clone();
+    assert!(blocked_reason(&d, "e").contains("do-not-disrupt"), "{d:#}");
+    let c = &d["commands"][0];
+    assert_eq!(c["reason"], "Underutilized", "{d:#}");
+    let candidates: Vec<&str> =
+        c["candidates"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(candidates.contains(&"b") || candidates.contains(&"c"), "{d:#}");
+    let moves = c["moves"].as_array().unwrap();
+    assert!(!moves.is_empty(), "{d:#}");
+    for m in moves {
+        assert!(m["pod"].as_str().unwrap().starts_with("default/small-"), "{m}");
+        let to = m["to"].as_str().unwrap();
+        let replacement = c["replacements"].as_array().unwrap().iter().any(|r| r["name"] == to);
+        assert!(replacement || ["e", "p", "system-1", "b", "c"].contains(&to), "{m}");
+        assert!(!candidates.contains(&to), "a pod does not move to a node being removed: {m}");
+    }
+    for r in c["replacements"].as_array().unwrap() {
+        for key in [
+            "name",
+            "nodepool",
+            "instance_type",
+            "instance_type_options",
+            "zone",
+            "capacity_type",
+            "price_per_hour",
+            "pods",
+        ] {
+            assert!(r.get(key).is_some(), "replacement shaped like a nodeclaims entry: {key}");
+        }
+    }
+}
+
+#[test]
+fn now_drives_consolidate_after_and_the_table_shows_the_section() {
+    // Nodes initialized at 08:00, pods started at 09:00: with consolidateAfter 5h nothing is
+    // consolidatable at 12:00.
+    let d = json(&snapshot("5h"))["disruption"].clone();
+    assert_eq!(d["commands"], serde_json::json!([]), "{d:#}");
+    assert!(blocked_reason(&d, "b").contains("consolidateAfter not elapsed (2h left)"), "{d:#}");
+    assert!(blocked_reason(&d, "e").contains("consolidateAfter not elapsed (1h left)"), "{d:#}");
+    let out = simulate(&snapshot("5h"), &[]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("Disruption at 2026-12-01T12:00:00Z: 4 managed nodes"), "{table}");
+    assert!(table.contains("Not disrupted:") && table.contains("consolidateAfter not elapsed"), "{table}");
+}
+
+#[test]
+fn bad_disruption_input_gives_one_line_naming_the_field() {
+    let text = snapshot("0s").replace(
+        "annotations: {x: y}\nspec:\n  nodeName: b",
+        "annotations: {x: y, karpenter.sh/do-not-disrupt: soon}\nspec:\n  nodeName: b",
+    );
+    let out = simulate(&text, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("Pod/default/small-b")
+            && err.contains("metadata.annotations[karpenter.sh/do-not-disrupt]"),
+        "{err}"
+    );
+    let out = run(&["simulate", "--now", "yesterday"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("RFC 3339"));
+}
