@@ -267,7 +267,7 @@ pub fn consolidate(
     let mut best: Option<Evaluation> = None;
     let mut sizes: Vec<usize> = vec![];
     let mut size = order.len();
-    while size >= 2 {
+    while size >= 2 && sizes.len() < options.max_multi_node_solves {
         sizes.push(size);
         size /= 2;
     }

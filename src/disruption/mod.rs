@@ -43,10 +43,18 @@ pub struct Options {
     /// Single-node moves solved per pass when no multi-node move is worth it; the rest wait for the
     /// next pass (upstream bounds the same search by a 3-minute timeout, which is not deterministic).
     pub max_single_node_solves: usize,
+    /// Prefix sizes solved per pass for a multi-node move (all candidates, then halves); smaller
+    /// moves are left to the single-node solves and later passes.
+    pub max_multi_node_solves: usize,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { spot_to_spot_consolidation: false, consolidation_threshold: 0.5, max_single_node_solves: 16 }
+        Self {
+            spot_to_spot_consolidation: false,
+            consolidation_threshold: 0.5,
+            max_single_node_solves: 8,
+            max_multi_node_solves: 6,
+        }
     }
 }
