@@ -59,6 +59,12 @@ pub struct FragmentedResult {
 pub fn run(pods: usize, max_vcpus: Option<u32>, options: &Options) -> FragmentedResult {
     let now: Timestamp = NOW.parse().expect("a valid time");
     let mut snapshot = fragmented_cluster(pods, max_vcpus, now);
+    // A threshold only means something to a Balanced pool; 0 keeps upstream's default policy.
+    if options.consolidation_threshold > 0.0 {
+        for pool in &mut snapshot.nodepools {
+            pool.consolidation_policy = ConsolidationPolicy::Balanced;
+        }
+    }
     let pods_after = snapshot.nodes.iter().map(|n| n.pods.iter().filter(|p| p.reschedulable()).count()).sum();
     let nodes = snapshot.nodes.len();
     let price_before = price(&snapshot);

@@ -73,9 +73,10 @@ enum Command {
         /// Pod counts to solve, comma separated (fragmented: the largest is the pods provisioned).
         #[arg(long, value_delimiter = ',', default_value = "1000,5000,20000")]
         sizes: Vec<usize>,
-        /// Fragmented: the consolidation threshold (savings share over disruption share; 0 takes any
-        /// saving).
-        #[arg(long, default_value_t = 0.5)]
+        /// Fragmented: 0 (the default) gives the pool upstream's default policy,
+        /// WhenEmptyOrUnderutilized (any saving); more makes it Balanced with this threshold (savings
+        /// share over disruption share; upstream's is 0.5).
+        #[arg(long, default_value_t = 0.0)]
         consolidation_threshold: f64,
         /// Fragmented: provision only on sizes with at most this many vCPUs (more, smaller nodes).
         #[arg(long)]

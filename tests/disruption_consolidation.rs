@@ -9,6 +9,7 @@ mod fixtures;
 
 use cluster::*;
 use fixtures::{instance_type, GI};
+use karpenter_azure::apis::nodepool::ConsolidationPolicy;
 use karpenter_azure::apis::nodepool::DisruptionReason;
 use karpenter_azure::disruption::{
     decide, validate, BlockReason, Budget, Decisions, Method, Options, Snapshot,
@@ -107,6 +108,12 @@ fn a_marginal_replacement_is_not_worth_its_disruption_aws_7146() {
         (c.method, c.candidates.len(), c.replacements[0].instance_type.as_str()),
         (Method::SingleNodeConsolidation, 1, "d4b")
     );
+    // So does a pool with upstream's default policy, WhenEmptyOrUnderutilized, whatever the
+    // threshold: only `Balanced` pools weigh savings against disruption, as upstream.
+    s.nodepools[0].consolidation_policy = ConsolidationPolicy::WhenEmptyOrUnderutilized;
+    let d = decided_with(&s, &Options::default());
+    assert_eq!(d.commands.len(), 1, "{d:#?}");
+    assert_eq!(d.commands[0].replacements[0].instance_type, "d4b");
 }
 
 #[test]

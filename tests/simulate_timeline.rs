@@ -127,9 +127,9 @@ const SMALL_CATALOG: &str = r#"[
    "offerings": [{"zone": "eastus-1", "capacity_type": "on-demand", "price": 0.400}]}
 ]"#;
 
-/// A NodePool `p` over the catalog, consolidating after 1 minute, and one managed node of `node_type`
-/// running the one pod (1.5 CPU) of a Deployment.
-fn one_node_running_one_pod(node_type: &str) -> String {
+/// A NodePool `p` over the catalog with consolidation `policy` after 1 minute, and one managed node of
+/// `node_type` running the one pod (1.5 CPU) of a Deployment.
+fn one_node_running_one_pod(node_type: &str, policy: &str) -> String {
     format!(
         r#"  - apiVersion: karpenter.azure.com/v1beta1
     kind: AKSNodeClass
@@ -140,7 +140,7 @@ fn one_node_running_one_pod(node_type: &str) -> String {
     metadata: {{name: p}}
     spec:
       template: {{spec: {{nodeClassRef: {{name: default}}}}}}
-      disruption: {{consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 1m}}
+      disruption: {{consolidationPolicy: {policy}, consolidateAfter: 1m}}
   - apiVersion: v1
     kind: Node
     metadata:
@@ -174,6 +174,7 @@ fn one_node_running_one_pod(node_type: &str) -> String {
       containers: [{{name: c, image: i, resources: {{requests: {{cpu: 1500m, memory: 1Gi}}}}}}]
 "#,
         cpu = if node_type == "large" { "8" } else { "2" },
+        policy = policy,
         memory = if node_type == "large" { "32Gi" } else { "8Gi" },
     )
 }
@@ -211,14 +212,19 @@ fn executed_consolidations(run: &Value) -> Vec<&Value> {
 #[test]
 fn a_move_that_saves_pennies_for_a_restart_is_not_taken() {
     // The aws/karpenter-provider-aws#7146 pattern: replacing `small` by `small-cheaper` saves
-    // $0.006/h and restarts the pod. In two hours of the same cluster it is never done.
-    let run = run_small("pennies", &one_node_running_one_pod("small"));
+    // $0.006/h and restarts the pod. In two hours of a Balanced pool it is never done.
+    let run = run_small("pennies", &one_node_running_one_pod("small", "Balanced"));
     assert!(executed_consolidations(&run).is_empty(), "{:#?}", run["decisions"]);
     let last = run["steps"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["nodes_by_instance_type"]["small"], 1, "{last}");
-    // The same pod on a `large` node is worth moving ($0.306/h): it is replaced once, by the
-    // cheapest size that holds it, and stays there.
-    let run = run_small("worth-it", &one_node_running_one_pod("large"));
+    // Upstream's default policy takes any saving, as upstream does: the churn happens once.
+    let run = run_small("pennies-any", &one_node_running_one_pod("small", "WhenEmptyOrUnderutilized"));
+    let moves = executed_consolidations(&run);
+    assert_eq!(moves.len(), 1, "{:#?}", run["decisions"]);
+    assert_eq!(moves[0]["replacements"], serde_json::json!(["small-cheaper"]));
+    // The same pod on a `large` node is worth moving ($0.306/h) even when Balanced: it is replaced
+    // once, by the cheapest size that holds it, and stays there.
+    let run = run_small("worth-it", &one_node_running_one_pod("large", "Balanced"));
     let moves = executed_consolidations(&run);
     assert_eq!(moves.len(), 1, "{:#?}", run["decisions"]);
     assert_eq!(moves[0]["replacements"], serde_json::json!(["small-cheaper"]));

@@ -118,9 +118,12 @@ pub struct NodeClaimTemplateSpec {
 pub enum ConsolidationPolicy {
     /// Only nodes without workload pods are removed.
     WhenEmpty,
-    /// Empty nodes are removed and under-used nodes are replaced by cheaper capacity.
+    /// Empty nodes are removed and under-used nodes are replaced by cheaper capacity, for any saving.
     #[default]
     WhenEmptyOrUnderutilized,
+    /// As WhenEmptyOrUnderutilized, but a consolidation must save a share of the pool's price at least
+    /// half the share of the pool's disruption it causes (upstream v1.14 `Balanced`, k = 2).
+    Balanced,
 }
 
 /// Why a node is being disrupted; budgets may apply to some reasons only.

@@ -32,13 +32,15 @@ use super::cost::node_disruption_cost;
 use super::simulate::{outcome, Outcome, Replace};
 use super::snapshot::Snapshot;
 use super::Options;
+use crate::apis::nodepool::ConsolidationPolicy;
 
 /// Spot-to-spot single-node moves need this many cheaper spot types, and offer this many
 /// (upstream `consolidation.go` `MinInstanceTypesForSpotToSpotConsolidation`).
 pub const SPOT_TO_SPOT_MIN_OPTIONS: usize = 15;
 
-/// The $/hour each unit of disruption must save, per pool: `threshold × pool price ÷ pool disruption`.
-pub fn disruption_prices(snapshot: &Snapshot, threshold: f64) -> BTreeMap<String, f64> {
+/// The $/hour each unit of disruption must save, per pool: `threshold × pool price ÷ pool disruption`,
+/// where `threshold` is `balanced_threshold` for `Balanced` pools and 0 (any saving) for the others.
+pub fn disruption_prices(snapshot: &Snapshot, balanced_threshold: f64) -> BTreeMap<String, f64> {
     let mut totals: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
     for n in snapshot.nodes.iter().filter(|n| !n.marked_for_deletion) {
         let t = totals.entry(n.nodepool.as_str()).or_default();
@@ -48,7 +50,12 @@ pub fn disruption_prices(snapshot: &Snapshot, threshold: f64) -> BTreeMap<String
     totals
         .into_iter()
         .map(|(pool, (price, disruption))| {
-            let lambda = if disruption > 0.0 { threshold.max(0.0) * price / disruption } else { 0.0 };
+            let balanced = snapshot
+                .nodepools
+                .iter()
+                .any(|p| p.name == pool && p.consolidation_policy == ConsolidationPolicy::Balanced);
+            let threshold = if balanced { balanced_threshold.max(0.0) } else { 0.0 };
+            let lambda = if disruption > 0.0 { threshold * price / disruption } else { 0.0 };
             (pool.to_string(), lambda)
         })
         .collect()

@@ -35,10 +35,10 @@ pub struct Options {
     /// Feature gate `SpotToSpotConsolidation` (upstream default off): whether a set of spot nodes may
     /// be replaced by cheaper spot capacity rather than only deleted.
     pub spot_to_spot_consolidation: bool,
-    /// How much saving a consolidation must bring for the disruption it causes: a move is taken when
-    /// `(savings ÷ pool $/h) ÷ (disruption ÷ pool disruption) ≥ threshold`. Upstream's `Balanced`
-    /// policy uses 1/k with k = 2, the default here; 0 takes any saving (upstream's
-    /// WhenEmptyOrUnderutilized).
+    /// How much saving a consolidation in a `Balanced` pool must bring for the disruption it causes: a
+    /// move is taken when `(savings ÷ pool $/h) ÷ (disruption ÷ pool disruption) ≥ threshold`
+    /// (upstream `pkg/controllers/disruption/balanced.go`: 1/k with `BalancedK` = 2, the default here).
+    /// Pools with `WhenEmptyOrUnderutilized` take any saving, as upstream.
     pub consolidation_threshold: f64,
     /// Single-node moves solved per pass when no multi-node move is worth it; the rest wait for the
     /// next pass (upstream bounds the same search by a 3-minute timeout, which is not deterministic).

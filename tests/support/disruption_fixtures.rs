@@ -44,11 +44,11 @@ pub fn api_budget(nodes: &str) -> ApiBudget {
     ApiBudget { nodes: nodes.into(), schedule: None, duration: None, reasons: vec![] }
 }
 
-/// A pool consolidating WhenEmptyOrUnderutilized after 0s, expiring after 720h, with the given budgets.
+/// A pool consolidating Balanced after 0s, expiring after 720h, with the given budgets.
 pub fn policy(name: &str, types: Vec<InstanceType>, budgets: &[ApiBudget]) -> PoolPolicy {
     PoolPolicy {
         name: name.into(),
-        consolidation_policy: ConsolidationPolicy::WhenEmptyOrUnderutilized,
+        consolidation_policy: ConsolidationPolicy::Balanced,
         consolidate_after: NillableDuration::After(std::time::Duration::ZERO),
         expire_after: NillableDuration::After(std::time::Duration::from_secs(720 * 3600)),
         budgets: Budget::parse_all(budgets).unwrap(),
