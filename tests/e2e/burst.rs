@@ -1,4 +1,4 @@
-//! A burst of 1,000 pending pods (issue 5, test 7): how long after the last pod was created the controller
+//! A burst of 1,000 pending pods: how long after the last pod was created the controller
 //! creates its last NodeClaim, and the controller's peak resident memory meanwhile.
 //!
 //! Targets: the last NodeClaim within the batch window (`BATCH_MAX_DURATION`, 10 s in `controller.rs`)

@@ -1,4 +1,4 @@
-//! Kubernetes Events (issue 6, "events for launches"; issue 5, "events for nominated pods"): one pending
+//! Kubernetes Events: one pending
 //! pod gets a `Nominated` event naming its new NodeClaim, and that NodeClaim gets a `Launched` event.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! The controller end to end (issue 5, tests 1 and 3): the `karpenter-azure controller` binary against the
+//! The controller end to end: the `karpenter-azure controller` binary against the
 //! real control plane and the fake ARM, from pending pods to running pods on launched VMs, and from
 //! deleted NodeClaims back to nothing.
 //!

@@ -1,4 +1,4 @@
-//! Termination end to end (issue 5, test 6): a PodDisruptionBudget blocks the drain of a deleted
+//! Termination end to end: a PodDisruptionBudget blocks the drain of a deleted
 //! NodeClaim's Node; the controller waits (Node tainted, pods and VM kept, claim held by its finalizer)
 //! and finishes once the budget allows the evictions.
 //!
