@@ -250,7 +250,7 @@ fn price_of(
 
 /// A running pod with its disruption attributes from its manifest (defaults when the pod came from a
 /// workload expansion and has no manifest).
-fn node_pod(pod: &Pod, source: Option<&Sourced<core::Pod>>) -> Result<NodePod, ManagedError> {
+pub(crate) fn node_pod(pod: &Pod, source: Option<&Sourced<core::Pod>>) -> Result<NodePod, ManagedError> {
     let mut out = NodePod {
         pod: pod.clone(),
         priority: 0,

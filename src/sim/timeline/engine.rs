@@ -89,6 +89,8 @@ pub enum RunError {
     Scenario(#[from] ScenarioError),
     #[error(transparent)]
     Load(#[from] crate::sim::load::LoadError),
+    #[error(transparent)]
+    Managed(#[from] crate::sim::managed::ManagedError),
 }
 
 enum InFlight {
@@ -408,7 +410,7 @@ impl Engine<'_> {
         }
         self.expiry_checked = Some((version, now));
         let scenario = self.scenario()?;
-        let snapshot = snapshot::build(&self.cluster, &scenario.input, now, &mut self.drift_since);
+        let snapshot = snapshot::build(&self.cluster, &scenario.input, now, &mut self.drift_since)?;
         for expired in disruption::expired(&snapshot, now) {
             let pods = self.cluster.delete_node(&expired.node);
             self.run.pods_evicted += pods;
@@ -441,7 +443,7 @@ impl Engine<'_> {
                     return Ok(());
                 }
                 let scenario = self.scenario()?;
-                let snapshot = snapshot::build(&self.cluster, &scenario.input, now, &mut self.drift_since);
+                let snapshot = snapshot::build(&self.cluster, &scenario.input, now, &mut self.drift_since)?;
                 if let Err(invalid) = disruption::validate(&command, &snapshot, now, &self.options) {
                     let row = self.command_row(now, &command, format!("invalid: {invalid}"));
                     self.run.decisions.push(row);
@@ -488,7 +490,7 @@ impl Engine<'_> {
                     }
                 }
                 let scenario = self.scenario()?;
-                let snapshot = snapshot::build(&self.cluster, &scenario.input, now, &mut self.drift_since);
+                let snapshot = snapshot::build(&self.cluster, &scenario.input, now, &mut self.drift_since)?;
                 let decisions = disruption::decide(&snapshot, now, &self.options);
                 match decisions.commands.into_iter().next() {
                     Some(command) => {
@@ -513,7 +515,7 @@ impl Engine<'_> {
             Some((v, bound)) if v == version => bound,
             _ => {
                 let scenario = self.scenario()?;
-                let snapshot = snapshot::build(&self.cluster, &scenario.input, now, &mut self.drift_since);
+                let snapshot = snapshot::build(&self.cluster, &scenario.input, now, &mut self.drift_since)?;
                 let bound = disruption::repack_lower_bound(&snapshot, &|| false).unwrap_or(0.0);
                 self.bound = Some((version, bound));
                 bound

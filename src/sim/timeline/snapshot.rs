@@ -14,18 +14,12 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
 use super::cluster::{hash_of, node_of, pod_id, VirtualCluster};
-use crate::apis::duration::{parse_nillable, NillableDuration};
 use crate::apis::nodepool::NodePool;
-use crate::disruption::{
-    Budget, DoNotDisrupt, Drifted, ManagedNode, NodePod, Pdb, PodKind, PoolPolicy, Snapshot, UnmanagedNode,
-};
+use crate::disruption::{Drifted, ManagedNode, Pdb, PoolPolicy, Snapshot, UnmanagedNode};
 use crate::model::requirements::Requirements;
 use crate::scheduling::{from_k8s, Pod, SolveInput};
-
-/// Annotation a pod or node carries to opt out of voluntary disruption (upstream `karpenter.sh/do-not-disrupt`).
-const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
-/// Annotation that orders pods for eviction (lower first).
-const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+use crate::sim::load::Sourced;
+use crate::sim::managed::{self, ManagedError};
 
 /// The hashes a node is stamped with at launch: the NodePool's template without its requirements
 /// (requirements drift is judged on labels), and the AKSNodeClass's spec without tags (tags change in
@@ -93,15 +87,17 @@ fn drift_reason(
 }
 
 /// Builds the snapshot from the cluster and the solver input of the same moment. `drift_since`
-/// remembers when each node was first seen drifted (kept by the caller across passes).
+/// remembers when each node was first seen drifted (kept by the caller across passes). Pods'
+/// disruption attributes are read as `simulate` reads them ([`managed::node_pod`]); a pod started
+/// when the timeline bound it.
 pub fn build(
     cluster: &VirtualCluster,
     input: &SolveInput,
     now: Timestamp,
     drift_since: &mut BTreeMap<String, Timestamp>,
-) -> Snapshot {
-    let k8s_pods: BTreeMap<String, &K8sPod> =
-        cluster.objects.pods.iter().map(|p| (pod_id(&p.object), &p.object)).collect();
+) -> Result<Snapshot, ManagedError> {
+    let k8s_pods: BTreeMap<String, &Sourced<K8sPod>> =
+        cluster.objects.pods.iter().map(|p| (pod_id(&p.object), p)).collect();
     let mut on_node: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
     for pod in &input.running {
         if let Some(node) = pod.node_name.as_deref() {
@@ -142,13 +138,12 @@ pub fn build(
                 None
             }
         };
-        let pods = pods_here
-            .into_iter()
-            .map(|pod| {
-                let k8s = k8s_pods.get(&pod.id()).copied();
-                node_pod(pod, k8s, cluster.started.get(&pod.id()).copied())
-            })
-            .collect();
+        let mut pods = vec![];
+        for pod in pods_here {
+            let mut node_pod = managed::node_pod(pod, k8s_pods.get(&pod.id()).copied())?;
+            node_pod.started = cluster.started.get(&pod.id()).copied();
+            pods.push(node_pod);
+        }
         snapshot.nodes.push(ManagedNode {
             node: node.clone(),
             nodeclaim: record.nodeclaim.clone(),
@@ -170,53 +165,18 @@ pub fn build(
     }
     for pool in &cluster.objects.nodepools {
         let name = pool.object.metadata.name.clone().unwrap_or_default();
-        snapshot
-            .nodepools
-            .push(policy(&pool.object, input.nodepools.iter().find(|p| p.name == name).cloned()));
+        let solver = input.nodepools.iter().find(|p| p.name == name).cloned();
+        // A pool whose policy cannot be read leaves its nodes blocked as of an unknown pool.
+        if let Ok(policy) = PoolPolicy::from_nodepool(&pool.object, solver) {
+            snapshot.nodepools.push(policy);
+        }
     }
     for pdb in &cluster.objects.pdbs {
         if let Some(p) = pdb_now(&pdb.object, cluster, now) {
             snapshot.pdbs.push(p);
         }
     }
-    snapshot
-}
-
-fn node_pod(pod: &Pod, k8s: Option<&K8sPod>, started: Option<Timestamp>) -> NodePod {
-    let annotations = k8s.and_then(|p| p.metadata.annotations.clone()).unwrap_or_default();
-    // The API server has already refused values that are not durations or "true" in a real
-    // cluster; a scenario's bad value protects the pod rather than being ignored.
-    let do_not_disrupt = DoNotDisrupt::from_annotation(annotations.get(DO_NOT_DISRUPT).map(String::as_str))
-        .unwrap_or(DoNotDisrupt::Always);
-    NodePod {
-        pod: pod.clone(),
-        priority: k8s.and_then(|p| p.spec.as_ref()?.priority).unwrap_or(0),
-        deletion_cost: annotations.get(DELETION_COST).and_then(|c| c.parse().ok()).unwrap_or(0),
-        do_not_disrupt,
-        started,
-        kind: PodKind::Workload,
-    }
-}
-
-/// A NodePool's disruption policy. Values the API server would have refused fall back to upstream's
-/// defaults (the scenario's objects were already validated when loaded).
-fn policy(pool: &NodePool, solver: Option<crate::scheduling::NodePoolInput>) -> PoolPolicy {
-    let disruption = &pool.spec.disruption;
-    PoolPolicy {
-        name: pool.metadata.name.clone().unwrap_or_default(),
-        consolidation_policy: disruption.consolidation_policy,
-        consolidate_after: parse_nillable(&disruption.consolidate_after)
-            .unwrap_or(NillableDuration::After(std::time::Duration::ZERO)),
-        expire_after: parse_nillable(&pool.spec.template.spec.expire_after)
-            .unwrap_or(NillableDuration::Never),
-        budgets: Budget::parse_all(&disruption.budgets).unwrap_or_default(),
-        limits: pool.spec.limits.as_ref().and_then(|limits| {
-            let text: BTreeMap<String, String> =
-                limits.iter().map(|(k, v)| (k.clone(), v.as_str().to_string())).collect();
-            crate::model::resources::Resources::parse(&text).ok()
-        }),
-        solver,
-    }
+    Ok(snapshot)
 }
 
 /// A PDB with `disruptionsAllowed` as the disruption controller would compute it now: healthy
