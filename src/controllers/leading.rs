@@ -1,6 +1,6 @@
 //! Leadership terms. While this replica holds the lease it runs the controllers that write (to the
-//! API server or to Azure): provisioning, the NodeClaim lifecycle with termination, the status writer and
-//! garbage collection. When the lease is lost they are aborted at once, mid-call if need be (every
+//! API server or to Azure): provisioning, the NodeClaim lifecycle with termination, the status writer,
+//! garbage collection and disruption. When the lease is lost they are aborted at once, mid-call if need be (every
 //! create and delete is idempotent, so the next leader finishes the work); then the replica campaigns
 //! again.
 //!
@@ -17,7 +17,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 
-use super::{gc, lifecycle, provisioning, status, Shared};
+use super::{disruption, gc, lifecycle, provisioning, status, Shared};
 use crate::cloud::CloudProvider;
 use crate::operator::leader::Elector;
 use crate::operator::metrics;
@@ -90,6 +90,7 @@ fn spawn_writers<C: CloudProvider + 'static>(
     tasks.spawn(lifecycle::run(shared.clone()));
     tasks.spawn(status::run(shared.clone()));
     tasks.spawn(gc::run(shared.clone()));
+    tasks.spawn(disruption::run(shared.clone()));
     tasks
 }
 

@@ -8,11 +8,14 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::{NodeClaim, Taint};
+use crate::disruption::Drifted;
 use crate::model::labels::{
-    ANNOTATION_DO_NOT_DISRUPT, LABEL_INITIALIZED, LABEL_NODEPOOL, TAINT_UNREGISTERED,
+    ANNOTATION_DO_NOT_DISRUPT, ANNOTATION_POD_DELETION_COST, LABEL_INITIALIZED, LABEL_NODEPOOL,
+    TAINT_UNREGISTERED,
 };
 use crate::model::requirements::Requirements;
 use crate::model::resources::Resources;
@@ -78,6 +81,13 @@ pub struct PodRecord {
     pub deleting: bool,
     /// The raw `karpenter.sh/do-not-disrupt` value (`true` or, since upstream v1.12, a duration).
     pub do_not_disrupt: Option<String>,
+    /// `spec.priority`, which weighs the pod's eviction cost.
+    pub priority: i32,
+    /// `controller.kubernetes.io/pod-deletion-cost` (0 when absent or not a 32-bit integer, as the
+    /// ReplicaSet controller reads it).
+    pub deletion_cost: i32,
+    /// `status.startTime`, from which a do-not-disrupt duration counts.
+    pub started: Option<Timestamp>,
     /// `metadata.uid`, so events about the pod show in `kubectl describe pod`.
     pub uid: Option<String>,
     /// The PersistentVolumeClaims its volumes name; their zones are looked up at snapshot time.
@@ -119,6 +129,12 @@ impl PodRecord {
             mirror: annotations.is_some_and(|a| a.contains_key(ANNOTATION_MIRROR_POD)),
             deleting: p.metadata.deletion_timestamp.is_some(),
             do_not_disrupt: annotations.and_then(|a| a.get(ANNOTATION_DO_NOT_DISRUPT).cloned()),
+            priority: p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
+            deletion_cost: annotations
+                .and_then(|a| a.get(ANNOTATION_POD_DELETION_COST))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            started: status.and_then(|s| s.start_time.as_ref()).map(|t| t.0),
             uid: p.metadata.uid.clone(),
             volume_claims: p
                 .spec
@@ -168,6 +184,8 @@ pub struct NodeRecord {
     /// Labelled `karpenter.sh/initialized=true` by the NodeClaim lifecycle.
     pub initialized: bool,
     pub deleting: bool,
+    /// Annotated `karpenter.sh/do-not-disrupt: "true"`: never voluntarily disrupted.
+    pub do_not_disrupt: bool,
 }
 
 /// Whether the Node's `Ready` condition is True.
@@ -188,6 +206,12 @@ impl NodeRecord {
             ready,
             unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
             deleting: n.metadata.deletion_timestamp.is_some(),
+            do_not_disrupt: n
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION_DO_NOT_DISRUPT))
+                .is_some_and(|v| v == "true"),
         })
     }
 
@@ -210,7 +234,15 @@ pub struct NodeClaimRecord {
     pub launched: bool,
     pub registered: bool,
     pub initialized: bool,
-    pub drifted: bool,
+    /// `Drifted=True`: its reason, and since when (the condition's lastTransitionTime).
+    pub drifted: Option<Drifted>,
+    /// When `Initialized` became True.
+    pub initialized_at: Option<Timestamp>,
+    /// `status.lastPodEventTime`: the last time a pod was bound to or removed from its Node.
+    pub last_pod_event: Option<Timestamp>,
+    pub annotations: BTreeMap<String, String>,
+    /// `DisruptionReason=True`: the reason of the command acting on it.
+    pub disruption_reason: Option<String>,
     pub deleting: bool,
     /// The claim's labels: the template's, then the chosen size, zone and capacity type after launch.
     pub labels: BTreeMap<String, String>,
@@ -248,7 +280,16 @@ impl NodeClaimRecord {
             registered: is_true(conditions::REGISTERED),
             initialized: is_true(conditions::INITIALIZED),
             drifted: conditions::get(&status.conditions, conditions::DRIFTED)
-                .is_some_and(|c| c.status == ConditionStatus::True),
+                .filter(|c| c.status == ConditionStatus::True)
+                .map(|c| Drifted { reason: c.reason.clone(), since: c.last_transition_time.0 }),
+            initialized_at: conditions::get(&status.conditions, conditions::INITIALIZED)
+                .filter(|c| c.status == ConditionStatus::True)
+                .map(|c| c.last_transition_time.0),
+            last_pod_event: status.last_pod_event_time.as_ref().map(|t| t.0),
+            annotations: c.metadata.annotations.clone().unwrap_or_default(),
+            disruption_reason: conditions::get(&status.conditions, conditions::DISRUPTION_REASON)
+                .filter(|c| c.status == ConditionStatus::True)
+                .map(|c| c.reason.clone()),
             deleting: c.metadata.deletion_timestamp.is_some(),
             labels,
             requirements,
