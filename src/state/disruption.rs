@@ -99,6 +99,23 @@ impl Cluster {
         (snapshot, errors)
     }
 
+    /// Pods that must move because their node is being deleted (expired, disrupted, or deleted by
+    /// hand): not DaemonSet or mirror pods, not terminal, not being deleted themselves. Provisioning
+    /// plans capacity for them before they are evicted, as upstream's provisioner does for pods on
+    /// deleting nodes, so an expired node's pods find room as soon as the drain lets them go.
+    pub fn pods_of_deleting_nodes(&self) -> Vec<crate::scheduling::Pod> {
+        self.nodes()
+            .filter(|(node, claim)| node.deleting || claim.is_some_and(|c| c.deleting))
+            .flat_map(|(node, _)| self.live_pods(node.name()))
+            .filter(|p| !p.is_daemonset_pod() && !p.mirror)
+            .map(|p| crate::scheduling::Pod {
+                node_name: None,
+                volume_zones: self.volume_zones(p),
+                ..p.pod.clone()
+            })
+            .collect()
+    }
+
     /// Pods bound to `node` that still hold resources and are not leaving already.
     fn live_pods<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a PodRecord> + 'a {
         self.pods_on_node(node).filter(|p| !p.phase.is_terminal() && !p.deleting)

@@ -9,11 +9,13 @@ use serde_json::{json, Value};
 
 use super::controller::Controller;
 use super::disruption::events;
-use super::disruption_watch::{self as watch, fast_disruption_env, pool_nodes, simulate};
+use super::disruption_watch::{self as watch, fast_disruption_env, pool_nodes};
 use super::lookups::{self, claims_of, condition_is_true, is_running};
 use super::{cleanup, cluster, crds, manifests, objects, prometheus};
+use crate::fake_arm::{Fault, Target};
 
 const APP: &str = "web";
+const REPLACEMENT_FOR: &str = "karpenter.azure.com/replacement-for";
 const STAGE: Duration = Duration::from_secs(90);
 const CONVERGE: Duration = Duration::from_secs(180);
 
@@ -116,66 +118,169 @@ async fn a_controller_killed_mid_command_leaves_nothing_tainted_or_launched_twic
     objects::apply(&client, &manifests::node_class(NAME)).await.expect("applying the AKSNodeClass");
     objects::apply(&client, &pool).await.expect("applying the NodePool");
     ready_pool(&controller, &client, &pool).await;
-    objects::apply(&client, &deployment(NAME, 12)).await.expect("applying the Deployment");
+    objects::apply(&client, &deployment(NAME, 8)).await.expect("applying the Deployment");
     controller
-        .wait_until("12 pods Running", STAGE, || async {
+        .wait_until("8 pods Running", STAGE, || async {
             let n = running_count(&client, NAME).await;
-            if n == 12 {
+            if n == 8 {
                 Ok(())
             } else {
                 Err(format!("{n} Running"))
             }
         })
         .await;
-    objects::apply(&client, &deployment(NAME, 3)).await.expect("scaling down");
-    // Kill the moment a command has tainted a node that is not yet being deleted.
+    // From now on a VM takes 20 s to come up, so a replacement keeps its command in flight.
+    controller.fake().inject(Fault::SlowProvisioning { delay_ms: 20_000, target: Target::default() });
+    objects::apply(&client, &deployment(NAME, 1)).await.expect("scaling down");
+    // Kill while a command waits for its replacement: a candidate tainted, a replacement launching.
     let tainted = controller
-        .wait_until("a node tainted by a disruption command", STAGE, || async {
+        .wait_until("a candidate tainted while its replacement launches", CONVERGE, || async {
             let nodes = pool_nodes(&client, NAME).await?;
-            nodes
+            let claims = claims_of(&client, NAME).await?;
+            let launching = claims.iter().any(|c| {
+                c["metadata"]["annotations"][REPLACEMENT_FOR].is_string() && c["status"]["nodeName"].is_null()
+            });
+            let candidate = nodes
                 .iter()
                 .find(|n| watch::is_tainted(n) && n.metadata.deletion_timestamp.is_none())
-                .and_then(|n| n.metadata.name.clone())
-                .ok_or_else(|| format!("{} nodes, none tainted", nodes.len()))
+                .and_then(|n| n.metadata.name.clone());
+            match candidate {
+                Some(node) if launching => Ok(node),
+                _ => Err(format!(
+                    "{} nodes, {} claims, replacement launching: {launching}",
+                    nodes.len(),
+                    claims.len()
+                )),
+            }
         })
         .await;
     let claims_at_kill = names(&claims_of(&client, NAME).await.expect("claims"));
     controller.kill_and_restart();
     let restarted = Instant::now();
-    let region = controller.fake().location().to_string();
-    let plan = simulate(vec![manifests::node_class(NAME), pool.clone(), deployment(NAME, 3)], &region);
-    let planned = plan["price_per_hour"].as_f64().expect("a planned price");
-    let planned_nodes = plan["nodeclaims"].as_array().map_or(0, Vec::len);
     let settled = controller
+        .wait_until("the command to finish: candidate gone, no taint, the pod Running", CONVERGE, || async {
+            let nodes = pool_nodes(&client, NAME).await?;
+            let busy = nodes.iter().filter(|n| watch::is_disrupting(n)).count();
+            let candidate_left = nodes.iter().any(|n| n.metadata.name.as_deref() == Some(tainted.as_str()));
+            let n = running_count(&client, NAME).await;
+            if busy == 0 && !candidate_left && n == 1 {
+                Ok(nodes.len())
+            } else {
+                Err(format!(
+                    "{} nodes ({busy} disrupting, candidate left: {candidate_left}), {n} Running",
+                    nodes.len()
+                ))
+            }
+        })
+        .await;
+    controller.fake().clear_faults();
+    let claims_after = names(&claims_of(&client, NAME).await.expect("claims"));
+    let launched_since: Vec<_> = claims_after.difference(&claims_at_kill).collect();
+    println!(
+        "e2e leader kill: killed while {tainted} was tainted and its replacement launching ({} claims); the \
+         restarted controller resumed the command: candidate gone and the pod Running {:.1?} after the restart, \
+         {settled} node(s) left, {} claim(s) launched since the kill",
+        claims_at_kill.len(),
+        restarted.elapsed(),
+        launched_since.len()
+    );
+    assert!(launched_since.is_empty(), "replacements launched again after the restart: {launched_since:?}");
+
+    // A disrupted taint no command owns (left by a crash before any replacement existed) is removed.
+    let node = pool_nodes(&client, NAME).await.expect("nodes")[0].metadata.name.clone().expect("named");
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    let taint = json!({"spec": {"taints": [{"key": watch::TAINT_DISRUPTED, "effect": "NoSchedule"}]}});
+    let params = kube::api::PatchParams::default();
+    nodes.patch(&node, &params, &kube::api::Patch::Merge(taint)).await.expect("tainting by hand");
+    let tainted_at = Instant::now();
+    controller
+        .wait_until("the unowned disrupted taint to be removed", STAGE, || async {
+            let n = nodes.get(&node).await.map_err(|e| e.to_string())?;
+            if watch::is_tainted(&n) {
+                Err("still tainted".to_string())
+            } else {
+                Ok(())
+            }
+        })
+        .await;
+    println!(
+        "e2e leader kill: an unowned disrupted taint was removed {:.1?} after it was set",
+        tainted_at.elapsed()
+    );
+    cleanup::remove(&client, NAME, &[deployment(NAME, 0)], || controller.exit_status().is_none()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_the_node_class_replaces_every_node_within_the_budget_and_the_pdb() {
+    const NAME: &str = "e2e-disr-drift";
+    let cluster = cluster::shared();
+    let client = cluster.client().await;
+    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
+    objects::namespace(&client, NAME).await;
+    let controller = Controller::start_with_env(cluster, &client, NAME, &fast_disruption_env()).await;
+    // Consolidation off: only drift may replace nodes, one at a time.
+    let pool = watch::node_pool(NAME, "Never", json!([{"nodes": "1"}]));
+    objects::apply(&client, &manifests::node_class(NAME)).await.expect("applying the AKSNodeClass");
+    objects::apply(&client, &pool).await.expect("applying the NodePool");
+    ready_pool(&controller, &client, &pool).await;
+    let budgets: kube::Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        kube::Api::namespaced(client.clone(), NAME);
+    let pdb = serde_json::from_value(json!({"metadata": {"name": APP},
+        "spec": {"minAvailable": 5, "selector": {"matchLabels": {"app": APP}}}}))
+    .expect("a PDB");
+    budgets.create(&kube::api::PostParams::default(), &pdb).await.expect("creating the PDB");
+    objects::apply(&client, &deployment(NAME, 6)).await.expect("applying the Deployment");
+    controller
+        .wait_until("6 pods Running", STAGE, || async {
+            let n = running_count(&client, NAME).await;
+            if n == 6 {
+                Ok(())
+            } else {
+                Err(format!("{n} Running"))
+            }
+        })
+        .await;
+    let original: BTreeSet<String> = pool_nodes(&client, NAME)
+        .await
+        .expect("nodes")
+        .iter()
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    let watcher = watch::Watcher::start(&client, NAME, NAME, APP);
+    let mut class = manifests::node_class(NAME);
+    class["spec"]["osDiskSizeGB"] = json!(64);
+    objects::apply(&client, &class).await.expect("changing osDiskSizeGB");
+    let changed = Instant::now();
+    let replaced = controller
         .wait_until(
-            "the pool to settle: no taint, no claim without a node, at most the plan's nodes + 1",
-            CONVERGE,
+            "every original node to be replaced, 6 pods Running",
+            Duration::from_secs(300),
             || async {
                 let nodes = pool_nodes(&client, NAME).await?;
-                let claims = claims_of(&client, NAME).await?;
-                let busy = nodes.iter().filter(|n| watch::is_disrupting(n)).count();
-                let unlaunched = claims.iter().filter(|c| c["status"]["nodeName"].as_str().is_none()).count();
+                let left: Vec<_> = nodes
+                    .iter()
+                    .filter_map(|n| n.metadata.name.clone())
+                    .filter(|n| original.contains(n))
+                    .collect();
                 let n = running_count(&client, NAME).await;
-                if busy == 0 && unlaunched == 0 && n == 3 && nodes.len() <= planned_nodes + 1 {
-                    Ok(nodes.len())
+                if left.is_empty() && n == 6 {
+                    Ok(changed.elapsed())
                 } else {
-                    Err(format!(
-                        "{} nodes ({busy} disrupting), {} claims ({unlaunched} without node), {n} Running",
-                        nodes.len(),
-                        claims.len()
-                    ))
+                    Err(format!("original nodes left {left:?}, {n} Running"))
                 }
             },
         )
         .await;
-    let claims_after = names(&claims_of(&client, NAME).await.expect("claims"));
-    let launched_since = claims_after.difference(&claims_at_kill).count();
+    let seen = watcher.stop().await;
     println!(
-        "e2e leader kill: killed while {tainted} was tainted ({} claims); after restart settled in {:.1?} on {settled} \
-         node(s) (plan: {planned_nodes} at ${planned:.3}/h), {launched_since} claim(s) launched since the kill",
-        claims_at_kill.len(),
-        restarted.elapsed()
+        "e2e drift: osDiskSizeGB changed → {} node(s) replaced in {replaced:.1?}; at most {} disrupting at once \
+         (budget 1); at least {:?} of 6 pods Running (PDB minAvailable 5)",
+        original.len(),
+        seen.max_disrupting,
+        seen.min_running
     );
-    assert!(launched_since <= planned_nodes, "more replacements than the plan needs: {claims_after:?}");
-    cleanup::remove(&client, NAME, &[deployment(NAME, 0)], || controller.exit_status().is_none()).await;
+    assert!(seen.max_disrupting <= 1, "budget exceeded: {seen:?}");
+    assert!(seen.min_running.is_some_and(|m| m >= 5), "the PDB's minAvailable was broken: {seen:?}");
+    let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": APP, "namespace": NAME}});
+    cleanup::remove(&client, NAME, &[deployment(NAME, 0), pdb], || controller.exit_status().is_none()).await;
 }

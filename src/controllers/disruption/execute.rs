@@ -21,7 +21,7 @@ use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::NodeClaim;
 use crate::controllers::{nodeclaim, ControllerError};
 use crate::disruption::{command::reason_str, Command, Expired, Snapshot};
-use crate::model::labels::TAINT_DISRUPTED;
+use crate::model::labels::{ANNOTATION_REPLACEMENT_FOR, TAINT_DISRUPTED};
 use crate::operator::metrics as operator_metrics;
 
 /// How long replacements may take to initialize (upstream: `clamp(80 ms × queued commands, 10 min,
@@ -34,8 +34,8 @@ const UPDATE_ATTEMPTS: usize = 4;
 
 /// A command whose candidates are tainted and whose replacements exist.
 pub struct Started {
-    replacements: Vec<String>,
-    at: Instant,
+    pub replacements: Vec<String>,
+    pub at: Instant,
 }
 
 /// Taints the candidates and creates the replacements; `None` (after a rollback) when either fails.
@@ -150,7 +150,12 @@ async fn create_replacements<C>(
         let pool = shared.cluster().nodepool(&planned.nodepool).cloned();
         let pool =
             pool.ok_or_else(|| ControllerError::Invalid(format!("NodePool {} is gone", planned.nodepool)))?;
-        let object = nodeclaim::build(planned, &pool);
+        let mut object = nodeclaim::build(planned, &pool);
+        object
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(ANNOTATION_REPLACEMENT_FOR.to_string(), command.candidates.join(","));
         let created = api.create(&PostParams::default(), &object).await?;
         shared.cluster().apply(&created);
         operator_metrics::get().nodeclaim_created_for(reason_label(command.reason), &planned.nodepool);

@@ -4,8 +4,10 @@
 //!
 //! Each pass (every [`Settings::disruption_interval`](super::Settings), 10 s, and at once again after
 //! an action):
-//! 1. strips `karpenter.sh/disrupted` taints and `DisruptionReason` conditions that no command of this
-//!    term owns, so nothing stays tainted after a restart or a leader change (`stale`);
+//! 1. resumes commands a previous leader left between launching replacements and deleting candidates,
+//!    and strips every other `karpenter.sh/disrupted` taint and `DisruptionReason` condition no command
+//!    of this term owns, so nothing stays tainted or half-done after a restart or a leader change
+//!    (`stale`);
 //! 2. builds the disruption snapshot from the index ([`crate::state::Cluster::disruption_snapshot`]);
 //! 3. deletes expired NodeClaims (forceful: no budget, no replacement first; the drain still honours
 //!    PDBs and do-not-disrupt until terminationGracePeriod);
@@ -117,6 +119,10 @@ async fn pass<C: CloudProvider + 'static>(
 ) -> Result<bool, ControllerError> {
     let decisions = {
         let _work = shared.begin_work().await;
+        if shared.cluster().sync_status().is_err() {
+            return Ok(false);
+        }
+        stale::resume(shared, disrupting, commands);
         stale::strip(shared, disrupting).await?;
         let Some(snapshot) = snapshot(shared, disrupting) else { return Ok(false) };
         let now = Timestamp::now();
