@@ -131,6 +131,10 @@ pub struct Shared<C> {
     pub events: events::Events,
     /// True while this replica leads; the watches queue provisioning triggers only then.
     pub leading: AtomicBool,
+    /// Nodes and NodeClaims the provisioner planned pods onto, and when: disruption leaves them alone
+    /// for [`provisioning::NOMINATION_WINDOW`] (upstream's nomination), so a node about to receive
+    /// pending pods is not removed as empty in the meantime.
+    pub nominations: Mutex<BTreeMap<String, std::time::Instant>>,
     /// Held (shared) by every unit of leader work, so shutdown can wait for in-flight work to finish
     /// (exclusive) before it releases the lease; see [`leading`].
     pub in_flight: tokio::sync::RwLock<()>,
@@ -141,6 +145,14 @@ impl<C> Shared<C> {
     /// cannot cope with (every update replaces whole records), so a poisoned lock is used as is.
     pub fn cluster(&self) -> MutexGuard<'_, Cluster> {
         self.cluster.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Names (Nodes or NodeClaims) nominated within [`provisioning::NOMINATION_WINDOW`]; older
+    /// nominations are dropped.
+    pub fn nominated(&self) -> std::collections::BTreeSet<String> {
+        let mut map = self.nominations.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, at| at.elapsed() < provisioning::NOMINATION_WINDOW);
+        map.keys().cloned().collect()
     }
 
     /// Marks a unit of leader work (a reconcile, a provisioning round, a sweep) as in flight until the
@@ -171,6 +183,7 @@ pub async fn run<C: CloudProvider + 'static>(
         settings,
         status_changed: Notify::new(),
         failures: Mutex::new(BTreeMap::new()),
+        nominations: Mutex::new(BTreeMap::new()),
         termination: termination::Termination::new(evictions),
         leading: AtomicBool::new(false),
         in_flight: tokio::sync::RwLock::new(()),

@@ -27,6 +27,7 @@ mod chart;
 mod chart_settings;
 mod disruption;
 mod disruption_lifecycle;
+mod disruption_scale;
 mod events;
 mod eviction;
 mod inputs;
