@@ -10,8 +10,9 @@
 //! - unmanaged nodes are destinations only; pending pods keep their room; PDBs carry
 //!   `status.disruptionsAllowed` as kube-controller-manager computed it.
 //!
-//! A pod's `karpenter.sh/do-not-disrupt` that is neither `"true"` nor a duration protects the pod
-//! (the safe reading: the user meant to protect it).
+//! A pod's `karpenter.sh/do-not-disrupt` that is neither `"true"` nor a duration protects nothing, as
+//! upstream reads it (`pkg/utils/pod` `IsDoNotDisruptActive`) and as the drain does; `simulate` reports
+//! such a value as an error instead.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
