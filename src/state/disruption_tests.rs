@@ -101,7 +101,7 @@ fn pod_attributes_for_disruption() {
     };
     cluster.apply(&pod("costly", "controller.kubernetes.io/pod-deletion-cost: '100'", 1000));
     cluster.apply(&pod("for-an-hour", "karpenter.sh/do-not-disrupt: 1h", 0));
-    cluster.apply(&pod("typo", "karpenter.sh/do-not-disrupt: yes", 0));
+    cluster.apply(&pod("typo", "karpenter.sh/do-not-disrupt: soon", 0));
     let s = snapshot(&cluster, &[], &[]);
     let find = |name: &str| s.nodes[0].pods.iter().find(|p| p.pod.name == name).expect(name);
     assert_eq!((find("costly").deletion_cost, find("costly").priority), (100, 1000));
