@@ -196,7 +196,7 @@ fn node_pod(p: &PodRecord) -> NodePod {
         priority: p.priority,
         deletion_cost: p.deletion_cost,
         do_not_disrupt: DoNotDisrupt::from_annotation(p.do_not_disrupt.as_deref())
-            .unwrap_or(DoNotDisrupt::Always),
+            .unwrap_or(DoNotDisrupt::No),
         started: p.started,
         kind,
     }
