@@ -131,7 +131,16 @@ async fn step<C: CloudProvider + 'static>(
     let node_deleting =
         status.node_name.as_deref().and_then(|n| shared.cluster().node(n).map(|n| n.deleting));
     if node_deleting == Some(true) {
-        return delete_claim(&api, claim, NODE_DELETED).await;
+        // Azure's node manager deletes the Node of a VM that is gone: for a spot VM, an eviction.
+        let reason = match shared.cloud.get(&provider_id).await {
+            Err(CloudError::NotFound(_)) => {
+                let (reason, event) = super::gc::vanished(claim, &provider_id);
+                shared.events.on_claim(claim, event).await;
+                reason
+            }
+            _ => NODE_DELETED,
+        };
+        return delete_claim(&api, claim, reason).await;
     }
     if !conditions::is_true(&status.conditions, conditions::INITIALIZED) {
         return initialize(claim, shared, &api).await;

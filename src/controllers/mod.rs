@@ -37,6 +37,7 @@ pub mod nodeclass_status;
 pub mod provisioning;
 pub mod recheck;
 pub mod registration;
+pub mod repair;
 pub mod start;
 pub mod status;
 pub mod termination;
@@ -77,6 +78,11 @@ pub struct Settings {
     pub node_resource_group: String,
     /// How long a launched claim waits for its Node ([`lifecycle::REGISTRATION_TIMEOUT`]).
     pub registration_timeout: Duration,
+    /// Feature gate `NodeRepair` (upstream default off): [`repair`] replaces nodes that stay unhealthy.
+    pub node_repair: bool,
+    /// Feature gate `SpotToSpotConsolidation` (upstream default off): consolidation may replace spot
+    /// nodes with cheaper spot nodes.
+    pub spot_to_spot_consolidation: bool,
 }
 
 /// Why a controller step failed. `category` is the bounded label for logs, metrics and events.
