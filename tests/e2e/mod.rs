@@ -6,12 +6,14 @@
 //! `controller` (the `karpenter-azure controller` binary against the cluster and a fake ARM, its VMs joining
 //! through the kwok registrar or a TLS-bootstrapping kubelet), `helm` (the
 //! helm runner), `identity` (the chart's ServiceAccount token the controller runs with), `prometheus` (its
-//! metrics read over HTTP, by promtool and by a real Prometheus server).
+//! metrics read over HTTP, by promtool and by a real Prometheus server), `health` (what the drain,
+//! repair and interruption tests share, including a Node made NotReady).
 
 pub mod cleanup;
 pub mod cluster;
 pub mod controller;
 pub mod crds;
+pub mod health;
 pub mod helm;
 pub mod identity;
 pub mod kwok;
@@ -24,9 +26,11 @@ pub mod wait;
 mod burst;
 mod chart;
 mod chart_settings;
+mod drain;
 mod events;
 mod eviction;
 mod inputs;
+mod interruption;
 mod join;
 mod leader;
 mod metrics;
@@ -34,6 +38,7 @@ mod nodeclass;
 mod pricing;
 mod provisioning;
 mod rbac;
+mod repair;
 mod resilience;
 mod scheduling;
 mod termination;

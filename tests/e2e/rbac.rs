@@ -25,7 +25,8 @@ const CLUSTER_RULES: &[(&str, &str, &[&str])] = &[
     ("", "pods/eviction", &["create"]),
     // watch.rs, lifecycle.rs (registration, initialization, finalize), termination.rs taints, gc.rs.
     ("", "nodes", &["get", "list", "watch", "patch", "delete"]),
-    // provisioning.rs creates, lifecycle.rs finalizes and times out, gc.rs collects.
+    // provisioning.rs creates, lifecycle.rs finalizes and times out, gc.rs collects, repair.rs
+    // annotates and deletes.
     ("karpenter.sh", "nodeclaims", &["list", "watch", "create", "patch", "delete"]),
     // lifecycle.rs conditions.
     ("karpenter.sh", "nodeclaims/status", &["patch"]),
@@ -45,6 +46,8 @@ const CLUSTER_RULES: &[(&str, &str, &[&str])] = &[
     ("", "persistentvolumes", &["list", "watch"]),
     ("", "namespaces", &["list", "watch"]),
     ("storage.k8s.io", "storageclasses", &["list", "watch"]),
+    // termination.rs: the VM waits for the drained node's VolumeAttachments.
+    ("storage.k8s.io", "volumeattachments", &["list"]),
     // events.rs through kube's Recorder: create, then patch a repeat.
     ("events.k8s.io", "events", &["create", "patch"]),
 ];
