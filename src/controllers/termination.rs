@@ -127,13 +127,14 @@ pub async fn drain<C: CloudProvider + 'static>(
             .await?;
         let pods: Vec<DrainPod> = list.items.iter().map(DrainPod::from_pod).collect();
         let plan = plan(&pods, deadline, now);
-        if plan.drained() {
+        if plan.drained() && plan.delete.is_empty() {
             if deadline.is_none_or(|d| now < d) {
                 detaching.push((node_name.clone(), kept_volumes(shared, &pods, now)));
             }
             continue;
         }
-        waiting = true;
+        // Past the deadline nothing is waited for, but the pods still get their (clamped) deletes.
+        waiting |= !plan.drained();
         let (evicted, refused) = execute(&shared.termination.evictions, &pods, &plan).await?;
         blocked += refused;
         if refused > 0 {
