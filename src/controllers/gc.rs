@@ -317,6 +317,23 @@ mod tests {
     }
 
     #[test]
+    fn a_vanished_spot_vm_was_interrupted_any_other_was_lost() {
+        let claim = |capacity_type: &str| -> NodeClaim {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": "c", "labels": {"karpenter.sh/capacity-type": capacity_type}},
+                "spec": {"nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "d"},
+                         "requirements": []}
+            }))
+            .unwrap()
+        };
+        let (reason, event) = vanished(&claim("spot"), "id");
+        assert_eq!((reason, event.reason.as_str()), ("interruption", events::reason::INTERRUPTED));
+        let (reason, event) = vanished(&claim("on-demand"), "id");
+        assert_eq!((reason, event.reason.as_str()), ("garbage_collected", events::reason::GARBAGE_COLLECTED));
+    }
+
+    #[test]
     fn launched_claims_whose_vm_is_not_listed_are_candidates() {
         let alive = vm("alive", OLD, "Succeeded");
         let gone_id = naming::provider_id(SUB, RG, "aks-gone");

@@ -16,7 +16,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -202,7 +202,13 @@ async fn delete_claim(
     reason: &'static str,
 ) -> Result<Action, ControllerError> {
     tracing::info!(nodeclaim = %claim.name_any(), reason, "deleting nodeclaim");
-    match api.delete(&claim.name_any(), &DeleteParams::default()).await {
+    // Guarded by the version the decision was made on: a claim someone deleted (or changed) meanwhile
+    // is not deleted, nor counted, twice.
+    let params = DeleteParams {
+        preconditions: Some(Preconditions { uid: claim.uid(), resource_version: claim.resource_version() }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&claim.name_any(), &params).await {
         Ok(_) => {
             if reason != NODE_DELETED {
                 metrics::nodeclaim_disrupted(metrics::get(), claim, reason);
@@ -210,6 +216,7 @@ async fn delete_claim(
             Ok(Action::await_change())
         }
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(Action::await_change()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Action::requeue(WAIT_POLL)),
         Err(e) => Err(e.into()),
     }
 }
