@@ -115,3 +115,42 @@ async fn act<C>(shared: &Shared<C>, plan: &RepairPlan) -> Result<(), ControllerE
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_node_is_timed_from_its_ready_conditions_transition_whatever_the_status() {
+        let node = |conditions: &str| -> k8s_openapi::api::core::v1::Node {
+            serde_yaml::from_str(&format!(
+                "apiVersion: v1\nkind: Node\nmetadata: {{name: n}}\nstatus: {{capacity: {{cpu: '2'}}, \
+                 allocatable: {{cpu: '2'}}, conditions: {conditions}}}\n"
+            ))
+            .unwrap()
+        };
+        let at = |t: &str| Some(t.parse::<k8s_openapi::jiff::Timestamp>().unwrap());
+        let cases = [
+            (
+                "[{type: Ready, status: 'True', lastTransitionTime: '2026-01-01T00:00:00Z'}]",
+                true,
+                at("2026-01-01T00:00:00Z"),
+            ),
+            (
+                "[{type: MemoryPressure, status: 'False', lastTransitionTime: '2026-01-01T00:00:00Z'}, \
+                 {type: Ready, status: 'False', lastTransitionTime: '2026-01-02T00:00:00Z'}]",
+                false,
+                at("2026-01-02T00:00:00Z"),
+            ),
+            (
+                "[{type: Ready, status: Unknown, lastTransitionTime: '2026-01-03T00:00:00Z'}]",
+                false,
+                at("2026-01-03T00:00:00Z"),
+            ),
+            ("[{type: Ready, status: 'False'}]", false, None),
+            ("[]", false, None),
+        ];
+        for (conditions, ready, since) in cases {
+            let record = crate::state::NodeRecord::from_k8s(&node(conditions)).unwrap();
+            assert_eq!((record.ready, record.ready_since), (ready, since), "{conditions}");
+        }
+    }
+}

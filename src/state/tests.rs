@@ -473,38 +473,3 @@ fn a_namespace_selector_follows_the_namespaces() {
     cluster.delete_key(Kind::Namespace, "caches");
     assert!(namespaces(&cluster).is_empty());
 }
-
-#[test]
-fn a_nodes_ready_since_is_its_ready_conditions_transition_whatever_the_status() {
-    let node = |conditions: &str| -> core::Node {
-        yaml(&format!(
-            "apiVersion: v1\nkind: Node\nmetadata: {{name: n}}\nstatus: {{capacity: {{cpu: '2'}}, \
-             allocatable: {{cpu: '2'}}, conditions: {conditions}}}\n"
-        ))
-    };
-    let at = |t: &str| Some(t.parse::<k8s_openapi::jiff::Timestamp>().unwrap());
-    let cases = [
-        (
-            "[{type: Ready, status: 'True', lastTransitionTime: '2026-01-01T00:00:00Z'}]",
-            true,
-            at("2026-01-01T00:00:00Z"),
-        ),
-        (
-            "[{type: MemoryPressure, status: 'False', lastTransitionTime: '2026-01-01T00:00:00Z'}, \
-             {type: Ready, status: 'False', lastTransitionTime: '2026-01-02T00:00:00Z'}]",
-            false,
-            at("2026-01-02T00:00:00Z"),
-        ),
-        (
-            "[{type: Ready, status: Unknown, lastTransitionTime: '2026-01-03T00:00:00Z'}]",
-            false,
-            at("2026-01-03T00:00:00Z"),
-        ),
-        ("[{type: Ready, status: 'False'}]", false, None),
-        ("[]", false, None),
-    ];
-    for (conditions, ready, since) in cases {
-        let record = NodeRecord::from_k8s(&node(conditions)).unwrap();
-        assert_eq!((record.ready, record.ready_since), (ready, since), "{conditions}");
-    }
-}
