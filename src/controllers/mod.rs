@@ -39,6 +39,7 @@ pub mod nodeclass_status;
 pub mod provisioning;
 pub mod recheck;
 pub mod registration;
+pub mod repair;
 pub mod start;
 pub mod status;
 pub mod termination;
@@ -79,12 +80,15 @@ pub struct Settings {
     pub node_resource_group: String,
     /// How long a launched claim waits for its Node ([`lifecycle::REGISTRATION_TIMEOUT`]).
     pub registration_timeout: Duration,
-    /// The disruption decisions' settings (spot-to-spot gate, Balanced threshold, solve caps).
+    /// The disruption decisions' settings: feature gate `SpotToSpotConsolidation` (upstream default off:
+    /// consolidation may replace spot nodes with cheaper spot nodes), the Balanced threshold, solve caps.
     pub disruption: crate::disruption::Options,
     /// Between disruption passes that found nothing to do (upstream: 10 s).
     pub disruption_interval: Duration,
     /// Between deciding a consolidation or emptiness command and validating it (upstream: 15 s).
     pub disruption_validation_delay: Duration,
+    /// Feature gate `NodeRepair` (upstream default off): [`repair`] replaces nodes that stay unhealthy.
+    pub node_repair: bool,
 }
 
 /// Why a controller step failed. `category` is the bounded label for logs, metrics and events.

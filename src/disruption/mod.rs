@@ -15,6 +15,7 @@ pub mod cost;
 pub mod cron;
 mod decide;
 mod expiration;
+pub mod repair;
 pub mod simulate;
 pub mod snapshot;
 mod validate;

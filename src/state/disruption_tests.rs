@@ -107,5 +107,9 @@ fn pod_attributes_for_disruption() {
     assert_eq!((find("costly").deletion_cost, find("costly").priority), (100, 1000));
     assert_eq!(find("costly").started, Some("2026-01-01T00:00:00Z".parse().unwrap()));
     assert_eq!(find("for-an-hour").do_not_disrupt, DoNotDisrupt::For(std::time::Duration::from_secs(3600)));
-    assert_eq!(find("typo").do_not_disrupt, DoNotDisrupt::No, "an unreadable value protects nothing, as upstream");
+    assert_eq!(
+        find("typo").do_not_disrupt,
+        DoNotDisrupt::No,
+        "an unreadable value protects nothing, as upstream"
+    );
 }
