@@ -270,3 +270,54 @@ async fn a_scheduled_budget_of_zero_blocks_until_its_window_ends() {
     );
     cleanup::remove(&client, NAME, &[deployment(NAME, 0)], || controller.exit_status().is_none()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_underutilized_node_is_replaced_by_a_cheaper_one_initialized_before_any_eviction() {
+    const NAME: &str = "e2e-disr-replace";
+    const REPLACEMENT_FOR: &str = "karpenter.azure.com/replacement-for";
+    let pool = watch::node_pool(NAME, "0s", json!([{"nodes": "100%"}]));
+    let (client, controller) = start(NAME, &pool).await;
+    // Five pods fill a 4-vCPU node; with one left, a 2-vCPU node is cheaper.
+    objects::apply(&client, &deployment(NAME, 5)).await.expect("applying the Deployment");
+    running(&controller, &client, NAME, 5).await;
+    objects::apply(&client, &deployment(NAME, 1)).await.expect("scaling down");
+    let pods = running(&controller, &client, NAME, 1).await;
+    let pod_uid = pods[0].metadata.uid.clone();
+    let old_node = pods[0].spec.as_ref().and_then(|s| s.node_name.clone()).expect("bound");
+    let scaled = Instant::now();
+    // Sample every 200 ms: when the replacement is Initialized, and when the pod starts to go.
+    let mut replacement_ready: Option<Duration> = None;
+    let mut evicted: Option<Duration> = None;
+    let pod_api: Api<Pod> = Api::namespaced(client.clone(), NAME);
+    while evicted.is_none() && scaled.elapsed() < CONVERGE {
+        let claims = lookups::claims_of(&client, NAME).await.expect("claims");
+        let ready = claims.iter().any(|c| {
+            c["metadata"]["annotations"][REPLACEMENT_FOR].as_str() == Some(old_node.as_str())
+                && condition_is_true(c, "Initialized")
+        });
+        if ready && replacement_ready.is_none() {
+            replacement_ready = Some(scaled.elapsed());
+        }
+        let pod =
+            pod_api.get_opt(pods[0].metadata.name.as_deref().expect("named")).await.expect("reading the pod");
+        if pod.is_none_or(|p| p.metadata.deletion_timestamp.is_some() || p.metadata.uid != pod_uid) {
+            evicted = Some(scaled.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let evicted = evicted.expect("the pod of the under-used node was never evicted");
+    let ready = replacement_ready.expect("the pod was evicted before any replacement was Initialized");
+    running(&controller, &client, NAME, 1).await;
+    let nodes = pool_nodes(&client, NAME).await.expect("nodes");
+    let types: Vec<String> = nodes
+        .iter()
+        .filter(|n| !watch::is_disrupting(n))
+        .filter_map(|n| n.metadata.labels.as_ref()?.get("node.kubernetes.io/instance-type").cloned())
+        .collect();
+    println!(
+        "e2e replace: the 1-pod node {old_node} was replaced by {types:?}: replacement Initialized {ready:.1?} and \
+         the pod evicted {evicted:.1?} after the scale-down"
+    );
+    assert!(ready <= evicted, "evicted at {evicted:?} before the replacement was Initialized at {ready:?}");
+    cleanup::remove(&client, NAME, &[deployment(NAME, 0)], || controller.exit_status().is_none()).await;
+}
