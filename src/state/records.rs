@@ -8,9 +8,11 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::{NodeClaim, Taint};
+use crate::disruption::Drifted;
 use crate::model::labels::{
     ANNOTATION_DO_NOT_DISRUPT, LABEL_INITIALIZED, LABEL_NODEPOOL, TAINT_UNREGISTERED,
 };
@@ -168,6 +170,8 @@ pub struct NodeRecord {
     /// Labelled `karpenter.sh/initialized=true` by the NodeClaim lifecycle.
     pub initialized: bool,
     pub deleting: bool,
+    /// `status.nodeInfo.kubeletVersion` (`v1.34.4`), for Kubernetes-version drift.
+    pub kubelet_version: Option<String>,
 }
 
 /// Whether the Node's `Ready` condition is True.
@@ -188,6 +192,12 @@ impl NodeRecord {
             ready,
             unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
             deleting: n.metadata.deletion_timestamp.is_some(),
+            kubelet_version: n
+                .status
+                .as_ref()
+                .and_then(|s| s.node_info.as_ref())
+                .map(|i| i.kubelet_version.clone())
+                .filter(|v| !v.is_empty()),
         })
     }
 
@@ -210,7 +220,21 @@ pub struct NodeClaimRecord {
     pub launched: bool,
     pub registered: bool,
     pub initialized: bool,
-    pub drifted: bool,
+    /// `Initialized`'s lastTransitionTime while it is True: consolidateAfter counts from here when
+    /// no pod event came later.
+    pub initialized_at: Option<Timestamp>,
+    /// `Drifted=True`: its reason, and since when (its lastTransitionTime).
+    pub drifted: Option<Drifted>,
+    /// `Consolidatable=True`: consolidateAfter has passed since the last pod event.
+    pub consolidatable: bool,
+    /// `DisruptionReason=True`: the reason the disruption loop is taking the claim away.
+    pub disruption_reason: Option<String>,
+    /// `status.lastPodEventTime`: when a pod was last bound to or removed from its node.
+    pub last_pod_event: Option<Timestamp>,
+    /// `status.imageID`, for image drift.
+    pub image_id: Option<String>,
+    /// The claim's annotations, among them the hashes it was stamped with at creation.
+    pub annotations: BTreeMap<String, String>,
     pub deleting: bool,
     /// The claim's labels: the template's, then the chosen size, zone and capacity type after launch.
     pub labels: BTreeMap<String, String>,
@@ -229,6 +253,9 @@ impl NodeClaimRecord {
         let status = c.status.clone().unwrap_or_default();
         let labels = c.metadata.labels.clone().unwrap_or_default();
         let is_true = |t: &str| conditions::is_true(&status.conditions, t);
+        let true_condition =
+            |t: &str| conditions::get(&status.conditions, t).filter(|c| c.status == ConditionStatus::True);
+        let true_since = |t: &str| true_condition(t).map(|c| c.last_transition_time.0);
         let to_text = |list: &crate::apis::common::ResourceList| {
             list.iter().map(|(k, v)| (k.clone(), v.as_str().to_string())).collect::<BTreeMap<_, _>>()
         };
@@ -247,8 +274,14 @@ impl NodeClaimRecord {
             launched: is_true(conditions::LAUNCHED),
             registered: is_true(conditions::REGISTERED),
             initialized: is_true(conditions::INITIALIZED),
-            drifted: conditions::get(&status.conditions, conditions::DRIFTED)
-                .is_some_and(|c| c.status == ConditionStatus::True),
+            initialized_at: true_since(conditions::INITIALIZED),
+            drifted: true_condition(conditions::DRIFTED)
+                .map(|c| Drifted { reason: c.reason.clone(), since: c.last_transition_time.0 }),
+            consolidatable: is_true(conditions::CONSOLIDATABLE),
+            disruption_reason: true_condition(conditions::DISRUPTION_REASON).map(|c| c.reason.clone()),
+            last_pod_event: status.last_pod_event_time.as_ref().map(|t| t.0),
+            image_id: status.image_id.clone().filter(|i| !i.is_empty()),
+            annotations: c.metadata.annotations.clone().unwrap_or_default(),
             deleting: c.metadata.deletion_timestamp.is_some(),
             labels,
             requirements,
