@@ -10,7 +10,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::apis::conditions::{self, ConditionStatus};
+use crate::apis::conditions::{self, Condition, ConditionStatus};
 use crate::apis::{NodeClaim, Taint};
 use crate::disruption::Drifted;
 use crate::model::labels::{
@@ -235,6 +235,10 @@ pub struct NodeClaimRecord {
     pub image_id: Option<String>,
     /// The claim's annotations, among them the hashes it was stamped with at creation.
     pub annotations: BTreeMap<String, String>,
+    /// `status.conditions` as read, and the resourceVersion they were read at: a merge patch replaces
+    /// the whole list, so a writer patches the list it read, guarded by that version.
+    pub conditions: Vec<Condition>,
+    pub resource_version: Option<String>,
     pub deleting: bool,
     /// The claim's labels: the template's, then the chosen size, zone and capacity type after launch.
     pub labels: BTreeMap<String, String>,
@@ -282,6 +286,8 @@ impl NodeClaimRecord {
             last_pod_event: status.last_pod_event_time.as_ref().map(|t| t.0),
             image_id: status.image_id.clone().filter(|i| !i.is_empty()),
             annotations: c.metadata.annotations.clone().unwrap_or_default(),
+            conditions: status.conditions.clone(),
+            resource_version: c.metadata.resource_version.clone(),
             deleting: c.metadata.deletion_timestamp.is_some(),
             labels,
             requirements,

@@ -506,6 +506,7 @@ status:
     assert_eq!(r.last_pod_event, Some(t("2026-01-01T00:05:00Z")));
     assert_eq!(r.image_id.as_deref(), Some("img-1"));
     assert_eq!(r.annotations["karpenter.sh/nodepool-hash"], "42");
+    assert_eq!(r.conditions.len(), 4, "kept whole for writers");
 
     // Conditions that are not True leave the fields empty.
     let mut claim = claim;
