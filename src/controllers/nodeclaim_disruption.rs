@@ -86,7 +86,7 @@ impl Update {
 }
 
 /// The decision for one claim, and the pod set to remember for the next sweep (`previous_pods` is
-/// what was remembered; `None` the first time the claim is seen, when no change can be told).
+/// what was remembered; `None` the first time the claim is seen).
 pub fn decide(
     input: &ClaimInput<'_>,
     previous_pods: Option<&BTreeSet<String>>,
@@ -121,7 +121,11 @@ pub fn decide(
 
     let mut remember = input.pods.clone();
     let mut last_pod_event = claim.last_pod_event;
-    if previous_pods.is_some_and(|p| *p != input.pods) {
+    // Pods found on a claim seen for the first time (a new claim whose pods bound before this sweep,
+    // or every claim after a restart) count as bound now, as upstream's podevents sees every bound pod
+    // again when it starts.
+    let changed = previous_pods.map_or(!input.pods.is_empty(), |p| *p != input.pods);
+    if changed {
         let recent = claim.last_pod_event.is_some_and(|t| {
             let ago = now.as_millisecond().saturating_sub(t.as_millisecond());
             ago >= 0 && (ago as u128) < POD_EVENT_DEDUPE.as_millis()

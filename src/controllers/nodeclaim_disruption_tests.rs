@@ -166,10 +166,13 @@ fn old_hash_versions_are_restamped_unless_drifted() {
 fn pod_events_are_written_on_change_at_most_every_ten_seconds() {
     let f = fixture(&pool(), &class());
     let claim = record(&claim_object(&stamped(), "  lastPodEventTime: '2026-06-01T11:59:55Z'\n"));
-    // First sight: nothing can be told, the set is remembered.
+    // First sight: bound pods are an event, here within 10 s of the last write, so it is pending.
     let (update, remember) = decide(&input(&f, &claim, pods(&["a"]), 3600), None, t(NOW));
     assert_eq!(update.last_pod_event, None);
-    assert_eq!(remember, pods(&["a"]));
+    assert_eq!(remember, pods(&[]));
+    // First sight of an empty node: nothing to write.
+    let (update, remember) = decide(&input(&f, &claim, pods(&[]), 3600), None, t(NOW));
+    assert_eq!((update.last_pod_event, remember), (None, pods(&[])));
     // A change 5 s after the last write waits, and stays pending.
     let (update, remember) = decide(&input(&f, &claim, pods(&["a", "b"]), 3600), Some(&pods(&["a"])), t(NOW));
     assert_eq!(update.last_pod_event, None);

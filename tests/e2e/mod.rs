@@ -24,6 +24,7 @@ pub mod wait;
 mod burst;
 mod chart;
 mod chart_settings;
+mod drift;
 mod events;
 mod eviction;
 mod inputs;
