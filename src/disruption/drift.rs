@@ -351,8 +351,9 @@ pub fn drift_reason(
             return Some(DriftReason::K8sVersionDrift);
         }
     }
+    // ARM resource IDs are case-insensitive, and Azure may echo one back in another case.
     if let (Some(images), Some(image)) = (&class.images, claim.image_id.filter(|i| !i.is_empty())) {
-        if !images.iter().any(|i| i == image) {
+        if !images.iter().any(|i| i.eq_ignore_ascii_case(image)) {
             return Some(DriftReason::ImageDrift);
         }
     }

@@ -249,6 +249,7 @@ fn each_reason_in_upstream_order() {
             },
             Some(DriftReason::ImageDrift),
         ),
+        ("image ID in another case", |c, _, _| c.image = "IMG-1".into(), None),
         (
             "images not ready",
             |_, _, k| {
