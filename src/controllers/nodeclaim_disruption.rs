@@ -207,26 +207,34 @@ async fn sweep_forever<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
         let _in_flight = shared.begin_work().await;
         let now = Timestamp::now();
         let updates = plan(&shared, &mut memory, now);
-        for (claim, update) in updates {
-            if let Err(error) = write(&shared, &claim, &update, now).await {
+        for (claim, update, previous_pods) in updates {
+            let written = write(&shared, &claim, &update, now).await.unwrap_or_else(|error| {
                 tracing::warn!(nodeclaim = %claim.name, category = error.category(), %error, "updating nodeclaim disruption status failed");
+                false
+            });
+            // A pod event not written is looked for again next sweep, against what was seen before.
+            if !written && update.last_pod_event.is_some() {
+                match previous_pods {
+                    Some(pods) => memory.pods.insert(claim.name.clone(), pods),
+                    None => memory.pods.remove(&claim.name),
+                };
             }
         }
     }
 }
 
+/// One claim's update, with the pods remembered for it before this sweep.
+type Planned = (NodeClaimRecord, Update, Option<BTreeSet<String>>);
+
 /// The updates of one sweep, decided on the index under its lock.
-fn plan<C: CloudProvider>(
-    shared: &Shared<C>,
-    memory: &mut Memory,
-    now: Timestamp,
-) -> Vec<(NodeClaimRecord, Update)> {
+fn plan<C: CloudProvider>(shared: &Shared<C>, memory: &mut Memory, now: Timestamp) -> Vec<Planned> {
     let cluster = shared.cluster();
     if !cluster.synced() {
         return vec![];
     }
     let mut pools: BTreeMap<String, Option<(PoolDrift, Option<NillableDuration>)>> = BTreeMap::new();
-    let mut classes: BTreeMap<String, Option<ClassDrift>> = BTreeMap::new();
+    // Per class: Ok(None) when it is gone (only core's checks apply), Err when it cannot be read.
+    let mut classes: BTreeMap<String, Result<Option<ClassDrift>, ()>> = BTreeMap::new();
     let mut types: BTreeMap<String, Arc<Vec<InstanceType>>> = BTreeMap::new();
     let mut out = vec![];
     let mut seen = BTreeMap::new();
@@ -237,14 +245,15 @@ fn plan<C: CloudProvider>(
             pools.entry(pool_name.clone()).or_insert_with(|| pool_input(pool, &mut memory.errors));
         let Some((pool_drift, consolidate_after)) = pool_entry.as_ref() else { continue };
         let class_object = cluster.nodeclass(&claim.node_class);
-        let class = classes
-            .entry(claim.node_class.clone())
-            .or_insert_with(|| class_object.and_then(|c| class_input(c, &mut memory.errors)))
-            .as_ref();
-        let instance_types = types
-            .entry(claim.node_class.clone())
-            .or_insert_with(|| shared.catalog.types_for(class_object))
-            .clone();
+        let class_entry = classes.entry(claim.node_class.clone()).or_insert_with(|| match class_object {
+            Some(c) => class_input(c, &mut memory.errors).ok_or(()),
+            None => Ok(None),
+        });
+        let Ok(class) = class_entry.as_ref().map(Option::as_ref) else { continue };
+        // Without its class the claim's sizes are not known (upstream's lookup fails): no verdict.
+        let instance_types = class_object.map(|c| {
+            types.entry(claim.node_class.clone()).or_insert_with(|| shared.catalog.types_for(Some(c))).clone()
+        });
         let node = cluster.node_of(claim);
         let input = ClaimInput {
             claim,
@@ -253,13 +262,14 @@ fn plan<C: CloudProvider>(
             pool: pool_drift,
             consolidate_after: *consolidate_after,
             class,
-            instance_types: Some(instance_types.as_slice()),
+            instance_types: instance_types.as_deref().map(Vec::as_slice),
         };
-        let (update, remember) = decide(&input, memory.pods.get(&claim.name), now);
-        seen.insert(claim.name.clone(), remember);
+        let previous = memory.pods.get(&claim.name);
+        let (update, remember) = decide(&input, previous, now);
         if !update.is_empty() {
-            out.push((claim.clone(), update));
+            out.push((claim.clone(), update, previous.cloned()));
         }
+        seen.insert(claim.name.clone(), remember);
     }
     memory.pods = seen;
     out
@@ -290,12 +300,12 @@ fn pool_input(
     Some((drift, after))
 }
 
-fn class_input(class: &AKSNodeClass, errors: &mut BTreeMap<String, String>) -> Option<ClassDrift> {
+fn class_input(class: &AKSNodeClass, errors: &mut BTreeMap<String, String>) -> Option<Option<ClassDrift>> {
     let key = format!("AKSNodeClass/{}", class.name_any());
     match ClassDrift::new(class) {
         Ok(c) => {
             errors.remove(&key);
-            Some(c)
+            Some(Some(c))
         }
         Err(e) => {
             report(errors, &key, e.category(), &e.to_string());
@@ -325,12 +335,13 @@ fn bound_pods(cluster: &Cluster, node: &NodeRecord) -> BTreeSet<String> {
 /// status by a merge patch of the conditions list as the index read it, guarded by the
 /// resourceVersion it was read at (or, after the annotation patch, by what that patch returned). The
 /// written claim goes into the index at once, so the next sweep does not decide on what it changed.
+/// Whether the status was written (or had nothing to write); a conflict waits for the next sweep.
 async fn write<C: CloudProvider>(
     shared: &Shared<C>,
     claim: &NodeClaimRecord,
     update: &Update,
     now: Timestamp,
-) -> Result<(), ControllerError> {
+) -> Result<bool, ControllerError> {
     let api: Api<NodeClaim> = Api::all(shared.client.clone());
     let name = claim.name.as_str();
     let mut list = claim.conditions.clone();
@@ -340,7 +351,7 @@ async fn write<C: CloudProvider>(
         let patch = Patch::Merge(json!({ "metadata": { "annotations": update.annotations } }));
         let patched = match api.patch(name, &PatchParams::default(), &patch).await {
             Ok(p) => p,
-            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(false),
             Err(e) => return Err(e.into()),
         };
         shared.cluster().apply(&patched);
@@ -351,7 +362,7 @@ async fn write<C: CloudProvider>(
     }
     let was_drifted = conditions::is_true(&list, conditions::DRIFTED);
     if !update.touches_status() || !apply_status(&mut list, &mut last_pod_event, update, now) {
-        return Ok(());
+        return Ok(true);
     }
     let mut status = json!({ "conditions": list });
     if let Some(t) = &last_pod_event {
@@ -362,7 +373,7 @@ async fn write<C: CloudProvider>(
         Ok(p) => p,
         Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
             tracing::debug!(nodeclaim = %name, code = e.code, "nodeclaim changed meanwhile; next sweep");
-            return Ok(());
+            return Ok(false);
         }
         Err(e) => return Err(e.into()),
     };
@@ -380,7 +391,7 @@ async fn write<C: CloudProvider>(
     if let Some(c) = update.consolidatable {
         tracing::debug!(nodeclaim = %name, consolidatable = c, "updated nodeclaim consolidatable");
     }
-    Ok(())
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! NodePool and AKSNodeClass hash annotations; it gets `lastPodEventTime` when its pod binds and
 //! `Consolidatable=True` once the NodePool's consolidateAfter (5 s) has passed; a change of the
 //! AKSNodeClass's tags only leaves it alone, a change of its osDiskSizeGB makes it `Drifted=True`
-//! with reason `NodeClassDrift`.
+//! with reason `NodeClassDrift` and a `Drifted` event.
 //!
 //! A disruption loop may replace drifted or consolidatable nodes, so the test asserts on the
 //! conditions appearing, not on the node staying. Its own namespace, AKSNodeClass, NodePool,
@@ -11,7 +11,8 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::PostParams;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{ListParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
 
@@ -142,6 +143,23 @@ async fn claims_carry_hashes_become_consolidatable_and_drift_on_a_nodeclass_chan
         .await;
     eprintln!("e2e drift: Drifted=True {:?} after the AKSNodeClass change", changed.elapsed());
     assert_eq!(drifted["reason"], "NodeClassDrift", "{drifted:#}");
+    // NodeClaims are cluster-scoped: their events are in "default".
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let note = controller
+        .wait_until("a Drifted event on the NodeClaim", STAGE, || async {
+            let list =
+                events.list(&ListParams::default()).await.map_err(|e| format!("listing events: {e}"))?;
+            list.items
+                .into_iter()
+                .find(|e| {
+                    let about = e.regarding.as_ref().and_then(|r| r.name.as_deref());
+                    about == Some(claim_name.as_str()) && e.reason.as_deref() == Some("Drifted")
+                })
+                .map(|e| e.note.unwrap_or_default())
+                .ok_or_else(|| "no Drifted event yet".to_string())
+        })
+        .await;
+    assert!(note.contains("NodeClassDrift"), "{note}");
 
     cleanup::remove(
         &client,
