@@ -49,8 +49,11 @@ pub mod reason {
     pub const EVICTION_BLOCKED: &str = "EvictionBlocked";
     pub const DRAINED: &str = "Drained";
     pub const GARBAGE_COLLECTED: &str = "GarbageCollected";
+    pub const DISRUPTION_BLOCKED: &str = "DisruptionBlocked";
+    pub const DISRUPTING: &str = "Disrupting";
+    pub const EXPIRED: &str = "Expired";
 
-    pub const ALL: [&str; 12] = [
+    pub const ALL: [&str; 15] = [
         NOMINATED,
         FAILED_SCHEDULING,
         LAUNCHED,
@@ -63,6 +66,9 @@ pub mod reason {
         EVICTION_BLOCKED,
         DRAINED,
         GARBAGE_COLLECTED,
+        DISRUPTION_BLOCKED,
+        DISRUPTING,
+        EXPIRED,
     ];
 }
 
@@ -211,6 +217,40 @@ pub fn garbage_collected(provider_id: &str) -> Event {
         "Delete",
         format!("Instance {provider_id} no longer exists; deleting the nodeclaim"),
     )
+}
+
+/// On a Node and its NodeClaim: a disruption pass would act on it, but `why` (a pod, a PDB, a budget)
+/// blocks it (upstream `DisruptionBlocked`). `blocker` names the kind of blocker (`PodDisruptionBudget`,
+/// `DoNotDisrupt`, `Budget`, ...) as the action: the recorder folds repeats of one action into one
+/// series, so a different blocker shows as its own event.
+pub fn disruption_blocked(blocker: &str, why: &str) -> Event {
+    event(EventType::Normal, reason::DISRUPTION_BLOCKED, blocker, format!("Cannot disrupt: {why}"))
+}
+
+/// On a Node and its NodeClaim: a disruption command is acting on it (upstream `DisruptionLaunching`
+/// and `DisruptionTerminating` in one reason); `what` says the method and the replacements.
+pub fn disrupting(what: &str) -> Event {
+    event(EventType::Normal, reason::DISRUPTING, "Disrupt", what.to_string())
+}
+
+/// On a NodeClaim (and its Node): `expireAfter` has passed, so it is deleted.
+pub fn expired(expire_after: &str) -> Event {
+    event(
+        EventType::Normal,
+        reason::EXPIRED,
+        "Expire",
+        format!("NodeClaim reached its expireAfter ({expire_after}); deleting it"),
+    )
+}
+
+/// A reference to a Node by name.
+pub fn node_ref(name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(name.into()),
+        ..ObjectReference::default()
+    }
 }
 
 fn human(d: Duration) -> String {
@@ -375,6 +415,9 @@ mod tests {
             (eviction_blocked("n", 2), reason::EVICTION_BLOCKED, EventType::Warning),
             (drained(), reason::DRAINED, EventType::Normal),
             (garbage_collected("id"), reason::GARBAGE_COLLECTED, EventType::Normal),
+            (disruption_blocked("Budget", "x"), reason::DISRUPTION_BLOCKED, EventType::Normal),
+            (disrupting("x"), reason::DISRUPTING, EventType::Normal),
+            (expired("720h"), reason::EXPIRED, EventType::Normal),
         ];
         assert_eq!(cases.len(), reason::ALL.len());
         for (ev, reason, type_) in cases {

@@ -169,7 +169,12 @@ fn claim_label<'a>(claim: &'a NodeClaim, key: &str) -> &'a str {
 /// Upstream `DisruptionTerminationMode`: no terminationGracePeriod drains gracefully, a zero one
 /// forcefully, any other eventually.
 fn termination_mode(claim: &NodeClaim) -> &'static str {
-    match claim.spec.termination_grace_period.as_deref().map(duration::parse) {
+    termination_mode_of(claim.spec.termination_grace_period.as_deref())
+}
+
+/// [`termination_mode`] from a terminationGracePeriod as written.
+pub fn termination_mode_of(termination_grace_period: Option<&str>) -> &'static str {
+    match termination_grace_period.map(duration::parse) {
         Some(Ok(grace)) if grace.is_zero() => TERMINATION_FORCEFUL,
         Some(Ok(_)) => TERMINATION_EVENTUAL,
         // The drain ignores an unreadable one, so it is graceful.

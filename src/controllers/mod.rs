@@ -21,10 +21,12 @@
 //!   counters take from NodeClaims and Nodes, and readiness for the health server.
 //! - `leading`: leadership terms: the writers run only while this replica holds the lease.
 //!
-//! Not here yet: disruption.
+//! - `disruption`: the disruption loop: expiration, then decide → validate → taint → replacements →
+//!   delete, with its metrics and events.
 
 pub mod batch;
 pub mod catalog;
+pub mod disruption;
 pub mod drain;
 pub mod events;
 pub mod gc;
@@ -78,6 +80,12 @@ pub struct Settings {
     pub node_resource_group: String,
     /// How long a launched claim waits for its Node ([`lifecycle::REGISTRATION_TIMEOUT`]).
     pub registration_timeout: Duration,
+    /// The disruption decisions' settings (spot-to-spot gate, Balanced threshold, solve caps).
+    pub disruption: crate::disruption::Options,
+    /// Between disruption passes that found nothing to do (upstream: 10 s).
+    pub disruption_interval: Duration,
+    /// Between deciding a consolidation or emptiness command and validating it (upstream: 15 s).
+    pub disruption_validation_delay: Duration,
 }
 
 /// Why a controller step failed. `category` is the bounded label for logs, metrics and events.

@@ -1,6 +1,7 @@
 //! The provisioning loop (upstream core `provisioning/provisioner.go`): wait for a batch of
 //! provisionable pods, wait for a synced index, snapshot, solve, and create one NodeClaim per planned
-//! claim. Created claims go into the index at once, so the next batch counts them (and waits for their
+//! claim. Pods of nodes being deleted are planned for too (they will be evicted), so an expired or
+//! deleted node's pods get capacity before the drain lets them go; every 10 s while there are any. Created claims go into the index at once, so the next batch counts them (and waits for their
 //! launch through the synced gate) even before the watch delivers them.
 
 use std::sync::Arc;
@@ -46,7 +47,11 @@ pub async fn run<C: Send + Sync + 'static>(
                 None => return,
             },
             _ = tokio::time::sleep(RETRIGGER_INTERVAL) => {
-                if shared.cluster().provisionable_pods().next().is_none() {
+                let idle = {
+                    let cluster = shared.cluster();
+                    cluster.provisionable_pods().next().is_none() && cluster.pods_of_deleting_nodes().is_empty()
+                };
+                if idle {
                     continue;
                 }
                 String::new()
@@ -94,7 +99,9 @@ async fn provision<C: Send + Sync + 'static>(shared: &Arc<Shared<C>>) -> Result<
     let started = Instant::now();
     let input = {
         let cluster = shared.cluster();
-        cluster.snapshot(&|_pool, class| shared.catalog.types_for(class), options)
+        let mut input = cluster.snapshot(&|_pool, class| shared.catalog.types_for(class), options);
+        input.pods.extend(cluster.pods_of_deleting_nodes());
+        input
     };
     if input.pods.is_empty() {
         return Ok(());

@@ -178,8 +178,23 @@ pub fn settings(v: &Validated) -> Settings {
         cluster_subnet_id: v.network.vnet_subnet_id.clone(),
         node_resource_group: v.azure.node_resource_group.clone(),
         registration_timeout: env_duration(REGISTRATION_TIMEOUT_ENV, super::lifecycle::REGISTRATION_TIMEOUT),
+        disruption: crate::disruption::Options::default(),
+        disruption_interval: env_duration(DISRUPTION_INTERVAL_ENV, DISRUPTION_INTERVAL),
+        disruption_validation_delay: env_duration(
+            DISRUPTION_VALIDATION_DELAY_ENV,
+            DISRUPTION_VALIDATION_DELAY,
+        ),
     }
 }
+
+/// Upstream's disruption poll period (`pkg/controllers/disruption/controller.go`).
+pub const DISRUPTION_INTERVAL: Duration = Duration::from_secs(10);
+/// Upstream's `commandValidationDelay` (`pkg/controllers/disruption/validation.go`).
+pub const DISRUPTION_VALIDATION_DELAY: Duration = Duration::from_secs(15);
+/// Hidden override of the disruption poll period, for tests.
+pub const DISRUPTION_INTERVAL_ENV: &str = "KARPENTER_DISRUPTION_INTERVAL";
+/// Hidden override of the validation delay, for tests.
+pub const DISRUPTION_VALIDATION_DELAY_ENV: &str = "KARPENTER_DISRUPTION_VALIDATION_DELAY";
 
 /// Hidden override of the garbage-collection interval (a duration such as `3s`), for tests.
 pub const GC_INTERVAL_ENV: &str = "KARPENTER_GC_INTERVAL";

@@ -25,8 +25,8 @@ pub use command::{BlockReason, Blocked, Command, Decisions, Expired, Invalid, Me
 pub use decide::{decide, decide_with_cancel, repack_lower_bound};
 pub use expiration::expired;
 pub use snapshot::{
-    DoNotDisrupt, Drifted, ManagedNode, NodePod, Pdb, PodKind, PolicyError, PoolPolicy, Snapshot,
-    UnmanagedNode,
+    offering_price, DoNotDisrupt, Drifted, ManagedNode, NodePod, Pdb, PodKind, PolicyError, PoolPolicy,
+    Snapshot, UnmanagedNode,
 };
 pub use validate::validate;
 

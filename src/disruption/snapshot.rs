@@ -241,3 +241,21 @@ impl PoolPolicy {
         })
     }
 }
+
+/// $/hour of `instance_type` in `zone` as `capacity_type` in `pool`'s catalog; the type's price for
+/// the capacity type elsewhere when that offering is gone; `None` when the pool or type is unknown.
+pub fn offering_price(
+    pools: &[PoolPolicy],
+    pool: &str,
+    instance_type: &str,
+    zone: &str,
+    capacity_type: CapacityType,
+) -> Option<f64> {
+    let types = &pools.iter().find(|p| p.name == pool)?.solver.as_ref()?.instance_types;
+    let it = types.iter().find(|t| t.name == instance_type)?;
+    it.offerings
+        .iter()
+        .find(|o| o.zone == zone && o.capacity_type == capacity_type)
+        .map(|o| o.price)
+        .or_else(|| it.price(capacity_type))
+}

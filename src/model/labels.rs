@@ -67,6 +67,12 @@ pub const LABEL_AKS_ROLE: &str = "kubernetes.azure.com/role";
 // --- Annotations ---------------------------------------------------------------------------------
 
 pub const ANNOTATION_DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// The ReplicaSet controller removes pods with a lower cost first; disruption weighs evictions by it.
+pub const ANNOTATION_POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+/// On a NodeClaim the disruption controller launched as a replacement: the candidate nodes (comma
+/// separated) it replaces, so a controller that restarts mid-command resumes it instead of launching
+/// the replacements again.
+pub const ANNOTATION_REPLACEMENT_FOR: &str = "karpenter.azure.com/replacement-for";
 pub const ANNOTATION_NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
 pub const ANNOTATION_NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
 pub const ANNOTATION_NODECLASS_HASH: &str = "karpenter.azure.com/aksnodeclass-hash";

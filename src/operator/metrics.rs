@@ -17,6 +17,8 @@ use std::future::Future;
 use std::sync::LazyLock;
 use std::time::Duration;
 
+pub use super::metrics_disruption::{consolidation_type, decision, DisruptionMetrics};
+
 use prometheus::{
     Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
@@ -130,6 +132,8 @@ pub struct Metrics {
     pub plan_lower_bound: Gauge,
     /// `karpenter_azure_pricing_age_seconds{source}`: ours; one series, for the source in effect.
     pub pricing_age: GaugeVec,
+    /// The disruption controller's.
+    pub disruption: DisruptionMetrics,
 }
 
 /// The node labels `karpenter_nodes_allocatable` keeps (upstream's snake-cased well-known labels that
@@ -178,7 +182,9 @@ impl Metrics {
         )
         .expect("a valid metric definition");
         registry.register(Box::new(plan_lower_bound.clone())).expect("metric names are unique");
+        let disruption = DisruptionMetrics::register(&registry);
         Metrics {
+            disruption,
             nodeclaims_created: counter(
                 "karpenter_nodeclaims_created_total",
                 "Number of nodeclaims created in total by Karpenter. Labeled by reason the nodeclaim was created, the owning nodepool, and if min values was relaxed for this nodeclaim.",
@@ -298,8 +304,14 @@ impl Metrics {
     }
 
     pub fn nodeclaim_created(&self, nodepool: &str) {
+        self.nodeclaim_created_for(REASON_PROVISIONED, nodepool);
+    }
+
+    /// `reason` is [`REASON_PROVISIONED`] or, for a disruption's replacement, the lower-case
+    /// disruption reason (upstream `CreateNodeClaims` with `WithReason`).
+    pub fn nodeclaim_created_for(&self, reason: &str, nodepool: &str) {
         // The solver never relaxes minValues: a pool whose minValues cannot be met gets no claim.
-        self.nodeclaims_created.with_label_values(&[REASON_PROVISIONED, nodepool, "false"]).inc();
+        self.nodeclaims_created.with_label_values(&[reason, nodepool, "false"]).inc();
     }
 
     pub fn nodeclaim_terminated(&self, nodepool: &str, capacity_type: &str, zone: &str) {
@@ -317,6 +329,14 @@ impl Metrics {
     ) {
         let labels = [reason, nodepool, capacity_type, "", termination_mode];
         self.nodeclaims_disrupted.with_label_values(&labels).inc();
+    }
+
+    /// A voluntary disruption (or an expiration) of one NodeClaim and its `pods` reschedulable pods:
+    /// `karpenter_nodeclaims_disrupted_total` and `karpenter_pods_disruption_initiated_total` with the
+    /// pool's consolidation policy.
+    pub fn disrupted_by_policy(&self, labels: [&str; 5], pods: usize) {
+        self.nodeclaims_disrupted.with_label_values(&labels).inc();
+        self.disruption.pods_disruption_initiated.with_label_values(&labels).inc_by(pods as u64);
     }
 
     pub fn node_created(&self, nodepool: &str, zone: &str) {

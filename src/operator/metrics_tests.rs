@@ -86,6 +86,16 @@ fn record_everything(m: &Metrics) {
     m.plan_lower_bound.set(0.3);
     m.set_leading("karpenter-leader-election", true);
     m.set_pricing_age("static", Duration::from_secs(5));
+    let d = &m.disruption;
+    d.evaluation_duration.with_label_values(&["underutilized", "single"]).observe(0.2);
+    d.decisions.with_label_values(&["replace", "underutilized", "single"]).inc();
+    d.eligible_nodes.with_label_values(&["drifted"]).set(2.0);
+    d.failed_validations.with_label_values(&["multi"]).inc();
+    d.queue_failures.with_label_values(&["delete", "empty", "empty"]).inc();
+    d.allowed_disruptions.with_label_values(&["general", "empty"]).set(1.0);
+    m.disrupted_by_policy(["underutilized", "general", "spot", "Balanced", "graceful"], 3);
+    d.cluster_price.set(1.5);
+    d.repack_lower_bound.set(1.2);
 }
 
 /// Every metric the issue lists (plus ours), its type and its label names (histograms: of `_count`).
@@ -124,6 +134,31 @@ const EXPECTED: &[(&str, &str, &[&str])] = &[
     ("karpenter_azure_plan_lower_bound_dollars_per_hour", "gauge", &[]),
     ("karpenter_azure_pricing_age_seconds", "gauge", &["source"]),
     ("leader_election_master_status", "gauge", &["name"]),
+    (
+        "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
+        "histogram",
+        &["reason", "consolidation_type"],
+    ),
+    (
+        "karpenter_voluntary_disruption_decisions_total",
+        "counter",
+        &["decision", "reason", "consolidation_type"],
+    ),
+    ("karpenter_voluntary_disruption_eligible_nodes", "gauge", &["reason"]),
+    ("karpenter_voluntary_disruption_failed_validations_total", "counter", &["consolidation_type"]),
+    (
+        "karpenter_voluntary_disruption_queue_failures_total",
+        "counter",
+        &["decision", "reason", "consolidation_type"],
+    ),
+    ("karpenter_nodepools_allowed_disruptions", "gauge", &["nodepool", "reason"]),
+    (
+        "karpenter_pods_disruption_initiated_total",
+        "counter",
+        &["reason", "nodepool", "capacity_type", "consolidation_policy", "termination_mode"],
+    ),
+    ("karpenter_azure_cluster_price_dollars_per_hour", "gauge", &[]),
+    ("karpenter_azure_cluster_repack_lower_bound_dollars_per_hour", "gauge", &[]),
 ];
 
 #[test]

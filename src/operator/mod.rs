@@ -5,6 +5,7 @@
 mod checks;
 pub mod leader;
 pub mod metrics;
+mod metrics_disruption;
 pub mod options;
 pub mod server;
 pub mod settings;

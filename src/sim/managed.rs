@@ -25,7 +25,8 @@ use super::scenario::Scenario;
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::NodeClaim;
 use crate::disruption::{
-    DoNotDisrupt, Drifted, ManagedNode, NodePod, Pdb, PodKind, PoolPolicy, Snapshot, UnmanagedNode,
+    offering_price, DoNotDisrupt, Drifted, ManagedNode, NodePod, Pdb, PodKind, PoolPolicy, Snapshot,
+    UnmanagedNode,
 };
 use crate::model::labels::{
     ANNOTATION_DO_NOT_DISRUPT, LABEL_CAPACITY_TYPE, LABEL_INITIALIZED, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL,
@@ -37,7 +38,7 @@ use crate::state::records::{is_ready, NodeClaimRecord, PdbRecord, ANNOTATION_MIR
 
 /// `controller.kubernetes.io/pod-deletion-cost`: the ReplicaSet controller's scale-down order, which
 /// upstream Karpenter also reads as the cost of evicting the pod.
-pub const ANNOTATION_POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+pub use crate::model::labels::ANNOTATION_POD_DELETION_COST;
 
 /// An object whose disruption attributes cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -141,7 +142,7 @@ pub fn snapshot(
         } else {
             CapacityType::OnDemand
         };
-        let price = price_of(&nodepools, &pool, &instance_type, &zone, capacity_type);
+        let price = offering_price(&nodepools, &pool, &instance_type, &zone, capacity_type);
         if price.is_none() {
             warnings.push(format!(
                 "{}: no price for {instance_type:?} ({}, {zone}) in NodePool {pool:?}; counted at 0 $/h",
@@ -212,7 +213,8 @@ pub fn snapshot(
         snapshot.nodes.push(ManagedNode {
             node: record.in_flight_node(),
             nodeclaim: record.name.clone(),
-            price_per_hour: price_of(&nodepools, &pool, &instance_type, &zone, capacity_type).unwrap_or(0.0),
+            price_per_hour: offering_price(&nodepools, &pool, &instance_type, &zone, capacity_type)
+                .unwrap_or(0.0),
             nodepool: pool,
             instance_type,
             zone,
@@ -230,22 +232,6 @@ pub fn snapshot(
     }
     snapshot.nodepools = nodepools;
     Ok(snapshot)
-}
-
-fn price_of(
-    pools: &[PoolPolicy],
-    pool: &str,
-    instance_type: &str,
-    zone: &str,
-    ct: CapacityType,
-) -> Option<f64> {
-    let types = pools.iter().find(|p| p.name == pool)?.solver.as_ref()?.instance_types.clone();
-    let it = types.iter().find(|t| t.name == instance_type)?;
-    it.offerings
-        .iter()
-        .find(|o| o.zone == zone && o.capacity_type == ct)
-        .map(|o| o.price)
-        .or_else(|| it.price(ct))
 }
 
 /// A running pod with its disruption attributes from its manifest (defaults when the pod came from a

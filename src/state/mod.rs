@@ -14,6 +14,7 @@
 //! `managedFields` and status noise.
 
 mod cluster;
+mod disruption;
 pub mod records;
 mod snapshot;
 // The simulator's tests reuse the small cluster fixture to compare their assembly with the snapshot.

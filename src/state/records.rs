@@ -14,7 +14,8 @@ use crate::apis::conditions::{self, Condition, ConditionStatus};
 use crate::apis::{NodeClaim, Taint};
 use crate::disruption::Drifted;
 use crate::model::labels::{
-    ANNOTATION_DO_NOT_DISRUPT, LABEL_INITIALIZED, LABEL_NODEPOOL, TAINT_UNREGISTERED,
+    ANNOTATION_DO_NOT_DISRUPT, ANNOTATION_POD_DELETION_COST, LABEL_INITIALIZED, LABEL_NODEPOOL,
+    TAINT_UNREGISTERED,
 };
 use crate::model::requirements::Requirements;
 use crate::model::resources::Resources;
@@ -80,6 +81,13 @@ pub struct PodRecord {
     pub deleting: bool,
     /// The raw `karpenter.sh/do-not-disrupt` value (`true` or, since upstream v1.12, a duration).
     pub do_not_disrupt: Option<String>,
+    /// `spec.priority`, which weighs the pod's eviction cost.
+    pub priority: i32,
+    /// `controller.kubernetes.io/pod-deletion-cost` (0 when absent or not a 32-bit integer, as the
+    /// ReplicaSet controller reads it).
+    pub deletion_cost: i32,
+    /// `status.startTime`, from which a do-not-disrupt duration counts.
+    pub started: Option<Timestamp>,
     /// `metadata.uid`, so events about the pod show in `kubectl describe pod`.
     pub uid: Option<String>,
     /// The PersistentVolumeClaims its volumes name; their zones are looked up at snapshot time.
@@ -121,6 +129,12 @@ impl PodRecord {
             mirror: annotations.is_some_and(|a| a.contains_key(ANNOTATION_MIRROR_POD)),
             deleting: p.metadata.deletion_timestamp.is_some(),
             do_not_disrupt: annotations.and_then(|a| a.get(ANNOTATION_DO_NOT_DISRUPT).cloned()),
+            priority: p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
+            deletion_cost: annotations
+                .and_then(|a| a.get(ANNOTATION_POD_DELETION_COST))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            started: status.and_then(|s| s.start_time.as_ref()).map(|t| t.0),
             uid: p.metadata.uid.clone(),
             volume_claims: p
                 .spec
@@ -170,6 +184,8 @@ pub struct NodeRecord {
     /// Labelled `karpenter.sh/initialized=true` by the NodeClaim lifecycle.
     pub initialized: bool,
     pub deleting: bool,
+    /// Annotated `karpenter.sh/do-not-disrupt: "true"`: never voluntarily disrupted.
+    pub do_not_disrupt: bool,
     /// `status.nodeInfo.kubeletVersion` (`v1.34.4`), for Kubernetes-version drift.
     pub kubelet_version: Option<String>,
 }
@@ -192,6 +208,12 @@ impl NodeRecord {
             ready,
             unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
             deleting: n.metadata.deletion_timestamp.is_some(),
+            do_not_disrupt: n
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION_DO_NOT_DISRUPT))
+                .is_some_and(|v| v == "true"),
             kubelet_version: n
                 .status
                 .as_ref()

@@ -25,8 +25,9 @@ const CLUSTER_RULES: &[(&str, &str, &[&str])] = &[
     ("", "pods/eviction", &["create"]),
     // watch.rs, lifecycle.rs (registration, initialization, finalize), termination.rs taints, gc.rs.
     ("", "nodes", &["get", "list", "watch", "patch", "delete"]),
-    // provisioning.rs creates, lifecycle.rs finalizes and times out, gc.rs collects.
-    ("karpenter.sh", "nodeclaims", &["list", "watch", "create", "patch", "delete"]),
+    // provisioning.rs creates, lifecycle.rs finalizes and times out, gc.rs collects; disruption/
+    // creates replacements, reads conditions before DisruptionReason, deletes disrupted and expired.
+    ("karpenter.sh", "nodeclaims", &["get", "list", "watch", "create", "patch", "delete"]),
     // lifecycle.rs conditions.
     ("karpenter.sh", "nodeclaims/status", &["patch"]),
     // watch.rs.
@@ -184,7 +185,6 @@ async fn the_service_account_token_may_do_exactly_that_in_the_cluster() {
         ("", "configmaps", "list"),
         ("", "serviceaccounts/token", "create"),
         ("", "events", "create"),
-        ("karpenter.sh", "nodeclaims", "get"),
         ("karpenter.sh", "nodeclaims", "update"),
         ("karpenter.sh", "nodepools", "patch"),
         ("karpenter.sh", "nodepools", "delete"),

@@ -1,0 +1,184 @@
+//! What a disruption pass tells the outside: Prometheus metrics (upstream names, see
+//! [`crate::operator::metrics::DisruptionMetrics`]) and Kubernetes Events on Nodes and NodeClaims
+//! (`DisruptionBlocked` with the pod, PDB or budget that blocks, `Disrupting`, `Expired`).
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::execute::disrupting_events;
+use super::{reason_label, Shared};
+use crate::apis::duration::NillableDuration;
+use crate::apis::nodepool::DisruptionReason;
+use crate::controllers::events;
+use crate::controllers::metrics::termination_mode_of;
+use crate::disruption::budgets::allowances;
+use crate::disruption::candidates::check;
+use crate::disruption::{BlockReason, Command, Decisions, Expired, Method, Snapshot};
+use crate::operator::metrics::{self as operator_metrics, consolidation_type, decision};
+
+const REASONS: [DisruptionReason; 3] =
+    [DisruptionReason::Empty, DisruptionReason::Drifted, DisruptionReason::Underutilized];
+
+fn consolidation_type_of(method: Method) -> &'static str {
+    match method {
+        Method::Emptiness => consolidation_type::EMPTY,
+        Method::Drift => consolidation_type::NONE,
+        Method::MultiNodeConsolidation => consolidation_type::MULTI,
+        Method::SingleNodeConsolidation => consolidation_type::SINGLE,
+    }
+}
+
+fn decision_of(command: &Command) -> &'static str {
+    if command.replacements.is_empty() {
+        decision::DELETE
+    } else {
+        decision::REPLACE
+    }
+}
+
+/// The metrics and events of one pass's decisions.
+pub fn decisions<C>(
+    shared: &Shared<C>,
+    snapshot: &Snapshot,
+    decisions: &Decisions,
+    now: Timestamp,
+    took: Duration,
+) {
+    let m = &operator_metrics::get().disruption;
+    let (reason, kind) = decisions
+        .commands
+        .first()
+        .map_or(("", ""), |c| (reason_label(c.reason), consolidation_type_of(c.method)));
+    m.evaluation_duration.with_label_values(&[reason, kind]).observe(took.as_secs_f64());
+    for c in &decisions.commands {
+        m.decisions
+            .with_label_values(&[decision_of(c), reason_label(c.reason), consolidation_type_of(c.method)])
+            .inc();
+    }
+    for reason in REASONS {
+        let eligible = snapshot.nodes.iter().filter(|n| check(snapshot, n, reason, now).is_ok()).count();
+        m.eligible_nodes.with_label_values(&[reason_label(reason)]).set(eligible as f64);
+        for (pool, allowance) in allowances(snapshot, reason, now) {
+            let pool_nodes = snapshot.nodes.iter().filter(|n| n.nodepool == pool).count();
+            let allowed = allowance.remaining.unwrap_or(pool_nodes);
+            m.allowed_disruptions.with_label_values(&[&pool, reason_label(reason)]).set(allowed as f64);
+        }
+    }
+    m.cluster_price.set(decisions.cluster_price_per_hour);
+    m.repack_lower_bound.set(decisions.repack_lower_bound_per_hour);
+    let mut out = vec![];
+    for blocked in &decisions.blocked {
+        let Some((blocker, why)) = event_worthy(&blocked.reason) else { continue };
+        out.push((events::disruption_blocked(blocker, &why), events::node_ref(&blocked.node)));
+        if let Some(n) = snapshot.nodes.iter().find(|n| n.node.name == blocked.node && !n.node.in_flight) {
+            out.push((events::disruption_blocked(blocker, &why), events::nodeclaim_ref(&n.nodeclaim)));
+        }
+    }
+    shared.events.spawn_all(out);
+    tracing::debug!(
+        commands = decisions.commands.len(),
+        blocked = decisions.blocked.len(),
+        price_per_hour = decisions.cluster_price_per_hour,
+        repack_lower_bound_per_hour = decisions.repack_lower_bound_per_hour,
+        took_ms = took.as_millis() as u64,
+        "disruption pass"
+    );
+}
+
+/// The blocker kind and text of a `DisruptionBlocked` event, for reasons a user can act on (a pod, a
+/// PDB, a budget, an annotation); routine states (not initialized, utilized, consolidateAfter running)
+/// publish none. The text stays the same from pass to pass, so the recorder folds repeats.
+pub fn event_worthy(reason: &BlockReason) -> Option<(&'static str, String)> {
+    let blocker = match reason {
+        BlockReason::NodeDoNotDisrupt => "NodeDoNotDisrupt",
+        BlockReason::Pdb { .. } | BlockReason::MultiplePdbs { .. } => "PodDisruptionBudget",
+        BlockReason::Budget { .. } => "DisruptionBudget",
+        BlockReason::SpotToSpotDisabled => "SpotToSpotDisabled",
+        BlockReason::UnknownNodePool { .. } => "UnknownNodePool",
+        BlockReason::PodDoNotDisrupt { pod, .. } => {
+            return Some(("PodDoNotDisrupt", format!("pod {pod} has karpenter.sh/do-not-disrupt")));
+        }
+        _ => return None,
+    };
+    Some((blocker, reason.to_string()))
+}
+
+pub fn failed_validation(command: &Command) {
+    let m = &operator_metrics::get().disruption;
+    m.failed_validations.with_label_values(&[consolidation_type_of(command.method)]).inc();
+}
+
+pub fn queue_failure(command: &Command) {
+    let m = &operator_metrics::get().disruption;
+    m.queue_failures
+        .with_label_values(&[
+            decision_of(command),
+            reason_label(command.reason),
+            consolidation_type_of(command.method),
+        ])
+        .inc();
+}
+
+/// `Disrupting` on every candidate Node and NodeClaim.
+pub fn started<C>(shared: &Shared<C>, command: &Command, replacements: &[String]) {
+    let note = disrupting_events(command, replacements);
+    let mut out = vec![];
+    for node in &command.candidates {
+        out.push((events::disrupting(&note), events::node_ref(node)));
+        if let Some(claim) = super::execute::claim_of(shared, node) {
+            out.push((events::disrupting(&note), events::nodeclaim_ref(&claim)));
+        }
+    }
+    shared.events.spawn_all(out);
+}
+
+/// `karpenter_nodeclaims_disrupted_total` and `karpenter_pods_disruption_initiated_total` for one
+/// deleted candidate.
+pub fn disrupted<C>(shared: &Shared<C>, command: &Command, node: &str, claim: &str) {
+    let cluster = shared.cluster();
+    let record = cluster.nodeclaim(claim);
+    let nodepool = record.and_then(|c| c.nodepool.clone()).unwrap_or_default();
+    let capacity_type = record
+        .and_then(|c| c.labels.get(crate::model::labels::LABEL_CAPACITY_TYPE).cloned())
+        .unwrap_or_default();
+    let pool = cluster.nodepool(&nodepool);
+    let policy = pool.map(|p| policy_label(p.spec.disruption.consolidation_policy)).unwrap_or("");
+    let mode =
+        termination_mode_of(pool.and_then(|p| p.spec.template.spec.termination_grace_period.as_deref()));
+    let pods = cluster
+        .pods_on_node(node)
+        .filter(|p| !p.is_daemonset_pod() && !p.mirror && !p.phase.is_terminal())
+        .count();
+    let labels = [reason_label(command.reason), nodepool.as_str(), capacity_type.as_str(), policy, mode];
+    operator_metrics::get().disrupted_by_policy(labels, pods);
+}
+
+/// An expired NodeClaim was deleted: the metrics as upstream's `expired` reason, and `Expired` events.
+pub fn expired<C>(shared: &Shared<C>, snapshot: &Snapshot, e: &Expired) {
+    let node = snapshot.nodes.iter().find(|n| n.nodeclaim == e.nodeclaim);
+    let pool = snapshot.nodepools.iter().find(|p| p.name == e.nodepool);
+    let expire_after = match pool.map(|p| &p.expire_after) {
+        Some(NillableDuration::After(d)) => crate::disruption::command::human(*d),
+        _ => String::new(),
+    };
+    let (capacity_type, pods) = node
+        .map_or(("", 0), |n| (n.capacity_type.as_str(), n.pods.iter().filter(|p| p.reschedulable()).count()));
+    let policy = pool.map(|p| policy_label(p.consolidation_policy)).unwrap_or("");
+    let labels = ["expired", e.nodepool.as_str(), capacity_type, policy, "forceful"];
+    operator_metrics::get().disrupted_by_policy(labels, pods);
+    let mut out = vec![(events::expired(&expire_after), events::nodeclaim_ref(&e.nodeclaim))];
+    if node.is_some_and(|n| !n.node.in_flight) {
+        out.push((events::expired(&expire_after), events::node_ref(&e.node)));
+    }
+    shared.events.spawn_all(out);
+}
+
+fn policy_label(policy: crate::apis::nodepool::ConsolidationPolicy) -> &'static str {
+    use crate::apis::nodepool::ConsolidationPolicy::*;
+    match policy {
+        WhenEmpty => "WhenEmpty",
+        WhenEmptyOrUnderutilized => "WhenEmptyOrUnderutilized",
+        Balanced => "Balanced",
+    }
+}

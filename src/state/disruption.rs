@@ -1,0 +1,197 @@
+//! The index as disruption input: a [`disruption::Snapshot`] built from the same solver input the
+//! provisioner uses ([`Cluster::snapshot`]), so both loops see one cluster.
+//!
+//! - managed nodes: Nodes with a NodeClaim and a NodePool (label, else the claim's), with the offering's
+//!   price from the pool's catalog, the claim's lifecycle times and `Drifted` condition, and their pods;
+//!   NodeClaims still in flight join as in-flight nodes (never candidates, but they count for budgets
+//!   and as destinations);
+//! - nodes being deleted, nodes whose claim is being deleted, and nodes of a command in flight
+//!   (`disrupting`) are `marked_for_deletion`: they use up budgets and their pods need a new place;
+//! - unmanaged nodes are destinations only; pending pods keep their room; PDBs carry
+//!   `status.disruptionsAllowed` as kube-controller-manager computed it.
+//!
+//! A pod's `karpenter.sh/do-not-disrupt` that is neither `"true"` nor a duration protects the pod
+//! (the safe reading: the user meant to protect it).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use crate::apis::{AKSNodeClass, NodePool};
+use crate::disruption::{
+    offering_price, DoNotDisrupt, ManagedNode, NodePod, Pdb, PodKind, PolicyError, PoolPolicy, Snapshot,
+    UnmanagedNode,
+};
+use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE, TAINT_DISRUPTED};
+use crate::model::{CapacityType, InstanceType};
+use crate::scheduling::{ExistingNode, SolveOptions};
+
+use super::records::{NodeClaimRecord, NodeRecord, PodRecord};
+use super::Cluster;
+
+impl Cluster {
+    /// Disruption input from the current index. `catalog` is the provisioner's; `disrupting` names the
+    /// nodes of commands this controller is executing (marked for deletion even before their taint is
+    /// seen). Pools whose disruption settings cannot be read are left out (their nodes are then
+    /// blocked as of an unknown pool) and returned beside the snapshot.
+    pub fn disruption_snapshot(
+        &self,
+        catalog: &impl Fn(&NodePool, Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>>,
+        options: SolveOptions,
+        disrupting: &BTreeSet<String>,
+    ) -> (Snapshot, Vec<PolicyError>) {
+        let input = self.snapshot(catalog, options);
+        let mut errors = vec![];
+        let mut nodepools = vec![];
+        for pool in self.nodepools() {
+            let name = pool.metadata.name.as_deref().unwrap_or_default();
+            let solver = input.nodepools.iter().find(|p| p.name == name).cloned();
+            match PoolPolicy::from_nodepool(pool, solver) {
+                Ok(policy) => nodepools.push(policy),
+                Err(e) => errors.push(e),
+            }
+        }
+        let mut snapshot = Snapshot {
+            pending: input.pods,
+            daemonsets: input.daemonsets,
+            solve_options: input.options,
+            nodepools,
+            pdbs: self
+                .pdbs()
+                .map(|r| Pdb {
+                    namespace: r.namespace.clone(),
+                    name: r.name.clone(),
+                    selector: r.selector.clone(),
+                    disruptions_allowed: r.disruptions_allowed,
+                })
+                .collect(),
+            ..Snapshot::default()
+        };
+        let active: BTreeSet<&str> = input.nodes.iter().map(|n| n.name.as_str()).collect();
+        for existing in &input.nodes {
+            if existing.in_flight {
+                if let Some(claim) = self.nodeclaim(&existing.name) {
+                    let managed =
+                        self.managed(existing.clone(), None, claim, &snapshot.nodepools, disrupting);
+                    snapshot.nodes.extend(managed);
+                }
+                continue;
+            }
+            let Some(node) = self.node(&existing.name) else { continue };
+            match self.claim_of(node) {
+                Some(claim) => {
+                    let managed =
+                        self.managed(existing.clone(), Some(node), claim, &snapshot.nodepools, disrupting);
+                    snapshot.nodes.extend(managed);
+                }
+                None => snapshot.unmanaged.push(UnmanagedNode {
+                    node: existing.clone(),
+                    pods: self.live_pods(&existing.name).map(|p| p.pod.clone()).collect(),
+                }),
+            }
+        }
+        // Nodes the solver input leaves out because they (or their claims) are being deleted: they
+        // still use up budgets, and their pods still need a place.
+        for (node, claim) in self.nodes() {
+            let (Some(claim), false) = (claim, active.contains(node.name())) else { continue };
+            let managed = self.managed(node.node.clone(), Some(node), claim, &snapshot.nodepools, disrupting);
+            snapshot.nodes.extend(managed);
+        }
+        (snapshot, errors)
+    }
+
+    /// Pods that must move because their node is being deleted (expired, disrupted, or deleted by
+    /// hand): not DaemonSet or mirror pods, not terminal, not being deleted themselves. Provisioning
+    /// plans capacity for them before they are evicted, as upstream's provisioner does for pods on
+    /// deleting nodes, so an expired node's pods find room as soon as the drain lets them go.
+    pub fn pods_of_deleting_nodes(&self) -> Vec<crate::scheduling::Pod> {
+        self.nodes()
+            .filter(|(node, claim)| node.deleting || claim.is_some_and(|c| c.deleting))
+            .flat_map(|(node, _)| self.live_pods(node.name()))
+            .filter(|p| !p.is_daemonset_pod() && !p.mirror)
+            .map(|p| crate::scheduling::Pod {
+                node_name: None,
+                volume_zones: self.volume_zones(p),
+                ..p.pod.clone()
+            })
+            .collect()
+    }
+
+    /// Pods bound to `node` that still hold resources and are not leaving already.
+    fn live_pods<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a PodRecord> + 'a {
+        self.pods_on_node(node).filter(|p| !p.phase.is_terminal() && !p.deleting)
+    }
+
+    /// The managed node for `claim` (and its Node once registered); `None` without a NodePool.
+    fn managed(
+        &self,
+        existing: ExistingNode,
+        node: Option<&NodeRecord>,
+        claim: &NodeClaimRecord,
+        pools: &[PoolPolicy],
+        disrupting: &BTreeSet<String>,
+    ) -> Option<ManagedNode> {
+        let nodepool = existing.nodepool.clone().or_else(|| claim.nodepool.clone())?;
+        let label = |key: &str| {
+            existing.labels.get(key).or_else(|| claim.labels.get(key)).cloned().unwrap_or_default()
+        };
+        let instance_type = label(LABEL_INSTANCE_TYPE);
+        let zone = label(LABEL_ZONE);
+        let capacity_type =
+            if label(LABEL_CAPACITY_TYPE) == "spot" { CapacityType::Spot } else { CapacityType::OnDemand };
+        let price = offering_price(pools, &nodepool, &instance_type, &zone, capacity_type).unwrap_or(0.0);
+        let tainted = existing.taints.iter().any(|t| t.key == TAINT_DISRUPTED);
+        let marked = claim.deleting
+            || node.is_some_and(|n| n.deleting)
+            || disrupting.contains(&existing.name)
+            || tainted;
+        let created = claim.created.as_ref().map(|t| t.0).unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let initialized = claim
+            .initialized_at
+            .or_else(|| (claim.initialized || node.is_some_and(|n| n.initialized)).then_some(created));
+        let pods = node.map(|n| self.live_pods(n.name()).map(node_pod).collect()).unwrap_or_default();
+        Some(ManagedNode {
+            nodeclaim: claim.name.clone(),
+            nodepool,
+            instance_type,
+            zone,
+            capacity_type,
+            price_per_hour: price,
+            created,
+            initialized,
+            last_pod_event: claim.last_pod_event,
+            drifted: claim.drifted.clone(),
+            do_not_disrupt: node.is_some_and(|n| n.do_not_disrupt)
+                || claim
+                    .annotations
+                    .get(crate::model::labels::ANNOTATION_DO_NOT_DISRUPT)
+                    .is_some_and(|v| v == "true"),
+            // The provisioner's plans count in-flight capacity and pending pods; a node it just chose
+            // for pending pods keeps them in the simulation through `pending`.
+            nominated: false,
+            marked_for_deletion: marked,
+            ready: node.is_some_and(|n| n.ready),
+            pods,
+            node: existing,
+        })
+    }
+}
+
+/// A bound pod with what disruption weighs: priority, deletion cost, do-not-disrupt, start time, kind.
+fn node_pod(p: &PodRecord) -> NodePod {
+    let kind = if p.mirror {
+        PodKind::Mirror
+    } else if p.is_daemonset_pod() {
+        PodKind::DaemonSet
+    } else {
+        PodKind::Workload
+    };
+    NodePod {
+        pod: p.pod.clone(),
+        priority: p.priority,
+        deletion_cost: p.deletion_cost,
+        do_not_disrupt: DoNotDisrupt::from_annotation(p.do_not_disrupt.as_deref())
+            .unwrap_or(DoNotDisrupt::Always),
+        started: p.started,
+        kind,
+    }
+}
