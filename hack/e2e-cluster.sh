@@ -106,6 +106,10 @@ E2E_APISERVER_NAME="${E2E_APISERVER_NAME:-e2e-cluster-dns.hcp.eastus.azmk8s.io}"
 # Which nodes kwok manages (it fakes their kubelet). Default: every node, since no real kubelet exists.
 # E.g. E2E_KWOK_MANAGE='--manage-nodes-with-label-selector=karpenter.sh/nodepool'
 KWOK_MANAGE="${E2E_KWOK_MANAGE:---manage-all-nodes=true}"
+# Nodes kwok leaves the status of alone, so a test can make one NotReady as a stopped kubelet would
+# (kwok otherwise sets it Ready again at once); kwok still renews their Lease. kwok marks the flag
+# deprecated in favour of Stage selectors; when it goes, add the same selector to the node stages.
+KWOK_DISREGARD="${E2E_KWOK_DISREGARD:---disregard-status-with-annotation-selector=e2e.karpenter-azure.io/kubelet-stopped=true}"
 START_TIMEOUT="${E2E_START_TIMEOUT:-90}"
 # E2E_APISERVER_EXTRA_ARGS: extra kube-apiserver flags (e.g. --feature-gates=...), split on whitespace.
 # E2E_CLUSTER_WATCH_PID: stop the cluster automatically once this process (e.g. the test runner) exits.
@@ -391,8 +395,8 @@ cmd_start() {
     --authentication-kubeconfig="$dir/kube-scheduler.kubeconfig" \
     --authorization-kubeconfig="$dir/kube-scheduler.kubeconfig" \
     --leader-elect=false --bind-address=127.0.0.1 --secure-port="$sched_port"
-  # shellcheck disable=SC2086 # KWOK_MANAGE may hold one flag with its value
-  launch "$dir" kwok --kubeconfig="$dir/kwok.kubeconfig" --config="$dir/kwok.yaml" $KWOK_MANAGE \
+  # shellcheck disable=SC2086 # KWOK_MANAGE and KWOK_DISREGARD may each hold one flag with its value
+  launch "$dir" kwok --kubeconfig="$dir/kwok.kubeconfig" --config="$dir/kwok.yaml" $KWOK_MANAGE $KWOK_DISREGARD \
     --cidr="$POD_CIDR" --node-ip=10.240.0.1 --node-lease-duration-seconds=40 \
     --server-address="127.0.0.1:$kwok_port"
 

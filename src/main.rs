@@ -184,6 +184,7 @@ async fn start_controller(validated: karpenter_azure::operator::Validated) -> an
             karpenter_azure::operator::leader::identity(),
         )
     });
+    start::log_feature_gates(&validated);
     controllers::run(client, evictions, cloud, catalog, start::settings(&validated), election).await?;
     Ok(())
 }

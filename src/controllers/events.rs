@@ -52,8 +52,12 @@ pub mod reason {
     pub const DISRUPTION_BLOCKED: &str = "DisruptionBlocked";
     pub const DISRUPTING: &str = "Disrupting";
     pub const EXPIRED: &str = "Expired";
+    pub const AWAITING_VOLUME_DETACHMENT: &str = "AwaitingVolumeDetachment";
+    pub const UNHEALTHY: &str = "Unhealthy";
+    pub const NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
+    pub const INTERRUPTED: &str = "Interrupted";
 
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 19] = [
         NOMINATED,
         FAILED_SCHEDULING,
         LAUNCHED,
@@ -69,6 +73,10 @@ pub mod reason {
         DISRUPTION_BLOCKED,
         DISRUPTING,
         EXPIRED,
+        AWAITING_VOLUME_DETACHMENT,
+        UNHEALTHY,
+        NODE_REPAIR_BLOCKED,
+        INTERRUPTED,
     ];
 }
 
@@ -207,6 +215,43 @@ pub fn eviction_blocked(node: &str, blocked: usize) -> Event {
 /// On a NodeClaim: its Nodes are drained; the VM is deleted next.
 pub fn drained() -> Event {
     event(EventType::Normal, reason::DRAINED, "Drain", "Drained; deleting the instance".to_string())
+}
+
+/// On a NodeClaim: its Node is drained but VolumeAttachments remain; the VM waits for them (upstream
+/// `NodeAwaitingVolumeDetachmentEvent`).
+pub fn awaiting_volume_detachment(node: &str, attachments: &[String]) -> Event {
+    event(
+        EventType::Normal,
+        reason::AWAITING_VOLUME_DETACHMENT,
+        "Drain",
+        format!("Awaiting deletion of VolumeAttachments bound to node {node}: {}", attachments.join(", ")),
+    )
+}
+
+/// On a NodeClaim: its Node has been unhealthy past the toleration, so node repair deletes it at once.
+pub fn unhealthy(node: &str, condition: &str, since: &str) -> Event {
+    event(
+        EventType::Warning,
+        reason::UNHEALTHY,
+        "Repair",
+        format!("Node {node} has had {condition} since {since}; deleting the nodeclaim to replace it"),
+    )
+}
+
+/// On a NodeClaim: its Node is unhealthy but too much of its NodePool is, so it is not repaired
+/// (upstream `NodeRepairBlocked`).
+pub fn node_repair_blocked(why: &str) -> Event {
+    event(EventType::Warning, reason::NODE_REPAIR_BLOCKED, "Repair", format!("Cannot repair node: {why}"))
+}
+
+/// On a NodeClaim: Azure evicted its spot VM, so the claim is deleted and its pods provisioned again.
+pub fn interrupted(provider_id: &str) -> Event {
+    event(
+        EventType::Warning,
+        reason::INTERRUPTED,
+        "Delete",
+        format!("Spot instance {provider_id} was evicted; deleting the nodeclaim"),
+    )
 }
 
 /// On a NodeClaim: its VM is gone, so the claim is deleted.
@@ -418,6 +463,14 @@ mod tests {
             (disruption_blocked("Budget", "x"), reason::DISRUPTION_BLOCKED, EventType::Normal),
             (disrupting("x"), reason::DISRUPTING, EventType::Normal),
             (expired("720h"), reason::EXPIRED, EventType::Normal),
+            (
+                awaiting_volume_detachment("n", &["csi-1".into()]),
+                reason::AWAITING_VOLUME_DETACHMENT,
+                EventType::Normal,
+            ),
+            (unhealthy("n", "Ready=False", "t"), reason::UNHEALTHY, EventType::Warning),
+            (node_repair_blocked("x"), reason::NODE_REPAIR_BLOCKED, EventType::Warning),
+            (interrupted("id"), reason::INTERRUPTED, EventType::Warning),
         ];
         assert_eq!(cases.len(), reason::ALL.len());
         for (ev, reason, type_) in cases {

@@ -8,7 +8,9 @@
 //!   they were found orphaned by two sweeps in a row (a NIC has no creation time; the second look covers a
 //!   launch whose NodeClaim the index has not seen yet);
 //! - NodeClaims that launched (have a providerID) but whose VM is gone (`CloudProvider::get` says
-//!   NotFound) are deleted, so their pods are provisioned again.
+//!   NotFound) are deleted, so their pods are provisioned again. This does not wait for the Node to go
+//!   NotReady (upstream core does), so an evicted spot VM is replaced within one sweep; a spot claim counts
+//!   as `karpenter_nodeclaims_disrupted_total{reason="interruption"}`, any other as `garbage_collected`.
 //!
 //! Nothing happens until the index is synced. The decision is [`decide`], pure over plain lists and `now`.
 //!
@@ -22,18 +24,23 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::DeleteParams;
-use kube::Api;
+use kube::runtime::events::Event;
+use kube::{Api, ResourceExt};
 
 use super::{events, metrics, ControllerError, Shared};
 use crate::apis::NodeClaim;
 use crate::cloud::azure::naming;
 use crate::cloud::{CloudError, CloudProvider, Instance};
+use crate::model::labels::{CAPACITY_TYPE_SPOT, LABEL_CAPACITY_TYPE};
 use crate::operator::metrics::{controller, in_controller};
 
 /// Upstream's instance GC period.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2 * 60);
 /// Upstream's minimum age of an instance before it may be collected.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(5 * 60);
+/// `karpenter_nodeclaims_disrupted_total` reasons of a claim whose VM is gone.
+pub const REASON_INTERRUPTION: &str = "interruption";
+pub const REASON_GARBAGE_COLLECTED: &str = "garbage_collected";
 
 /// What GC needs to know of one NodeClaim.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,24 +185,42 @@ async fn sweep<C: CloudProvider + 'static>(
             Err(error) if error.is_retryable() => return Err(error.into()),
             Err(_) => continue,
         }
+        // The lifecycle may have deleted it meanwhile (its Node went with the VM); count it once.
+        if shared.cluster().nodeclaim(&claim).is_none_or(|c| c.deleting) {
+            continue;
+        }
         tracing::info!(nodeclaim = %claim, %provider_id, "garbage collecting NodeClaim whose VM is gone");
         match api.delete(&claim, &DeleteParams::default()).await {
             Ok(deleted) => {
                 // With our finalizer the API returns the object (now deleting), whose UID the event wants
                 // and whose labels the metric takes. Without it (not ours to finalize) there is neither.
-                let deleted = deleted.left();
-                if let Some(object) = &deleted {
-                    metrics::nodeclaim_disrupted(metrics::get(), object, "garbage_collected");
-                }
-                let reference = deleted
-                    .map_or_else(|| events::nodeclaim_ref(&claim), |o| kube::Resource::object_ref(&o, &()));
-                shared.events.publish(events::garbage_collected(&provider_id), reference).await;
+                let (reference, event) = match deleted.left() {
+                    Some(object) => {
+                        let (reason, event) = vanished(&object, &provider_id);
+                        metrics::nodeclaim_disrupted(metrics::get(), &object, reason);
+                        (kube::Resource::object_ref(&object, &()), event)
+                    }
+                    None => (events::nodeclaim_ref(&claim), events::garbage_collected(&provider_id)),
+                };
+                shared.events.publish(event, reference).await;
             }
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(e.into()),
         }
     }
     Ok(next)
+}
+
+/// Why a launched claim whose VM is gone is deleted, and the event that says so: Azure evicts spot VMs
+/// (eviction policy Delete), so a spot claim was interrupted (upstream's `interruption`, the reason the
+/// AWS provider's interruption controller gives); any other was lost (`garbage_collected`).
+pub fn vanished(claim: &NodeClaim, provider_id: &str) -> (&'static str, Event) {
+    let spot = claim.labels().get(LABEL_CAPACITY_TYPE).is_some_and(|c| c == CAPACITY_TYPE_SPOT);
+    if spot {
+        (REASON_INTERRUPTION, events::interrupted(provider_id))
+    } else {
+        (REASON_GARBAGE_COLLECTED, events::garbage_collected(provider_id))
+    }
 }
 
 /// Deletes Nodes with this providerID that no NodeClaim owns (a NodeClaim's Node goes with its claim).
@@ -289,6 +314,23 @@ mod tests {
             ["aks-lonely", "aks-withvm", "aks-withclaim", "not-ours"].iter().map(|s| s.to_string()).collect();
         let d = decide(&[claim("withclaim", None)], &[vm("withvm", NEW, "Succeeded")], &nics, now(), GRACE);
         assert_eq!(d.nics, ["aks-lonely"]);
+    }
+
+    #[test]
+    fn a_vanished_spot_vm_was_interrupted_any_other_was_lost() {
+        let claim = |capacity_type: &str| -> NodeClaim {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": "c", "labels": {"karpenter.sh/capacity-type": capacity_type}},
+                "spec": {"nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "d"},
+                         "requirements": []}
+            }))
+            .unwrap()
+        };
+        let (reason, event) = vanished(&claim("spot"), "id");
+        assert_eq!((reason, event.reason.as_str()), ("interruption", events::reason::INTERRUPTED));
+        let (reason, event) = vanished(&claim("on-demand"), "id");
+        assert_eq!((reason, event.reason.as_str()), ("garbage_collected", events::reason::GARBAGE_COLLECTED));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -131,7 +131,16 @@ async fn step<C: CloudProvider + 'static>(
     let node_deleting =
         status.node_name.as_deref().and_then(|n| shared.cluster().node(n).map(|n| n.deleting));
     if node_deleting == Some(true) {
-        return delete_claim(&api, claim, NODE_DELETED).await;
+        // Azure's node manager deletes the Node of a VM that is gone: for a spot VM, an eviction.
+        let reason = match shared.cloud.get(&provider_id).await {
+            Err(CloudError::NotFound(_)) => {
+                let (reason, event) = super::gc::vanished(claim, &provider_id);
+                shared.events.on_claim(claim, event).await;
+                reason
+            }
+            _ => NODE_DELETED,
+        };
+        return delete_claim(&api, claim, reason).await;
     }
     if !conditions::is_true(&status.conditions, conditions::INITIALIZED) {
         return initialize(claim, shared, &api).await;
@@ -193,7 +202,13 @@ async fn delete_claim(
     reason: &'static str,
 ) -> Result<Action, ControllerError> {
     tracing::info!(nodeclaim = %claim.name_any(), reason, "deleting nodeclaim");
-    match api.delete(&claim.name_any(), &DeleteParams::default()).await {
+    // Guarded by the version the decision was made on: a claim someone deleted (or changed) meanwhile
+    // is not deleted, nor counted, twice.
+    let params = DeleteParams {
+        preconditions: Some(Preconditions { uid: claim.uid(), resource_version: claim.resource_version() }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&claim.name_any(), &params).await {
         Ok(_) => {
             if reason != NODE_DELETED {
                 metrics::nodeclaim_disrupted(metrics::get(), claim, reason);
@@ -201,6 +216,7 @@ async fn delete_claim(
             Ok(Action::await_change())
         }
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(Action::await_change()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Action::requeue(WAIT_POLL)),
         Err(e) => Err(e.into()),
     }
 }

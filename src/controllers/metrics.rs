@@ -194,6 +194,21 @@ pub fn nodeclaim_disrupted(m: &Metrics, claim: &NodeClaim, reason: &'static str)
     m.nodeclaim_disrupted(reason, label(LABEL_NODEPOOL), label(LABEL_CAPACITY_TYPE), termination_mode(claim));
 }
 
+/// Node repair deleted the claim, whose Node had `condition`: `karpenter_nodeclaims_unhealthy_disrupted_total`
+/// (and, as upstream, `karpenter_nodeclaims_disrupted_total{reason="unhealthy"}`).
+pub fn nodeclaim_unhealthy_disrupted(m: &Metrics, claim: &NodeClaim, condition: &str) {
+    let label = |key| claim_label(claim, key);
+    let image_id = claim.status.as_ref().and_then(|s| s.image_id.as_deref()).unwrap_or_default();
+    m.nodeclaim_unhealthy_disrupted(condition, label(LABEL_NODEPOOL), label(LABEL_CAPACITY_TYPE), image_id);
+    // Repair sets the termination timestamp to now: the claim goes at once, whatever its grace period.
+    m.nodeclaim_disrupted(
+        "unhealthy",
+        label(LABEL_NODEPOOL),
+        label(LABEL_CAPACITY_TYPE),
+        TERMINATION_FORCEFUL,
+    );
+}
+
 /// The claim's Node registered: `karpenter_nodes_created_total`.
 pub fn node_created(m: &Metrics, claim: &NodeClaim) {
     m.node_created(claim_label(claim, LABEL_NODEPOOL), claim_label(claim, LABEL_ZONE));

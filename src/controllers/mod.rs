@@ -40,6 +40,7 @@ pub mod nodeclass_status;
 pub mod provisioning;
 pub mod recheck;
 pub mod registration;
+pub mod repair;
 pub mod start;
 pub mod status;
 pub mod termination;
@@ -80,12 +81,15 @@ pub struct Settings {
     pub node_resource_group: String,
     /// How long a launched claim waits for its Node ([`lifecycle::REGISTRATION_TIMEOUT`]).
     pub registration_timeout: Duration,
-    /// The disruption decisions' settings (spot-to-spot gate, Balanced threshold, solve caps).
+    /// The disruption decisions' settings: feature gate `SpotToSpotConsolidation` (upstream default off:
+    /// consolidation may replace spot nodes with cheaper spot nodes), the Balanced threshold, solve caps.
     pub disruption: crate::disruption::Options,
     /// Between disruption passes that found nothing to do (upstream: 10 s).
     pub disruption_interval: Duration,
     /// Between deciding a consolidation or emptiness command and validating it (upstream: 15 s).
     pub disruption_validation_delay: Duration,
+    /// Feature gate `NodeRepair` (upstream default off): [`repair`] replaces nodes that stay unhealthy.
+    pub node_repair: bool,
 }
 
 /// Why a controller step failed. `category` is the bounded label for logs, metrics and events.
@@ -132,6 +136,10 @@ pub struct Shared<C> {
     pub events: events::Events,
     /// True while this replica leads; the watches queue provisioning triggers only then.
     pub leading: AtomicBool,
+    /// Nodes and NodeClaims the provisioner planned pods onto, and when: disruption leaves them alone
+    /// for [`provisioning::NOMINATION_WINDOW`] (upstream's nomination), so a node about to receive
+    /// pending pods is not removed as empty in the meantime.
+    pub nominations: Mutex<BTreeMap<String, std::time::Instant>>,
     /// Held (shared) by every unit of leader work, so shutdown can wait for in-flight work to finish
     /// (exclusive) before it releases the lease; see [`leading`].
     pub in_flight: tokio::sync::RwLock<()>,
@@ -142,6 +150,14 @@ impl<C> Shared<C> {
     /// cannot cope with (every update replaces whole records), so a poisoned lock is used as is.
     pub fn cluster(&self) -> MutexGuard<'_, Cluster> {
         self.cluster.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Names (Nodes or NodeClaims) nominated within [`provisioning::NOMINATION_WINDOW`]; older
+    /// nominations are dropped.
+    pub fn nominated(&self) -> std::collections::BTreeSet<String> {
+        let mut map = self.nominations.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, at| at.elapsed() < provisioning::NOMINATION_WINDOW);
+        map.keys().cloned().collect()
     }
 
     /// Marks a unit of leader work (a reconcile, a provisioning round, a sweep) as in flight until the
@@ -172,6 +188,7 @@ pub async fn run<C: CloudProvider + 'static>(
         settings,
         status_changed: Notify::new(),
         failures: Mutex::new(BTreeMap::new()),
+        nominations: Mutex::new(BTreeMap::new()),
         termination: termination::Termination::new(evictions),
         leading: AtomicBool::new(false),
         in_flight: tokio::sync::RwLock::new(()),

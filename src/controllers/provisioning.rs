@@ -24,6 +24,9 @@ use crate::scheduling::{self, Plan, PodId, SolveOptions};
 const RETRIGGER_INTERVAL: Duration = Duration::from_secs(10);
 /// How often a closed batch re-checks the synced gate while claims are launching.
 const SYNC_POLL: Duration = Duration::from_millis(200);
+/// How long a node the plan put pods on stays out of disruption (upstream `state.Cluster`
+/// `nominationPeriod`, 20 s): kube-scheduler binds the pods meanwhile.
+pub const NOMINATION_WINDOW: Duration = Duration::from_secs(20);
 /// Upstream's provider truncates a NodeClaim's instance-type options to 60.
 const MAX_INSTANCE_TYPE_OPTIONS: usize = 60;
 
@@ -187,6 +190,14 @@ enum Target {
 fn pod_events<C>(shared: &Shared<C>, plan: &Plan, mut nominations: Vec<(PodId, Target)>) {
     for (node, pods) in &plan.existing {
         nominations.extend(pods.iter().map(|p| (p.clone(), Target::Existing(node.clone()))));
+    }
+    {
+        let now = Instant::now();
+        let mut nominated = shared.nominations.lock().unwrap_or_else(|p| p.into_inner());
+        for (_, target) in &nominations {
+            let (Target::Claim(name) | Target::Existing(name)) = target;
+            nominated.insert(name.clone(), now);
+        }
     }
     let nominations = events::cap_per_pod(nominations, events::MAX_POD_EVENTS_PER_BATCH);
     let unschedulable = events::cap_per_pod(

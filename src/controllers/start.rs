@@ -178,12 +178,29 @@ pub fn settings(v: &Validated) -> Settings {
         cluster_subnet_id: v.network.vnet_subnet_id.clone(),
         node_resource_group: v.azure.node_resource_group.clone(),
         registration_timeout: env_duration(REGISTRATION_TIMEOUT_ENV, super::lifecycle::REGISTRATION_TIMEOUT),
-        disruption: crate::disruption::Options::default(),
+        disruption: crate::disruption::Options {
+            spot_to_spot_consolidation: v.feature_gates.spot_to_spot_consolidation,
+            ..crate::disruption::Options::default()
+        },
         disruption_interval: env_duration(DISRUPTION_INTERVAL_ENV, DISRUPTION_INTERVAL),
         disruption_validation_delay: env_duration(
             DISRUPTION_VALIDATION_DELAY_ENV,
             DISRUPTION_VALIDATION_DELAY,
         ),
+        node_repair: v.feature_gates.node_repair,
+    }
+}
+
+/// Logs the feature gates in force, and warns about upstream gates that are on but do nothing here.
+pub fn log_feature_gates(v: &Validated) {
+    let gates = &v.feature_gates;
+    tracing::info!(
+        node_repair = gates.node_repair,
+        spot_to_spot_consolidation = gates.spot_to_spot_consolidation,
+        "feature gates"
+    );
+    for gate in &gates.enabled_unimplemented {
+        tracing::warn!(gate = %gate, "feature gate is enabled but not implemented by this controller; it has no effect");
     }
 }
 
@@ -205,9 +222,13 @@ pub const GC_GRACE_ENV: &str = "KARPENTER_GC_GRACE_PERIOD";
 
 /// Hidden override of the registration timeout, so tests of nodes that never join need not wait 15 minutes.
 pub const REGISTRATION_TIMEOUT_ENV: &str = "KARPENTER_REGISTRATION_TIMEOUT";
+/// Hidden override of how long a node may be unhealthy before node repair replaces it (10 minutes).
+pub const REPAIR_TOLERATION_ENV: &str = "KARPENTER_REPAIR_TOLERATION";
+/// Hidden override of how often node repair looks at the nodes (30 seconds).
+pub const REPAIR_INTERVAL_ENV: &str = "KARPENTER_REPAIR_INTERVAL";
 
 /// A duration from a hidden test override; the default when unset, or (with a warning) when malformed.
-fn env_duration(name: &str, default: Duration) -> Duration {
+pub(super) fn env_duration(name: &str, default: Duration) -> Duration {
     match std::env::var(name) {
         Err(_) => default,
         Ok(value) => match crate::apis::duration::parse(&value) {

@@ -1,37 +1,46 @@
-//! Termination (upstream core `node/termination` and `terminator`): a NodeClaim's Node is drained before
-//! its VM is deleted.
+//! Termination (upstream core `node/termination` and `terminator`): a NodeClaim's Node is drained, and
+//! its volumes detached, before its VM is deleted.
 //!
 //! Called from the NodeClaim finalizer in [`super::lifecycle`] (a Node deleted by someone else gets its
 //! claim deleted there, so both paths come through here). Each call is one non-blocking pass:
 //!
 //! 1. taint the Node `karpenter.sh/disrupted:NoSchedule` (and exclude it from external load balancers);
 //! 2. list its pods and decide, with [`super::drain`] (pure, `now` passed in), which to evict and which
-//!    to delete;
+//!    to delete: one tier at a time (non-critical pods, non-critical DaemonSet pods, critical pods,
+//!    critical DaemonSet pods), pods under an active `karpenter.sh/do-not-disrupt` waited for but never
+//!    evicted;
 //! 3. evict through the Eviction API with a UID precondition (404/409 = already gone); a 429 (a
 //!    PodDisruptionBudget refuses) or 500 (several budgets) is retried on a later pass with backoff;
-//! 4. report drained, or the delay after which the caller should requeue.
+//! 4. once no pod is waited for, wait until the Node's VolumeAttachments are gone (upstream
+//!    `awaitVolumeDetachment`: the attach-detach controller removes them once the pods are gone, and
+//!    deleting the VM first would leave the disks attached to a deleted machine), except those of
+//!    volumes that pods staying on the Node use;
+//! 5. report done, or the delay after which the caller should requeue.
 //!
-//! Skipped: DaemonSet and mirror pods, terminal pods, pods tolerating the disrupted taint, pods stuck
-//! terminating for over a minute. Pods annotated `karpenter.sh/do-not-disrupt: "true"` are never evicted;
-//! the drain waits for them. With a `spec.terminationGracePeriod`, the drain ends by
-//! `deletionTimestamp + terminationGracePeriod`: each remaining pod is deleted directly (bypassing PDBs and
-//! do-not-disrupt) at `deadline − its terminationGracePeriodSeconds`, its grace clamped to the time left,
-//! and once the deadline has passed nothing is waited for.
+//! With a termination deadline (`deletionTimestamp + spec.terminationGracePeriod`, or the
+//! `karpenter.sh/nodeclaim-termination-timestamp` node repair sets), the drain ends by it: each remaining
+//! pod is deleted directly (bypassing tiers, PDBs and do-not-disrupt) at `deadline − its
+//! terminationGracePeriodSeconds`, its grace clamped to the time left; once the deadline has passed
+//! neither pods nor VolumeAttachments are waited for.
 //!
 //! Evictions go through their own client built with `default_retry = false`: kube's default retry layer
 //! retries a PDB's 429 for minutes inside one call, which would stall the reconcile.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use super::drain::{eviction_outcome, plan, termination_deadline, DrainPlan, DrainPod, EvictionOutcome};
+use super::drain::{
+    eviction_outcome, pending_attachments, plan, termination_deadline, Attachment, DrainPlan, DrainPod,
+    EvictionOutcome,
+};
 use super::{events, ControllerError, Shared};
 use crate::apis::NodeClaim;
 use crate::cloud::{CloudError, CloudProvider};
@@ -83,8 +92,8 @@ pub fn eviction_client(mut config: kube::Config) -> Result<Client, kube::Error> 
     Client::try_from(config)
 }
 
-/// One drain pass over the claim's Nodes. `None` when they are drained (or gone) and the VM may be
-/// deleted; otherwise the delay after which to look again.
+/// One drain pass over the claim's Nodes. `None` when they are drained (or gone) and their volumes
+/// detached, so the VM may be deleted; otherwise the delay after which to look again.
 pub async fn drain<C: CloudProvider + 'static>(
     claim: &NodeClaim,
     shared: &Shared<C>,
@@ -101,6 +110,8 @@ pub async fn drain<C: CloudProvider + 'static>(
     let nodes: Api<Node> = Api::all(shared.client.clone());
     let mut waiting = false;
     let mut blocked = 0usize;
+    // Nodes whose pods are gone, with the volumes of the pods that stay: their attachments are next.
+    let mut detaching: Vec<(String, BTreeSet<String>)> = Vec::new();
     for node_name in node_names {
         let Some(node) = nodes.get_opt(node_name).await? else { continue };
         if instance_gone(claim, shared, &node).await {
@@ -116,10 +127,14 @@ pub async fn drain<C: CloudProvider + 'static>(
             .await?;
         let pods: Vec<DrainPod> = list.items.iter().map(DrainPod::from_pod).collect();
         let plan = plan(&pods, deadline, now);
-        if plan.drained() {
+        if plan.drained() && plan.delete.is_empty() {
+            if deadline.is_none_or(|d| now < d) {
+                detaching.push((node_name.clone(), kept_volumes(shared, &pods, now)));
+            }
             continue;
         }
-        waiting = true;
+        // Past the deadline nothing is waited for, but the pods still get their (clamped) deletes.
+        waiting |= !plan.drained();
         let (evicted, refused) = execute(&shared.termination.evictions, &pods, &plan).await?;
         blocked += refused;
         if refused > 0 {
@@ -128,6 +143,7 @@ pub async fn drain<C: CloudProvider + 'static>(
         tracing::info!(
             nodeclaim = %claim_name,
             node = %node_name,
+            tier = plan.tier.map_or("", |t| t.as_str()),
             waiting = plan.waiting,
             evicted,
             blocked_by_pdb = refused,
@@ -135,6 +151,18 @@ pub async fn drain<C: CloudProvider + 'static>(
             do_not_disrupt = plan.do_not_disrupt,
             "draining node"
         );
+    }
+    if !waiting && !detaching.is_empty() {
+        let attachments = list_attachments(shared).await?;
+        for (node_name, kept) in &detaching {
+            let pending = pending_attachments(&attachments, node_name, kept);
+            if pending.is_empty() {
+                continue;
+            }
+            waiting = true;
+            tracing::info!(nodeclaim = %claim_name, node = %node_name, volume_attachments = ?pending, "waiting for volumes to detach");
+            shared.events.on_claim(claim, events::awaiting_volume_detachment(node_name, &pending)).await;
+        }
     }
     if !waiting {
         if !node_names.is_empty() {
@@ -150,6 +178,32 @@ pub async fn drain<C: CloudProvider + 'static>(
         delay = delay.min(left.max(DRAIN_POLL));
     }
     Ok(Some(delay))
+}
+
+/// The PersistentVolumes used by the pods the drain leaves on the Node (upstream: not drainable), whose
+/// attachments therefore do not hold the VM; read through the index's claims.
+fn kept_volumes<C>(shared: &Shared<C>, pods: &[DrainPod], now: Timestamp) -> BTreeSet<String> {
+    let cluster = shared.cluster();
+    pods.iter()
+        .filter(|p| !p.drainable(now))
+        .flat_map(|p| p.claims.iter().filter_map(|c| cluster.claim_volume(&p.namespace, c)))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every VolumeAttachment: the API offers no field selector on `spec.nodeName`, so they are listed
+/// and filtered here.
+async fn list_attachments<C>(shared: &Shared<C>) -> Result<Vec<Attachment>, ControllerError> {
+    let list = Api::<VolumeAttachment>::all(shared.client.clone()).list(&ListParams::default()).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|va| Attachment {
+            name: va.name_any(),
+            node: va.spec.node_name,
+            volume: va.spec.source.persistent_volume_name.filter(|v| !v.is_empty()),
+        })
+        .collect())
 }
 
 /// Upstream: a NotReady Node whose instance the cloud no longer has is not drained (nothing runs there).

@@ -16,6 +16,7 @@ pub mod cron;
 mod decide;
 pub mod drift;
 mod expiration;
+pub mod repair;
 pub mod simulate;
 pub mod snapshot;
 mod validate;

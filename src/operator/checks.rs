@@ -60,6 +60,7 @@ pub mod setting {
     pub const LEADER_ELECTION_NAMESPACE: Setting =
         s("leader-election-namespace", "LEADER_ELECTION_NAMESPACE");
     pub const SYSTEM_NAMESPACE: Setting = s("system-namespace", "SYSTEM_NAMESPACE");
+    pub const FEATURE_GATES: Setting = s("feature-gates", "FEATURE_GATES");
 }
 
 fn invalid(setting: Setting, reason: impl Into<String>) -> OptionsError {

@@ -91,6 +91,9 @@ pub struct Metrics {
     /// `karpenter_nodeclaims_disrupted_total{reason, nodepool, capacity_type, consolidation_policy,
     /// termination_mode}`.
     pub nodeclaims_disrupted: IntCounterVec,
+    /// `karpenter_nodeclaims_unhealthy_disrupted_total{condition, nodepool, capacity_type, image_id}`:
+    /// NodeClaims node repair deleted (upstream `pkg/controllers/node/health/metrics.go`).
+    pub nodeclaims_unhealthy_disrupted: IntCounterVec,
     /// `karpenter_nodes_created_total{nodepool, zone}`: Nodes registered for a NodeClaim.
     pub nodes_created: IntCounterVec,
     /// `karpenter_nodes_terminated_total{nodepool, zone}`: Nodes whose termination finalizer we removed.
@@ -199,6 +202,11 @@ impl Metrics {
                 "karpenter_nodeclaims_disrupted_total",
                 "Number of nodeclaims disrupted in total by Karpenter. Labeled by reason the nodeclaim was disrupted, the owning nodepool, the capacity type, the consolidation policy, and the termination mode.",
                 &["reason", "nodepool", "capacity_type", "consolidation_policy", "termination_mode"],
+            ),
+            nodeclaims_unhealthy_disrupted: counter(
+                "karpenter_nodeclaims_unhealthy_disrupted_total",
+                "Number of unhealthy nodeclaims disrupted in total by Karpenter. Labeled by condition on the node was disrupted, the owning nodepool, and the image ID.",
+                &["condition", "nodepool", "capacity_type", "image_id"],
             ),
             nodes_created: counter(
                 "karpenter_nodes_created_total",
@@ -337,6 +345,18 @@ impl Metrics {
     pub fn disrupted_by_policy(&self, labels: [&str; 5], pods: usize) {
         self.nodeclaims_disrupted.with_label_values(&labels).inc();
         self.disruption.pods_disruption_initiated.with_label_values(&labels).inc_by(pods as u64);
+    }
+
+    /// Node repair deleted a claim whose Node had `condition` (snake-cased, as upstream: `ready`).
+    pub fn nodeclaim_unhealthy_disrupted(
+        &self,
+        condition: &str,
+        nodepool: &str,
+        capacity_type: &str,
+        image_id: &str,
+    ) {
+        let labels = [condition, nodepool, capacity_type, image_id];
+        self.nodeclaims_unhealthy_disrupted.with_label_values(&labels).inc();
     }
 
     pub fn node_created(&self, nodepool: &str, zone: &str) {

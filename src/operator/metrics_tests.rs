@@ -60,6 +60,7 @@ fn record_everything(m: &Metrics) {
     m.nodeclaim_created("general");
     m.nodeclaim_terminated("general", "spot", "eastus-1");
     m.nodeclaim_disrupted("insufficient_capacity", "general", "on-demand", "graceful");
+    m.nodeclaim_unhealthy_disrupted("ready", "general", "spot", "/CommunityGalleries/x/versions/1");
     m.node_created("general", "eastus-2");
     m.node_terminated("general", "eastus-2");
     m.nodes_allocatable
@@ -106,6 +107,11 @@ const EXPECTED: &[(&str, &str, &[&str])] = &[
         "karpenter_nodeclaims_disrupted_total",
         "counter",
         &["reason", "nodepool", "capacity_type", "consolidation_policy", "termination_mode"],
+    ),
+    (
+        "karpenter_nodeclaims_unhealthy_disrupted_total",
+        "counter",
+        &["condition", "nodepool", "capacity_type", "image_id"],
     ),
     ("karpenter_nodes_created_total", "counter", &["nodepool", "zone"]),
     ("karpenter_nodes_terminated_total", "counter", &["nodepool", "zone"]),

@@ -11,7 +11,7 @@ pub mod server;
 pub mod settings;
 
 pub use checks::setting;
-pub use options::{defaults, Options, OptionsError, Secret, Setting};
+pub use options::{defaults, FeatureGates, Options, OptionsError, Secret, Setting};
 pub use settings::{
     AzureSettings, Credential, LeaderElection, NetworkDataplane, NetworkPlugin, NetworkPolicy,
     NetworkSettings, Validated,

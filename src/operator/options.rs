@@ -235,6 +235,9 @@ pub struct Options {
     /// The namespace the controller runs in.
     #[arg(long, env = "SYSTEM_NAMESPACE")]
     pub system_namespace: Option<String>,
+    /// Optional features, upstream's format: NodeRepair=true,SpotToSpotConsolidation=false.
+    #[arg(long, env = "FEATURE_GATES", default_value = "")]
+    pub feature_gates: String,
 }
 
 impl Options {
@@ -281,6 +284,68 @@ impl Options {
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
         Options::parse_from(std::env::args_os(), &env)
+    }
+}
+
+/// The feature gates this controller implements, with upstream's defaults (core options.go).
+pub const FEATURE_GATES: [(&str, bool); 2] = [("NodeRepair", false), ("SpotToSpotConsolidation", false)];
+/// Upstream gates this controller does not implement. They are accepted, so a values file or
+/// environment written for upstream's chart (which passes every gate) still starts the controller; one
+/// that is enabled gets a warning at start, since it changes nothing here.
+pub const UNIMPLEMENTED_FEATURE_GATES: [&str; 4] =
+    ["ReservedCapacity", "NodeOverlay", "StaticCapacity", "CapacityBuffer"];
+
+/// `--feature-gates` (FEATURE_GATES), parsed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FeatureGates {
+    /// `NodeRepair`: replace nodes that stay NotReady (upstream default off).
+    pub node_repair: bool,
+    /// `SpotToSpotConsolidation`: consolidation may replace spot nodes with cheaper spot nodes.
+    pub spot_to_spot_consolidation: bool,
+    /// Upstream gates set to true that this controller does not implement, for a warning at start.
+    pub enabled_unimplemented: Vec<String>,
+}
+
+impl FeatureGates {
+    /// Reads `Gate=bool,Gate=bool` as upstream does (component-base `MapStringBool`: pairs separated
+    /// by commas, spaces trimmed, Go's booleans; a later pair wins). Unlike upstream, which ignores a
+    /// name it does not know, an unknown name is rejected: a misspelt gate would otherwise leave the
+    /// feature silently off.
+    pub fn parse(setting: Setting, value: &str) -> Result<FeatureGates, OptionsError> {
+        let invalid = |reason: String| OptionsError::Invalid { setting, reason };
+        let mut gates = FeatureGates::default();
+        let mut unimplemented = BTreeMap::new();
+        for pair in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let Some((name, enabled)) = pair.split_once('=') else {
+                return Err(invalid(format!("{pair:?} is not of the form Gate=true or Gate=false")));
+            };
+            let name = name.trim();
+            let enabled = match enabled.trim() {
+                "1" | "t" | "T" | "true" | "TRUE" | "True" => true,
+                "0" | "f" | "F" | "false" | "FALSE" | "False" => false,
+                other => {
+                    return Err(invalid(format!("gate {name}: must be true or false, got {other:?}")));
+                }
+            };
+            match name {
+                "NodeRepair" => gates.node_repair = enabled,
+                "SpotToSpotConsolidation" => gates.spot_to_spot_consolidation = enabled,
+                _ if UNIMPLEMENTED_FEATURE_GATES.contains(&name) => {
+                    unimplemented.insert(name.to_string(), enabled);
+                }
+                _ => {
+                    let known: Vec<&str> = FEATURE_GATES.iter().map(|(gate, _)| *gate).collect();
+                    return Err(invalid(format!(
+                        "unknown gate {name:?}; known gates: {} (upstream's {} are accepted but not implemented)",
+                        known.join(", "),
+                        UNIMPLEMENTED_FEATURE_GATES.join(", ")
+                    )));
+                }
+            }
+        }
+        gates.enabled_unimplemented =
+            unimplemented.into_iter().filter(|(_, enabled)| *enabled).map(|(name, _)| name).collect();
+        Ok(gates)
     }
 }
 

@@ -161,6 +161,7 @@ fn every_malformed_value_names_its_setting() {
             "--leader-election-namespace (LEADER_ELECTION_NAMESPACE)",
         ),
         ("SYSTEM_NAMESPACE", "-ns", "--system-namespace (SYSTEM_NAMESPACE)"),
+        ("FEATURE_GATES", "NodeRepair", "--feature-gates (FEATURE_GATES)"),
     ];
     for (key, value, setting) in cases {
         let message = error_of(&[], &with(required_env(), key, value));
@@ -338,6 +339,7 @@ fn setting_names_match_the_clap_arguments() {
         setting::LEADER_ELECTION_NAME,
         setting::LEADER_ELECTION_NAMESPACE,
         setting::SYSTEM_NAMESPACE,
+        setting::FEATURE_GATES,
     ];
     for s in settings {
         let arg =
@@ -415,4 +417,60 @@ fn node_bootstrap_settings_are_checked_and_normalised() {
     assert!(err.contains("base64"), "{err}");
     let err = error_of(&[], &with(required_env(), "VNET_GUID", "vnet"));
     assert!(err.contains("--vnet-guid (VNET_GUID)"), "{err}");
+}
+
+#[test]
+fn feature_gates_default_off_and_parse_upstreams_format() {
+    let v = validate(&[], &required_env()).unwrap();
+    assert_eq!(v.feature_gates, FeatureGates::default());
+    assert!(!v.feature_gates.node_repair && !v.feature_gates.spot_to_spot_consolidation);
+    // (value, node repair, spot-to-spot, enabled but unimplemented)
+    let cases: [(&str, bool, bool, &[&str]); 8] = [
+        ("", false, false, &[]),
+        ("NodeRepair=true", true, false, &[]),
+        ("NodeRepair=true,SpotToSpotConsolidation=false", true, false, &[]),
+        (" SpotToSpotConsolidation = True , NodeRepair=0 ", false, true, &[]),
+        ("NodeRepair=true,NodeRepair=false", false, false, &[]),
+        ("NodeRepair=t,", true, false, &[]),
+        // Upstream's chart passes every gate; those not implemented are accepted.
+        (
+            "NodeRepair=false,ReservedCapacity=true,SpotToSpotConsolidation=false,NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false",
+            false,
+            false,
+            &["ReservedCapacity"],
+        ),
+        ("StaticCapacity=true,NodeOverlay=1", false, false, &["NodeOverlay", "StaticCapacity"]),
+    ];
+    for (value, repair, spot, unimplemented) in cases {
+        let gates = validate(&[], &with(required_env(), "FEATURE_GATES", value)).unwrap().feature_gates;
+        assert_eq!(
+            (gates.node_repair, gates.spot_to_spot_consolidation, gates.enabled_unimplemented.clone()),
+            (repair, spot, unimplemented.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+            "{value:?}"
+        );
+    }
+    let flag =
+        validate(&["--feature-gates=NodeRepair=true"], &with(required_env(), "FEATURE_GATES", "")).unwrap();
+    assert!(flag.feature_gates.node_repair, "the flag wins over the environment");
+}
+
+#[test]
+fn a_bad_feature_gate_names_the_gate_and_the_known_ones() {
+    let err = error_of(&[], &with(required_env(), "FEATURE_GATES", "NodeRepiar=true"));
+    assert_eq!(
+        err,
+        "invalid setting --feature-gates (FEATURE_GATES): unknown gate \"NodeRepiar\"; known gates: NodeRepair, \
+         SpotToSpotConsolidation (upstream's ReservedCapacity, NodeOverlay, StaticCapacity, CapacityBuffer are \
+         accepted but not implemented)"
+    );
+    let err = error_of(&[], &with(required_env(), "FEATURE_GATES", "NodeRepair=yes"));
+    assert_eq!(
+        err,
+        "invalid setting --feature-gates (FEATURE_GATES): gate NodeRepair: must be true or false, got \"yes\""
+    );
+    let err =
+        error_of(&[], &with(required_env(), "FEATURE_GATES", "NodeRepair=true;SpotToSpotConsolidation=true"));
+    assert!(err.contains("gate NodeRepair: must be true or false"), "{err}");
+    let err = error_of(&[], &with(required_env(), "FEATURE_GATES", "NodeRepair"));
+    assert!(err.ends_with("\"NodeRepair\" is not of the form Gate=true or Gate=false"), "{err}");
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use url::Url;
 
 use super::checks::{self, setting};
-use super::options::{Options, OptionsError, Secret, Setting};
+use super::options::{FeatureGates, Options, OptionsError, Secret, Setting};
 use crate::catalog::{self, CapacityOptions};
 
 /// How the controller authenticates to Azure, in the order azure-identity's default credential tries
@@ -114,6 +114,8 @@ pub struct Validated {
     /// None when leader election is disabled.
     pub leader_election: Option<LeaderElection>,
     pub system_namespace: String,
+    /// `FEATURE_GATES`.
+    pub feature_gates: FeatureGates,
 }
 
 impl Validated {
@@ -219,6 +221,7 @@ impl Options {
             health_probe_port,
             leader_election,
             system_namespace,
+            feature_gates: FeatureGates::parse(setting::FEATURE_GATES, &self.feature_gates)?,
         })
     }
 

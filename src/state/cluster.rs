@@ -312,6 +312,11 @@ impl Cluster {
         self.volumes.zones(&pod.pod.namespace, &pod.volume_claims)
     }
 
+    /// The PersistentVolume the claim `namespace/name` is bound to, if any.
+    pub fn claim_volume(&self, namespace: &str, name: &str) -> Option<&str> {
+        self.volumes.claim_volume(namespace, name)
+    }
+
     /// Pods bound to `node`, terminal ones included (callers decide what they count).
     pub fn pods_on_node<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a PodRecord> + 'a {
         self.pods_by_node.get(node).into_iter().flatten().filter_map(|k| self.pods.get(k))

@@ -10,8 +10,9 @@
 //! - unmanaged nodes are destinations only; pending pods keep their room; PDBs carry
 //!   `status.disruptionsAllowed` as kube-controller-manager computed it.
 //!
-//! A pod's `karpenter.sh/do-not-disrupt` that is neither `"true"` nor a duration protects the pod
-//! (the safe reading: the user meant to protect it).
+//! A pod's `karpenter.sh/do-not-disrupt` that is neither `"true"` nor a duration protects nothing, as
+//! upstream reads it (`pkg/utils/pod` `IsDoNotDisruptActive`) and as the drain does; `simulate` reports
+//! such a value as an error instead.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -31,14 +32,16 @@ use super::Cluster;
 impl Cluster {
     /// Disruption input from the current index. `catalog` is the provisioner's; `disrupting` names the
     /// nodes of commands this controller is executing (marked for deletion even before their taint is
-    /// seen). Pools whose disruption settings cannot be read are left out (their nodes are then
+    /// seen); `nominated` names the Nodes and NodeClaims the provisioner just planned pods onto. Pools whose disruption settings cannot be read are left out (their nodes are then
     /// blocked as of an unknown pool) and returned beside the snapshot.
     pub fn disruption_snapshot(
         &self,
         catalog: &impl Fn(&NodePool, Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>>,
         options: SolveOptions,
         disrupting: &BTreeSet<String>,
+        nominated: &BTreeSet<String>,
     ) -> (Snapshot, Vec<PolicyError>) {
+        let marks = Marks { disrupting, nominated };
         let input = self.snapshot(catalog, options);
         let mut errors = vec![];
         let mut nodepools = vec![];
@@ -70,8 +73,7 @@ impl Cluster {
         for existing in &input.nodes {
             if existing.in_flight {
                 if let Some(claim) = self.nodeclaim(&existing.name) {
-                    let managed =
-                        self.managed(existing.clone(), None, claim, &snapshot.nodepools, disrupting);
+                    let managed = self.managed(existing.clone(), None, claim, &snapshot.nodepools, &marks);
                     snapshot.nodes.extend(managed);
                 }
                 continue;
@@ -80,7 +82,7 @@ impl Cluster {
             match self.claim_of(node) {
                 Some(claim) => {
                     let managed =
-                        self.managed(existing.clone(), Some(node), claim, &snapshot.nodepools, disrupting);
+                        self.managed(existing.clone(), Some(node), claim, &snapshot.nodepools, &marks);
                     snapshot.nodes.extend(managed);
                 }
                 None => snapshot.unmanaged.push(UnmanagedNode {
@@ -93,7 +95,7 @@ impl Cluster {
         // still use up budgets, and their pods still need a place.
         for (node, claim) in self.nodes() {
             let (Some(claim), false) = (claim, active.contains(node.name())) else { continue };
-            let managed = self.managed(node.node.clone(), Some(node), claim, &snapshot.nodepools, disrupting);
+            let managed = self.managed(node.node.clone(), Some(node), claim, &snapshot.nodepools, &marks);
             snapshot.nodes.extend(managed);
         }
         (snapshot, errors)
@@ -128,7 +130,7 @@ impl Cluster {
         node: Option<&NodeRecord>,
         claim: &NodeClaimRecord,
         pools: &[PoolPolicy],
-        disrupting: &BTreeSet<String>,
+        marks: &Marks<'_>,
     ) -> Option<ManagedNode> {
         let nodepool = existing.nodepool.clone().or_else(|| claim.nodepool.clone())?;
         let label = |key: &str| {
@@ -142,7 +144,7 @@ impl Cluster {
         let tainted = existing.taints.iter().any(|t| t.key == TAINT_DISRUPTED);
         let marked = claim.deleting
             || node.is_some_and(|n| n.deleting)
-            || disrupting.contains(&existing.name)
+            || marks.disrupting.contains(&existing.name)
             || tainted;
         let created = claim.created.as_ref().map(|t| t.0).unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         let initialized = claim
@@ -165,15 +167,19 @@ impl Cluster {
                     .annotations
                     .get(crate::model::labels::ANNOTATION_DO_NOT_DISRUPT)
                     .is_some_and(|v| v == "true"),
-            // The provisioner's plans count in-flight capacity and pending pods; a node it just chose
-            // for pending pods keeps them in the simulation through `pending`.
-            nominated: false,
+            nominated: marks.nominated.contains(&existing.name) || marks.nominated.contains(&claim.name),
             marked_for_deletion: marked,
             ready: node.is_some_and(|n| n.ready),
             pods,
             node: existing,
         })
     }
+}
+
+/// What the controller knows of nodes beyond the index.
+struct Marks<'a> {
+    disrupting: &'a BTreeSet<String>,
+    nominated: &'a BTreeSet<String>,
 }
 
 /// A bound pod with what disruption weighs: priority, deletion cost, do-not-disrupt, start time, kind.
@@ -190,7 +196,7 @@ fn node_pod(p: &PodRecord) -> NodePod {
         priority: p.priority,
         deletion_cost: p.deletion_cost,
         do_not_disrupt: DoNotDisrupt::from_annotation(p.do_not_disrupt.as_deref())
-            .unwrap_or(DoNotDisrupt::Always),
+            .unwrap_or(DoNotDisrupt::No),
         started: p.started,
         kind,
     }

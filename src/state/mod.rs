@@ -15,6 +15,8 @@
 
 mod cluster;
 mod disruption;
+#[cfg(test)]
+mod disruption_tests;
 pub mod records;
 mod snapshot;
 // The simulator's tests reuse the small cluster fixture to compare their assembly with the snapshot.

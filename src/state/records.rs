@@ -179,6 +179,9 @@ pub struct NodeRecord {
     pub capacity: Resources,
     /// `Ready=True`.
     pub ready: bool,
+    /// The `lastTransitionTime` of the Ready condition, whatever its status (node repair times how long
+    /// a node has been unhealthy from it); `None` without one.
+    pub ready_since: Option<k8s_openapi::jiff::Timestamp>,
     /// `spec.unschedulable` (cordoned).
     pub unschedulable: bool,
     /// Labelled `karpenter.sh/initialized=true` by the NodeClaim lifecycle.
@@ -206,6 +209,13 @@ impl NodeRecord {
             provider_id: n.spec.as_ref().and_then(|s| s.provider_id.clone()).filter(|p| !p.is_empty()),
             capacity: from_k8s::node_capacity(n)?,
             ready,
+            ready_since: n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                .and_then(|c| c.last_transition_time.as_ref())
+                .map(|t| t.0),
             unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
             deleting: n.metadata.deletion_timestamp.is_some(),
             do_not_disrupt: n

@@ -17,7 +17,7 @@ use crate::model::resources::{Resources, CPU};
 use crate::model::InstanceType;
 use crate::scheduling::SolveOptions;
 
-fn yaml<T: DeserializeOwned>(text: &str) -> T {
+pub(crate) fn yaml<T: DeserializeOwned>(text: &str) -> T {
     serde_yaml::from_str(text).expect("test object parses")
 }
 
@@ -298,7 +298,7 @@ status:
   allocatable: {cpu: 1900m, memory: 5Gi, pods: "110"}
 "#;
 
-fn documents(text: &str) -> Vec<serde_yaml::Value> {
+pub(crate) fn documents(text: &str) -> Vec<serde_yaml::Value> {
     serde_yaml::Deserializer::from_str(text).map(|d| serde_yaml::Value::deserialize(d).unwrap()).collect()
 }
 
@@ -330,7 +330,7 @@ pub(crate) fn apply_all(cluster: &mut Cluster, text: &str) {
     }
 }
 
-fn small_cluster() -> Cluster {
+pub(crate) fn small_cluster() -> Cluster {
     let mut cluster = Cluster::new();
     apply_all(&mut cluster, CLUSTER);
     apply_all(&mut cluster, CLAIMS);

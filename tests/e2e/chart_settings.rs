@@ -80,6 +80,8 @@ fn every_setting_reaches_the_controller_as_the_variable_it_reads() {
         "settings.armEndpoint=https://management.usgovcloudapi.net",
         "settings.authorityHost=https://login.microsoftonline.us",
         "settings.retailPricesUrl=https://prices.example.com/api/retail/prices",
+        "settings.featureGates.nodeRepair=true",
+        "settings.featureGates.reservedCapacity=false",
         "logLevel=debug",
         "controller.metrics.port=9090",
         "controller.healthProbe.port=9091",
@@ -119,6 +121,7 @@ fn every_setting_reaches_the_controller_as_the_variable_it_reads() {
         ("ARM_ENDPOINT", "https://management.usgovcloudapi.net"),
         ("AZURE_AUTHORITY_HOST", "https://login.microsoftonline.us"),
         ("RETAIL_PRICES_URL", "https://prices.example.com/api/retail/prices"),
+        ("FEATURE_GATES", "NodeRepair=true,ReservedCapacity=false,SpotToSpotConsolidation=false"),
         ("LOG_LEVEL", "debug"),
         ("METRICS_PORT", "9090"),
         ("HEALTH_PROBE_PORT", "9091"),
@@ -155,6 +158,7 @@ fn optional_settings_left_empty_are_not_set_so_the_controller_defaults_apply() {
         "BATCH_MAX_DURATION",
         "CLUSTER_ENDPOINT",
         "CLUSTER_NAME",
+        "FEATURE_GATES",
         "HEALTH_PROBE_PORT",
         "KUBELET_BOOTSTRAP_TOKEN",
         "LEADER_ELECTION_NAME",
@@ -187,6 +191,7 @@ fn optional_settings_left_empty_are_not_set_so_the_controller_defaults_apply() {
         ("NETWORK_DATAPLANE", "cilium"),
         ("VM_MEMORY_OVERHEAD_PERCENT", "0.075"),
         ("LINUX_ADMIN_USERNAME", "azureuser"),
+        ("FEATURE_GATES", "NodeRepair=false,SpotToSpotConsolidation=false"),
     ] {
         assert_eq!(rendered[name], value, "{name}");
     }
@@ -273,6 +278,14 @@ fn the_schema_rejects_values_of_the_wrong_type_or_form_with_the_path_and_the_rea
         ("controller.metrics.port=0", "at '/controller/metrics/port': minimum: got 0, want 1"),
         ("settings.clustername=typo", "at '/settings': additional properties 'clustername' not allowed"),
         ("replica=2", "additional properties 'replica' not allowed"),
+        (
+            "settings.featureGates.nodeRepiar=true",
+            "at '/settings/featureGates': additional properties 'nodeRepiar' not allowed",
+        ),
+        (
+            "settings.featureGates.nodeRepair=yes",
+            "at '/settings/featureGates/nodeRepair': got string, want boolean",
+        ),
         // The API server would refuse the Deployment: env values are strings.
         (
             "controller.env[0].name=X,controller.env[0].value=1",

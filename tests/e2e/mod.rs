@@ -6,13 +6,15 @@
 //! `controller` (the `karpenter-azure controller` binary against the cluster and a fake ARM, its VMs joining
 //! through the kwok registrar or a TLS-bootstrapping kubelet), `helm` (the
 //! helm runner), `identity` (the chart's ServiceAccount token the controller runs with), `prometheus` (its
-//! metrics read over HTTP, by promtool and by a real Prometheus server).
+//! metrics read over HTTP, by promtool and by a real Prometheus server), `health` (what the drain,
+//! repair and interruption tests share, including a Node made NotReady).
 
 pub mod cleanup;
 pub mod cluster;
 pub mod controller;
 pub mod crds;
 pub mod disruption_watch;
+pub mod health;
 pub mod helm;
 pub mod identity;
 pub mod kwok;
@@ -27,10 +29,13 @@ mod chart;
 mod chart_settings;
 mod disruption;
 mod disruption_lifecycle;
+mod disruption_scale;
+mod drain;
 mod drift;
 mod events;
 mod eviction;
 mod inputs;
+mod interruption;
 mod join;
 mod leader;
 mod metrics;
@@ -38,6 +43,7 @@ mod nodeclass;
 mod pricing;
 mod provisioning;
 mod rbac;
+mod repair;
 mod resilience;
 mod scheduling;
 mod termination;

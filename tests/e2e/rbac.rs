@@ -25,8 +25,9 @@ const CLUSTER_RULES: &[(&str, &str, &[&str])] = &[
     ("", "pods/eviction", &["create"]),
     // watch.rs, lifecycle.rs (registration, initialization, finalize), termination.rs taints, gc.rs.
     ("", "nodes", &["get", "list", "watch", "patch", "delete"]),
-    // provisioning.rs creates, lifecycle.rs finalizes and times out, gc.rs collects; disruption/
-    // creates replacements, reads conditions before DisruptionReason, deletes disrupted and expired.
+    // provisioning.rs creates, lifecycle.rs finalizes and times out, gc.rs collects, repair.rs
+    // annotates and deletes; disruption/ creates replacements, reads conditions before
+    // DisruptionReason, deletes disrupted and expired claims.
     ("karpenter.sh", "nodeclaims", &["get", "list", "watch", "create", "patch", "delete"]),
     // lifecycle.rs conditions.
     ("karpenter.sh", "nodeclaims/status", &["patch"]),
@@ -46,6 +47,8 @@ const CLUSTER_RULES: &[(&str, &str, &[&str])] = &[
     ("", "persistentvolumes", &["list", "watch"]),
     ("", "namespaces", &["list", "watch"]),
     ("storage.k8s.io", "storageclasses", &["list", "watch"]),
+    // termination.rs: the VM waits for the drained node's VolumeAttachments.
+    ("storage.k8s.io", "volumeattachments", &["list"]),
     // events.rs through kube's Recorder: create, then patch a repeat.
     ("events.k8s.io", "events", &["create", "patch"]),
 ];

@@ -101,6 +101,10 @@ empty are not set at all, so the controller's own default applies. Secrets are o
 - name: RETAIL_PRICES_URL
   value: {{ . | quote }}
 {{- end }}
+{{- with $s.featureGates }}
+- name: FEATURE_GATES
+  value: {{ include "karpenter-azure.featureGates" . | quote }}
+{{- end }}
 - name: LOG_LEVEL
   value: {{ .Values.logLevel | quote }}
 - name: METRICS_PORT
@@ -121,6 +125,18 @@ empty are not set at all, so the controller's own default applies. Secrets are o
 {{- with .Values.controller.env }}
 {{ toYaml . }}
 {{- end }}
+{{- end }}
+
+{{/*
+settings.featureGates as upstream's FEATURE_GATES, Gate=bool,Gate=bool: the chart's camelCase names with
+the first letter raised (nodeRepair -> NodeRepair), in key order so the pods do not roll.
+*/}}
+{{- define "karpenter-azure.featureGates" -}}
+{{- $pairs := list }}
+{{- range $gate, $enabled := . }}
+{{- $pairs = append $pairs (printf "%s%s=%t" (upper (substr 0 1 $gate)) (substr 1 -1 $gate) $enabled) }}
+{{- end }}
+{{- join "," $pairs }}
 {{- end }}
 
 {{/* settings.tags as k=v,k=v (ADDITIONAL_TAGS). */}}

@@ -104,6 +104,7 @@ fn snapshot<C>(shared: &Shared<C>, disrupting: &Disrupting) -> Option<Snapshot> 
         &|_pool, class| shared.catalog.types_for(class),
         solve_options(shared),
         &disrupting.names(),
+        &shared.nominated(),
     );
     for e in errors {
         tracing::warn!(error = %e, "NodePool left out of disruption");

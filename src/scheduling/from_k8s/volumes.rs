@@ -117,6 +117,11 @@ impl VolumeIndex {
     }
 
     /// Keys of the claims (`namespace/name`), volumes and classes held, for a relist.
+    /// The volume a claim (`namespace`, `name`) is bound to, if any.
+    pub fn claim_volume(&self, namespace: &str, name: &str) -> Option<&str> {
+        self.claims.get(&format!("{namespace}/{name}")).and_then(|(volume, _)| volume.as_deref())
+    }
+
     pub fn claim_keys(&self) -> impl Iterator<Item = &String> {
         self.claims.keys()
     }

@@ -1,0 +1,156 @@
+//! Node repair (feature gate `NodeRepair`, off by default; upstream core `pkg/controllers/node/health`):
+//! a leader-only loop that replaces managed nodes that have stayed NotReady.
+//!
+//! Every [`INTERVAL`] (or sooner, when a node reaches its toleration) it reads the nodes from the index
+//! and asks [`crate::disruption::repair::decide`] (pure) which to repair. For each:
+//! 1. the NodeClaim is annotated `karpenter.sh/nodeclaim-termination-timestamp` = now, so the drain
+//!    treats the terminationGracePeriod as elapsed: pods are deleted at once and no PDB, do-not-disrupt
+//!    or VolumeAttachment holds the VM (upstream `annotateTerminationGracePeriod`);
+//! 2. the NodeClaim is deleted (with a UID precondition); the lifecycle's finalizer terminates it and the
+//!    provisioner launches capacity for its pods, which are pending again;
+//! 3. an `Unhealthy` event goes on the claim and `karpenter_nodeclaims_unhealthy_disrupted_total` and
+//!    `karpenter_nodeclaims_disrupted_total{reason="unhealthy"}` count it.
+//!
+//! Nodes held back because too much of their NodePool is unhealthy get a `NodeRepairBlocked` event.
+//! The annotation patch returns the whole NodeClaim, so no read permission beyond the watch is needed.
+//! Tests shorten the toleration and the interval with the hidden environment variables
+//! `KARPENTER_REPAIR_TOLERATION` and `KARPENTER_REPAIR_INTERVAL` (read in `start`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Api, Resource};
+use serde_json::json;
+
+use super::drain::ANNOTATION_TERMINATION_TIMESTAMP;
+use super::start::{env_duration, REPAIR_INTERVAL_ENV, REPAIR_TOLERATION_ENV};
+use super::{events, metrics, ControllerError, Shared};
+use crate::apis::NodeClaim;
+use crate::cloud::CloudProvider;
+use crate::disruption::repair::{self, NodeHealth, RepairPlan};
+
+/// How often the nodes are looked at when none is about to reach its toleration.
+pub const INTERVAL: Duration = Duration::from_secs(30);
+/// The condition repair acts on, as the metric's `condition` label (upstream snake-cases the type).
+const CONDITION: &str = "ready";
+
+/// Runs repair passes until the task is stopped; started only with the `NodeRepair` gate on.
+pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
+    let toleration = env_duration(REPAIR_TOLERATION_ENV, repair::TOLERATION);
+    let interval = env_duration(REPAIR_INTERVAL_ENV, INTERVAL);
+    tracing::info!(
+        toleration_s = toleration.as_secs(),
+        interval_s = interval.as_secs(),
+        "node repair enabled"
+    );
+    loop {
+        let mut wait = interval;
+        if shared.cluster().synced() {
+            let _in_flight = shared.begin_work().await;
+            let now = Timestamp::now();
+            let plan = repair::decide(&health(&shared), toleration, now);
+            if let Some(due) = plan.next_due {
+                let until = Duration::try_from(due.duration_since(now)).unwrap_or_default();
+                wait = wait.min(until.max(Duration::from_secs(1)));
+            }
+            if let Err(error) = act(&shared, &plan).await {
+                tracing::warn!(category = error.category(), %error, "node repair failed");
+            }
+        }
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// Every Node of the index, as repair sees it.
+fn health<C>(shared: &Shared<C>) -> Vec<NodeHealth> {
+    let cluster = shared.cluster();
+    cluster
+        .nodes()
+        .map(|(node, claim)| NodeHealth {
+            node: node.name().to_string(),
+            nodeclaim: claim.map(|c| c.name.clone()),
+            nodepool: node.node.nodepool.clone().or_else(|| claim.and_then(|c| c.nodepool.clone())),
+            ready: node.ready,
+            ready_since: node.ready_since,
+            deleting: claim.is_some_and(|c| c.deleting),
+        })
+        .collect()
+}
+
+async fn act<C>(shared: &Shared<C>, plan: &RepairPlan) -> Result<(), ControllerError> {
+    let api: Api<NodeClaim> = Api::all(shared.client.clone());
+    for blocked in &plan.blocked {
+        let why = blocked.reason();
+        for (node, claim) in &blocked.nodes {
+            tracing::warn!(node = %node, nodeclaim = %claim, reason = %why, "node repair blocked");
+            shared.events.publish(events::node_repair_blocked(&why), events::nodeclaim_ref(claim)).await;
+        }
+    }
+    for r in &plan.repair {
+        let now = Timestamp::now();
+        let patch = json!({"metadata": {"annotations": {ANNOTATION_TERMINATION_TIMESTAMP: now.to_string()}}});
+        let claim = match api.patch(&r.nodeclaim, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Ok(claim) => claim,
+            Err(kube::Error::Api(e)) if e.code == 404 => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions { uid: claim.metadata.uid.clone(), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&r.nodeclaim, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => continue,
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(node = %r.node, nodeclaim = %r.nodeclaim, unhealthy_since = %r.since, "deleting unhealthy node");
+        metrics::nodeclaim_unhealthy_disrupted(metrics::get(), &claim, CONDITION);
+        let event = events::unhealthy(&r.node, "Ready not True", &r.since.to_string());
+        shared.events.publish(event, claim.object_ref(&())).await;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_node_is_timed_from_its_ready_conditions_transition_whatever_the_status() {
+        let node = |conditions: &str| -> k8s_openapi::api::core::v1::Node {
+            serde_yaml::from_str(&format!(
+                "apiVersion: v1\nkind: Node\nmetadata: {{name: n}}\nstatus: {{capacity: {{cpu: '2'}}, \
+                 allocatable: {{cpu: '2'}}, conditions: {conditions}}}\n"
+            ))
+            .unwrap()
+        };
+        let at = |t: &str| Some(t.parse::<k8s_openapi::jiff::Timestamp>().unwrap());
+        let cases = [
+            (
+                "[{type: Ready, status: 'True', lastTransitionTime: '2026-01-01T00:00:00Z'}]",
+                true,
+                at("2026-01-01T00:00:00Z"),
+            ),
+            (
+                "[{type: MemoryPressure, status: 'False', lastTransitionTime: '2026-01-01T00:00:00Z'}, \
+                 {type: Ready, status: 'False', lastTransitionTime: '2026-01-02T00:00:00Z'}]",
+                false,
+                at("2026-01-02T00:00:00Z"),
+            ),
+            (
+                "[{type: Ready, status: Unknown, lastTransitionTime: '2026-01-03T00:00:00Z'}]",
+                false,
+                at("2026-01-03T00:00:00Z"),
+            ),
+            ("[{type: Ready, status: 'False'}]", false, None),
+            ("[]", false, None),
+        ];
+        for (conditions, ready, since) in cases {
+            let record = crate::state::NodeRecord::from_k8s(&node(conditions)).unwrap();
+            assert_eq!((record.ready, record.ready_since), (ready, since), "{conditions}");
+        }
+    }
+}
