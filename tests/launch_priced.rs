@@ -97,7 +97,7 @@ async fn plan_and_launch(input: &SolveInput, types: &[InstanceType]) -> (Plan, V
     assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
     let mut launched = Vec::new();
     for (i, planned) in plan.nodeclaims.iter().enumerate() {
-        let mut claim = build(planned, &pool);
+        let mut claim = build(planned, &pool, Some(&class));
         claim.metadata.name = Some(format!("general-{i:05}"));
         let request = launch_request(&claim, Some(&class), types).unwrap();
         let instance = provider.create(&request).await.unwrap_or_else(|e| panic!("claim {i}: {e}"));

@@ -60,7 +60,20 @@ fn default_expire_after() -> String {
         json_path = ".metadata.labels.karpenter\\.sh/nodepool",
         priority = 1
     ),
-    printcolumn(name = "NodeClass", type_ = "string", json_path = ".spec.nodeClassRef.name", priority = 1)
+    printcolumn(name = "NodeClass", type_ = "string", json_path = ".spec.nodeClassRef.name", priority = 1),
+    // In the wide output, as upstream's Drifted column: the default list is already seven wide.
+    printcolumn(
+        name = "Drifted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Drifted\")].status",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Disruption",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"DisruptionReason\")].reason",
+        priority = 1
+    )
 )]
 #[schemars(extend("x-kubernetes-validations" = [
     {"rule": "self == oldSelf", "message": "spec is immutable; delete the NodeClaim and let a new one be created instead"}

@@ -578,3 +578,28 @@ mod tests {
         assert_eq!(d.seen.len(), 1);
     }
 }
+
+// --- Drift detection (`nodeclaim_disruption`) ----------------------------------------------------
+// Kept at the end of the file so concurrent additions above merge cleanly.
+
+/// The reason of [`drifted`] events.
+pub const REASON_DRIFTED: &str = "Drifted";
+
+/// On a NodeClaim: it no longer matches its NodePool or AKSNodeClass (`reason` is the `Drifted`
+/// condition's reason); the disruption loop replaces drifted nodes under the NodePool's budgets.
+pub fn drifted(reason: &str, why: &str) -> Event {
+    event(EventType::Normal, REASON_DRIFTED, "Drift", format!("Drifted ({reason}): {why}"))
+}
+
+#[cfg(test)]
+mod drift_tests {
+    use super::*;
+
+    #[test]
+    fn drifted_event() {
+        let ev = drifted("NodeClassDrift", "the AKSNodeClass's spec changed");
+        assert_eq!((ev.reason.as_str(), ev.type_), (REASON_DRIFTED, EventType::Normal));
+        assert_eq!(ev.note.as_deref(), Some("Drifted (NodeClassDrift): the AKSNodeClass's spec changed"));
+        assert!(!reason::ALL.contains(&REASON_DRIFTED), "distinct from the other reasons");
+    }
+}

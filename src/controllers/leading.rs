@@ -1,8 +1,9 @@
 //! Leadership terms. While this replica holds the lease it runs the controllers that write (to the
 //! API server or to Azure): provisioning, the NodeClaim lifecycle with termination, the status writer,
-//! garbage collection, disruption and (feature gate `NodeRepair`) node repair. When the lease is lost
-//! they are aborted at once, mid-call if need be (every create and delete is idempotent, so the next
-//! leader finishes the work); then the replica campaigns again.
+//! garbage collection, disruption, the drift and consolidatability sweep and (feature gate
+//! `NodeRepair`) node repair. When the lease is lost they are aborted at once, mid-call if need be
+//! (every create and delete is idempotent, so the next leader finishes the work); then the replica
+//! campaigns again.
 //!
 //! On SIGTERM the leader stops starting work, waits (bounded by [`DRAIN_TIMEOUT`], renewing the lease
 //! meanwhile) for the units in flight, aborts the rest and releases the lease so a standby takes over
@@ -17,7 +18,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 
-use super::{disruption, gc, lifecycle, provisioning, repair, status, Shared};
+use super::{disruption, gc, lifecycle, nodeclaim_disruption, provisioning, repair, status, Shared};
 use crate::cloud::CloudProvider;
 use crate::operator::leader::Elector;
 use crate::operator::metrics;
@@ -90,6 +91,7 @@ fn spawn_writers<C: CloudProvider + 'static>(
     tasks.spawn(lifecycle::run(shared.clone()));
     tasks.spawn(status::run(shared.clone()));
     tasks.spawn(gc::run(shared.clone()));
+    tasks.spawn(nodeclaim_disruption::run(shared.clone()));
     tasks.spawn(disruption::run(shared.clone()));
     if shared.settings.node_repair {
         tasks.spawn(repair::run(shared.clone()));

@@ -34,6 +34,7 @@ pub mod leading;
 pub mod lifecycle;
 pub mod metrics;
 pub mod nodeclaim;
+pub mod nodeclaim_disruption;
 pub mod nodeclass;
 pub mod nodeclass_status;
 pub mod provisioning;

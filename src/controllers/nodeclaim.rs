@@ -15,6 +15,7 @@ use crate::catalog::{embedded_sku, NodeSecurity, SkuRecord};
 use crate::cloud::azure::bootstrap::{kubelet_config_flags, NodeClassBootstrap};
 use crate::cloud::azure::imagefamily::image_for;
 use crate::cloud::{allocation, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice};
+use crate::disruption::drift;
 use crate::model::labels::{self, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
 use crate::model::resources::Resources;
 use crate::model::selection::{allowed_offerings, offering_labels, type_allowed};
@@ -31,8 +32,10 @@ pub fn resource_list(resources: &Resources) -> ResourceList {
 
 /// The NodeClaim provisioning creates for a planned claim: named by the API server from
 /// `<nodepool>-` (five random characters, as upstream), labelled with its NodePool and every
-/// single-valued requirement, owned by the NodePool so it goes when the pool goes.
-pub fn build(planned: &NewNodeClaim, pool: &NodePool) -> NodeClaim {
+/// single-valued requirement, owned by the NodePool so it goes when the pool goes, and stamped with
+/// the hashes of the NodePool's template and of `class` (its AKSNodeClass, when it exists) that
+/// drift is judged against. A hash that cannot be computed is left out; the drift sweep reports it.
+pub fn build(planned: &NewNodeClaim, pool: &NodePool, class: Option<&AKSNodeClass>) -> NodeClaim {
     let template = &pool.spec.template;
     let mut labels: BTreeMap<String, String> = planned
         .requirements
@@ -43,7 +46,9 @@ pub fn build(planned: &NewNodeClaim, pool: &NodePool) -> NodeClaim {
         labels.extend(meta.labels.clone());
     }
     labels.insert(LABEL_NODEPOOL.to_string(), planned.nodepool.clone());
-    let annotations = template.metadata.as_ref().map(|m| m.annotations.clone()).filter(|a| !a.is_empty());
+    let mut annotations = template.metadata.as_ref().map(|m| m.annotations.clone()).unwrap_or_default();
+    annotations.extend(drift::hash_annotations(pool, class).unwrap_or_default());
+    let annotations = Some(annotations).filter(|a| !a.is_empty());
     let owner = OwnerReference {
         api_version: NodePool::api_version(&()).to_string(),
         kind: NodePool::kind(&()).to_string(),

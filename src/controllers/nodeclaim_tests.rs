@@ -97,7 +97,7 @@ fn planned() -> NewNodeClaim {
 
 #[test]
 fn builds_the_nodeclaim_from_a_planned_claim() {
-    let claim = build(&planned(), &pool());
+    let claim = build(&planned(), &pool(), Some(&class()));
     let meta = &claim.metadata;
     assert_eq!(meta.generate_name.as_deref(), Some("general-"));
     let labels = meta.labels.clone().unwrap();
@@ -131,6 +131,22 @@ fn builds_the_nodeclaim_from_a_planned_claim() {
     assert_eq!(types.len(), 2);
 }
 
+#[test]
+fn the_nodeclaim_carries_the_hashes_drift_compares() {
+    use crate::model::labels::{
+        ANNOTATION_NODECLASS_HASH, ANNOTATION_NODECLASS_HASH_VERSION, ANNOTATION_NODEPOOL_HASH,
+        ANNOTATION_NODEPOOL_HASH_VERSION,
+    };
+    let claim = build(&planned(), &pool(), Some(&class()));
+    let annotations = claim.metadata.annotations.unwrap();
+    assert_eq!(annotations[ANNOTATION_NODEPOOL_HASH], drift::nodepool_hash(&pool()).unwrap());
+    assert_eq!(annotations[ANNOTATION_NODEPOOL_HASH_VERSION], drift::NODEPOOL_HASH_VERSION);
+    assert_eq!(annotations[ANNOTATION_NODECLASS_HASH], drift::nodeclass_hash(&class()).unwrap());
+    assert_eq!(annotations[ANNOTATION_NODECLASS_HASH_VERSION], drift::NODECLASS_HASH_VERSION);
+    let without_class = build(&planned(), &pool(), None).metadata.annotations.unwrap();
+    assert_eq!(without_class.len(), 2, "only the NodePool's hash when the class is missing");
+}
+
 fn catalog() -> Vec<InstanceType> {
     crate::catalog::instance_types(
         "eastus",
@@ -143,14 +159,14 @@ fn catalog() -> Vec<InstanceType> {
 }
 
 fn build_named() -> NodeClaim {
-    let mut claim = build(&planned(), &pool());
+    let mut claim = build(&planned(), &pool(), Some(&class()));
     claim.metadata.name = Some("general-abcde".into());
     claim
 }
 
 #[test]
 fn builds_the_launch_request_from_a_nodeclaim() {
-    let mut claim = build(&planned(), &pool());
+    let mut claim = build(&planned(), &pool(), Some(&class()));
     claim.metadata.name = Some("general-abcde".into());
     let types = catalog();
     let request = launch_request(&claim, Some(&class()), &types).unwrap();

@@ -133,12 +133,19 @@ async fn provision<C: Send + Sync + 'static>(shared: &Arc<Shared<C>>) -> Result<
     let mut nominations = Vec::new();
     let api: Api<NodeClaim> = Api::all(shared.client.clone());
     let creates = plan.nodeclaims.iter().filter_map(|planned| {
-        let pool = shared.cluster().nodepool(&planned.nodepool).cloned();
+        let (pool, class) = {
+            let cluster = shared.cluster();
+            let pool = cluster.nodepool(&planned.nodepool).cloned();
+            let class = pool
+                .as_ref()
+                .and_then(|p| cluster.nodeclass(&p.spec.template.spec.node_class_ref.name).cloned());
+            (pool, class)
+        };
         let Some(pool) = pool else {
             tracing::warn!(nodepool = %planned.nodepool, "NodePool vanished before its claim was created");
             return None;
         };
-        let object = nodeclaim::build(planned, &pool);
+        let object = nodeclaim::build(planned, &pool, class.as_ref());
         let api = api.clone();
         Some(async move { (planned, api.create(&PostParams::default(), &object).await) })
     });

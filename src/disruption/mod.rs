@@ -14,6 +14,7 @@ pub mod consolidation;
 pub mod cost;
 pub mod cron;
 mod decide;
+pub mod drift;
 mod expiration;
 pub mod repair;
 pub mod simulate;

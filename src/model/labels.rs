@@ -73,8 +73,12 @@ pub const ANNOTATION_POD_DELETION_COST: &str = "controller.kubernetes.io/pod-del
 /// separated) it replaces, so a controller that restarts mid-command resumes it instead of launching
 /// the replacements again.
 pub const ANNOTATION_REPLACEMENT_FOR: &str = "karpenter.azure.com/replacement-for";
+/// On a NodeClaim: the hash of its NodePool's template when it was created, and the hash's format
+/// version; drift compares them with the pool's current hash (`disruption/drift.rs`).
 pub const ANNOTATION_NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
 pub const ANNOTATION_NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
+/// On a NodeClaim: the hash of its AKSNodeClass's spec (without tags) when it was created, and its
+/// format version (`disruption/drift.rs`).
 pub const ANNOTATION_NODECLASS_HASH: &str = "karpenter.azure.com/aksnodeclass-hash";
 pub const ANNOTATION_NODECLASS_HASH_VERSION: &str = "karpenter.azure.com/aksnodeclass-hash-version";
 

@@ -10,7 +10,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::apis::conditions::{self, ConditionStatus};
+use crate::apis::conditions::{self, Condition, ConditionStatus};
 use crate::apis::{NodeClaim, Taint};
 use crate::disruption::Drifted;
 use crate::model::labels::{
@@ -189,6 +189,8 @@ pub struct NodeRecord {
     pub deleting: bool,
     /// Annotated `karpenter.sh/do-not-disrupt: "true"`: never voluntarily disrupted.
     pub do_not_disrupt: bool,
+    /// `status.nodeInfo.kubeletVersion` (`v1.34.4`), for Kubernetes-version drift.
+    pub kubelet_version: Option<String>,
 }
 
 /// Whether the Node's `Ready` condition is True.
@@ -222,6 +224,12 @@ impl NodeRecord {
                 .as_ref()
                 .and_then(|a| a.get(ANNOTATION_DO_NOT_DISRUPT))
                 .is_some_and(|v| v == "true"),
+            kubelet_version: n
+                .status
+                .as_ref()
+                .and_then(|s| s.node_info.as_ref())
+                .map(|i| i.kubelet_version.clone())
+                .filter(|v| !v.is_empty()),
         })
     }
 
@@ -244,15 +252,25 @@ pub struct NodeClaimRecord {
     pub launched: bool,
     pub registered: bool,
     pub initialized: bool,
-    /// `Drifted=True`: its reason, and since when (the condition's lastTransitionTime).
-    pub drifted: Option<Drifted>,
-    /// When `Initialized` became True.
+    /// `Initialized`'s lastTransitionTime while it is True: consolidateAfter counts from here when
+    /// no pod event came later.
     pub initialized_at: Option<Timestamp>,
-    /// `status.lastPodEventTime`: the last time a pod was bound to or removed from its Node.
-    pub last_pod_event: Option<Timestamp>,
-    pub annotations: BTreeMap<String, String>,
-    /// `DisruptionReason=True`: the reason of the command acting on it.
+    /// `Drifted=True`: its reason, and since when (its lastTransitionTime).
+    pub drifted: Option<Drifted>,
+    /// `Consolidatable=True`: consolidateAfter has passed since the last pod event.
+    pub consolidatable: bool,
+    /// `DisruptionReason=True`: the reason the disruption loop is taking the claim away.
     pub disruption_reason: Option<String>,
+    /// `status.lastPodEventTime`: when a pod was last bound to or removed from its node.
+    pub last_pod_event: Option<Timestamp>,
+    /// `status.imageID`, for image drift.
+    pub image_id: Option<String>,
+    /// The claim's annotations, among them the hashes it was stamped with at creation.
+    pub annotations: BTreeMap<String, String>,
+    /// `status.conditions` as read, and the resourceVersion they were read at: a merge patch replaces
+    /// the whole list, so a writer patches the list it read, guarded by that version.
+    pub conditions: Vec<Condition>,
+    pub resource_version: Option<String>,
     pub deleting: bool,
     /// The claim's labels: the template's, then the chosen size, zone and capacity type after launch.
     pub labels: BTreeMap<String, String>,
@@ -271,6 +289,9 @@ impl NodeClaimRecord {
         let status = c.status.clone().unwrap_or_default();
         let labels = c.metadata.labels.clone().unwrap_or_default();
         let is_true = |t: &str| conditions::is_true(&status.conditions, t);
+        let true_condition =
+            |t: &str| conditions::get(&status.conditions, t).filter(|c| c.status == ConditionStatus::True);
+        let true_since = |t: &str| true_condition(t).map(|c| c.last_transition_time.0);
         let to_text = |list: &crate::apis::common::ResourceList| {
             list.iter().map(|(k, v)| (k.clone(), v.as_str().to_string())).collect::<BTreeMap<_, _>>()
         };
@@ -289,17 +310,16 @@ impl NodeClaimRecord {
             launched: is_true(conditions::LAUNCHED),
             registered: is_true(conditions::REGISTERED),
             initialized: is_true(conditions::INITIALIZED),
-            drifted: conditions::get(&status.conditions, conditions::DRIFTED)
-                .filter(|c| c.status == ConditionStatus::True)
+            initialized_at: true_since(conditions::INITIALIZED),
+            drifted: true_condition(conditions::DRIFTED)
                 .map(|c| Drifted { reason: c.reason.clone(), since: c.last_transition_time.0 }),
-            initialized_at: conditions::get(&status.conditions, conditions::INITIALIZED)
-                .filter(|c| c.status == ConditionStatus::True)
-                .map(|c| c.last_transition_time.0),
+            consolidatable: is_true(conditions::CONSOLIDATABLE),
+            disruption_reason: true_condition(conditions::DISRUPTION_REASON).map(|c| c.reason.clone()),
             last_pod_event: status.last_pod_event_time.as_ref().map(|t| t.0),
+            image_id: status.image_id.clone().filter(|i| !i.is_empty()),
             annotations: c.metadata.annotations.clone().unwrap_or_default(),
-            disruption_reason: conditions::get(&status.conditions, conditions::DISRUPTION_REASON)
-                .filter(|c| c.status == ConditionStatus::True)
-                .map(|c| c.reason.clone()),
+            conditions: status.conditions.clone(),
+            resource_version: c.metadata.resource_version.clone(),
             deleting: c.metadata.deletion_timestamp.is_some(),
             labels,
             requirements,

@@ -473,3 +473,57 @@ fn a_namespace_selector_follows_the_namespaces() {
     cluster.delete_key(Kind::Namespace, "caches");
     assert!(namespaces(&cluster).is_empty());
 }
+
+#[test]
+fn claims_carry_what_disruption_reads() {
+    let claim: NodeClaim = yaml(
+        r"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: general-a
+  labels: {karpenter.sh/nodepool: general}
+  annotations: {karpenter.sh/nodepool-hash: '42', karpenter.sh/nodepool-hash-version: v9}
+spec: {nodeClassRef: {name: default}, requirements: []}
+status:
+  providerID: azure:///vm/a
+  imageID: img-1
+  lastPodEventTime: '2026-01-01T00:05:00Z'
+  conditions:
+    - {type: Initialized, status: 'True', reason: Initialized, lastTransitionTime: '2026-01-01T00:01:00Z'}
+    - {type: Drifted, status: 'True', reason: NodeClassDrift, lastTransitionTime: '2026-01-01T00:02:00Z'}
+    - {type: Consolidatable, status: 'True', reason: Consolidatable, lastTransitionTime: '2026-01-01T00:03:00Z'}
+    - {type: DisruptionReason, status: 'True', reason: Drifted, lastTransitionTime: '2026-01-01T00:04:00Z'}
+",
+    );
+    let r = records::NodeClaimRecord::from_k8s(&claim).unwrap();
+    let t = |s: &str| s.parse::<k8s_openapi::jiff::Timestamp>().unwrap();
+    assert_eq!(r.initialized_at, Some(t("2026-01-01T00:01:00Z")));
+    let drifted = r.drifted.clone().unwrap();
+    assert_eq!((drifted.reason.as_str(), drifted.since), ("NodeClassDrift", t("2026-01-01T00:02:00Z")));
+    assert!(r.consolidatable);
+    assert_eq!(r.disruption_reason.as_deref(), Some("Drifted"));
+    assert_eq!(r.last_pod_event, Some(t("2026-01-01T00:05:00Z")));
+    assert_eq!(r.image_id.as_deref(), Some("img-1"));
+    assert_eq!(r.annotations["karpenter.sh/nodepool-hash"], "42");
+    assert_eq!(r.conditions.len(), 4, "kept whole for writers");
+
+    // Conditions that are not True leave the fields empty.
+    let mut claim = claim;
+    for c in &mut claim.status.as_mut().unwrap().conditions {
+        c.status = crate::apis::conditions::ConditionStatus::False;
+    }
+    claim.status.as_mut().unwrap().last_pod_event_time = None;
+    let r = records::NodeClaimRecord::from_k8s(&claim).unwrap();
+    assert_eq!((r.initialized_at, r.drifted, r.consolidatable), (None, None, false));
+    assert_eq!((r.disruption_reason, r.last_pod_event), (None, None));
+
+    let node: core::Node = yaml(
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n\
+         status: {nodeInfo: {kubeletVersion: v1.34.4, machineID: '', systemUUID: '', bootID: '', kernelVersion: '',\n\
+           osImage: '', containerRuntimeVersion: '', kubeProxyVersion: '', operatingSystem: linux, architecture: amd64}}\n",
+    );
+    assert_eq!(records::NodeRecord::from_k8s(&node).unwrap().kubelet_version.as_deref(), Some("v1.34.4"));
+    let bare: core::Node = yaml("apiVersion: v1\nkind: Node\nmetadata: {name: n}\n");
+    assert_eq!(records::NodeRecord::from_k8s(&bare).unwrap().kubelet_version, None);
+}

@@ -31,6 +31,7 @@ mod disruption;
 mod disruption_lifecycle;
 mod disruption_scale;
 mod drain;
+mod drift;
 mod events;
 mod eviction;
 mod inputs;

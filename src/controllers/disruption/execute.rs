@@ -147,10 +147,17 @@ async fn create_replacements<C>(
     let api: Api<NodeClaim> = Api::all(shared.client.clone());
     let mut names = vec![];
     for planned in &command.replacements {
-        let pool = shared.cluster().nodepool(&planned.nodepool).cloned();
+        let (pool, class) = {
+            let cluster = shared.cluster();
+            let pool = cluster.nodepool(&planned.nodepool).cloned();
+            let class = pool
+                .as_ref()
+                .and_then(|p| cluster.nodeclass(&p.spec.template.spec.node_class_ref.name).cloned());
+            (pool, class)
+        };
         let pool =
             pool.ok_or_else(|| ControllerError::Invalid(format!("NodePool {} is gone", planned.nodepool)))?;
-        let mut object = nodeclaim::build(planned, &pool);
+        let mut object = nodeclaim::build(planned, &pool, class.as_ref());
         object
             .metadata
             .annotations

@@ -4,9 +4,7 @@
 //! count, evicted pods recreated. Every change is a method here, so the engine reads as the sequence
 //! of controllers it models. Deterministic: names come from counters, iteration is in name order.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{Hash, Hasher};
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus, Taint as K8sTaint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -39,9 +37,9 @@ pub struct NodeRecord {
     /// Ready and initialized from this time (launch + boot delay).
     pub ready_at: Timestamp,
     pub last_pod_event: Timestamp,
-    /// Hashes of the NodePool template and the AKSNodeClass spec at launch, for drift.
-    pub nodepool_hash: u64,
-    pub nodeclass_hash: u64,
+    /// The hash annotations the NodeClaim was stamped with at launch
+    /// ([`crate::disruption::drift::hash_annotations`]), for drift.
+    pub annotations: BTreeMap<String, String>,
     /// A disruption command or an expiration is taking it away.
     pub disrupting: bool,
 }
@@ -326,7 +324,7 @@ impl VirtualCluster {
         claim: &NewNodeClaim,
         now: Timestamp,
         boot_delay: std::time::Duration,
-        hashes: (u64, u64),
+        annotations: BTreeMap<String, String>,
     ) -> String {
         self.version += 1;
         let name = format!("{}-{:05}", claim.nodepool, self.next_node);
@@ -385,8 +383,7 @@ impl VirtualCluster {
                 launched: now,
                 ready_at,
                 last_pod_event: now,
-                nodepool_hash: hashes.0,
-                nodeclass_hash: hashes.1,
+                annotations,
                 disrupting: false,
             },
         );
@@ -491,13 +488,6 @@ fn owner_of(p: &Pod) -> Option<(&str, &str, &str)> {
         .flatten()
         .find(|o| o.controller == Some(true))
         .map(|o| (o.kind.as_str(), ns, o.name.as_str()))
-}
-
-/// A stable hash of a serialisable value (for drift: compared only within one run).
-pub fn hash_of<T: serde::Serialize>(value: &T) -> u64 {
-    let mut h = DefaultHasher::new();
-    serde_json::to_string(value).unwrap_or_default().hash(&mut h);
-    h.finish()
 }
 
 fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {

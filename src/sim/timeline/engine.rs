@@ -110,7 +110,7 @@ struct Engine<'t> {
     in_flight: Option<InFlight>,
     drift_since: BTreeMap<String, Timestamp>,
     /// The cluster's fingerprint at the last pass that found nothing, and until when its answer holds.
-    idle_since: Option<(u64, Timestamp)>,
+    idle_since: Option<((u64, u64), Timestamp)>,
     /// The solver input of the objects at a cluster version.
     scenario: Option<(u64, std::rc::Rc<scenario::Scenario>)>,
     /// The repack lower bound at a cluster version.
@@ -346,8 +346,7 @@ impl Engine<'_> {
                 launched,
                 ready_at: launched,
                 last_pod_event: launched,
-                nodepool_hash: hashes.0,
-                nodeclass_hash: hashes.1,
+                annotations: hashes,
                 disrupting: false,
             };
             records.push(record);
@@ -430,9 +429,9 @@ impl Engine<'_> {
 
     /// A fingerprint of what decisions depend on apart from time: the objects and which nodes are
     /// Ready.
-    fn fingerprint(&self, now: Timestamp) -> u64 {
+    fn fingerprint(&self, now: Timestamp) -> (u64, u64) {
         let ready = self.cluster.nodes.values().filter(|n| n.ready(now)).count() as u64;
-        super::cluster::hash_of(&(self.cluster.version(), ready))
+        (self.cluster.version(), ready)
     }
 
     fn disrupt(&mut self, now: Timestamp) -> Result<(), RunError> {

@@ -2,9 +2,9 @@
 //! builds one from its index — managed nodes with their NodeClaim, offering, price, lifecycle times,
 //! drift and pods; the NodePools' policies with their solver pools; PDBs with their allowance now.
 //!
-//! Drift here is what the controller detects (upstream `pkg/controllers/nodeclaim/disruption/drift.go`):
-//! the NodePool's template hash or the AKSNodeClass's spec hash changed since launch, or the node's
-//! labels no longer meet the pool's requirements.
+//! Drift here is what the controller detects, by the same functions ([`crate::disruption::drift`]):
+//! the NodePool's template hash or the AKSNodeClass's spec hash changed since launch, the node's
+//! labels no longer meet the pool's requirements, or its instance type is no longer offered.
 
 use std::collections::BTreeMap;
 
@@ -13,34 +13,21 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
-use super::cluster::{hash_of, node_of, pod_id, VirtualCluster};
+use super::cluster::{node_of, pod_id, VirtualCluster};
 use crate::apis::nodepool::NodePool;
+use crate::apis::AKSNodeClass;
+use crate::disruption::drift::{self, ClaimFacts, ClassDrift, PoolDrift};
 use crate::disruption::{Drifted, ManagedNode, Pdb, PoolPolicy, Snapshot, UnmanagedNode};
 use crate::model::requirements::Requirements;
 use crate::scheduling::{from_k8s, Pod, SolveInput};
 use crate::sim::load::Sourced;
 use crate::sim::managed::{self, ManagedError};
 
-/// The hashes a node is stamped with at launch: the NodePool's template without its requirements
-/// (requirements drift is judged on labels), and the AKSNodeClass's spec without tags (tags change in
-/// place on the VM, as upstream).
-pub fn launch_hashes(cluster: &VirtualCluster, nodepool: &str) -> (u64, u64) {
-    let Some(pool) = find_pool(cluster, nodepool) else { return (0, 0) };
-    let mut template = pool.spec.template.clone();
-    template.spec.requirements.clear();
-    let class_name = &pool.spec.template.spec.node_class_ref.name;
-    let class_hash = cluster
-        .objects
-        .nodeclasses
-        .iter()
-        .find(|c| c.object.metadata.name.as_deref() == Some(class_name.as_str()))
-        .map(|c| {
-            let mut spec = c.object.spec.clone();
-            spec.tags.clear();
-            hash_of(&spec)
-        })
-        .unwrap_or(0);
-    (hash_of(&template), class_hash)
+/// The hash annotations a node's NodeClaim is stamped with at launch, as the controller stamps them
+/// ([`drift::hash_annotations`]); empty when the pool is gone or cannot be hashed.
+pub fn launch_hashes(cluster: &VirtualCluster, nodepool: &str) -> BTreeMap<String, String> {
+    let Some(pool) = find_pool(cluster, nodepool) else { return BTreeMap::new() };
+    drift::hash_annotations(pool, find_class(cluster, pool)).unwrap_or_default()
 }
 
 fn find_pool<'a>(cluster: &'a VirtualCluster, name: &str) -> Option<&'a NodePool> {
@@ -52,24 +39,47 @@ fn find_pool<'a>(cluster: &'a VirtualCluster, name: &str) -> Option<&'a NodePool
         .map(|p| &p.object)
 }
 
-/// Why a node has drifted now, if it has; `hashes` are each pool's current [`launch_hashes`].
+fn find_class<'a>(cluster: &'a VirtualCluster, pool: &NodePool) -> Option<&'a AKSNodeClass> {
+    let name = &pool.spec.template.spec.node_class_ref.name;
+    cluster
+        .objects
+        .nodeclasses
+        .iter()
+        .find(|c| c.object.metadata.name.as_deref() == Some(name.as_str()))
+        .map(|c| &c.object)
+}
+
+/// What each NodePool's nodes are judged against now: the pool's and its class's drift inputs.
+type DriftInputs = BTreeMap<String, (PoolDrift, Option<ClassDrift>)>;
+
+fn drift_inputs(cluster: &VirtualCluster) -> DriftInputs {
+    cluster
+        .objects
+        .nodepools
+        .iter()
+        .filter_map(|p| {
+            let pool = PoolDrift::new(&p.object).ok()?;
+            let class = find_class(cluster, &p.object).and_then(|c| ClassDrift::new(c).ok());
+            Some((p.object.metadata.name.clone().unwrap_or_default(), (pool, class)))
+        })
+        .collect()
+}
+
+/// Why a node has drifted now, if it has, by the controller's rules ([`drift::drift_reason`]). A
+/// node whose NodePool is gone is reported as `NodePoolDeleted`: the cluster would delete its
+/// NodeClaim through the owner reference, which the timeline models as a replacement.
 fn drift_reason(
     cluster: &VirtualCluster,
     node: &str,
     input: &SolveInput,
-    hashes: &BTreeMap<String, (u64, u64)>,
-) -> Option<&'static str> {
+    inputs: &DriftInputs,
+    now: Timestamp,
+) -> Option<String> {
     let record = cluster.nodes.get(node)?;
-    let Some(pool) = input.nodepools.iter().find(|p| p.name == record.nodepool) else {
-        return find_pool(cluster, &record.nodepool).is_none().then_some("NodePoolDeleted");
+    let Some(solver_pool) = input.nodepools.iter().find(|p| p.name == record.nodepool) else {
+        return find_pool(cluster, &record.nodepool).is_none().then(|| "NodePoolDeleted".to_string());
     };
-    let (pool_hash, class_hash) = hashes.get(&record.nodepool).copied().unwrap_or_default();
-    if pool_hash != record.nodepool_hash {
-        return Some("NodePoolDrifted");
-    }
-    if class_hash != record.nodeclass_hash {
-        return Some("NodeClassDrifted");
-    }
+    let (pool, class) = inputs.get(&record.nodepool)?;
     let labels = cluster
         .objects
         .nodes
@@ -77,13 +87,15 @@ fn drift_reason(
         .find(|n| n.object.metadata.name.as_deref() == Some(node))
         .and_then(|n| n.object.metadata.labels.clone())
         .unwrap_or_default();
-    if !pool.requirements.matches(&labels) {
-        return Some("RequirementsDrifted");
-    }
-    if !pool.instance_types.iter().any(|t| t.name == record.instance_type) {
-        return Some("InstanceTypeNotFound");
-    }
-    None
+    let claim = ClaimFacts {
+        annotations: &record.annotations,
+        labels: &labels,
+        created: Some(record.launched),
+        image_id: None,
+    };
+    // Virtual nodes have no kubelet version or image: the provider's version and image checks skip.
+    drift::drift_reason(&claim, pool, class.as_ref(), None, Some(&solver_pool.instance_types), now)
+        .map(|r| r.as_str().to_string())
 }
 
 /// Builds the snapshot from the cluster and the solver input of the same moment. `drift_since`
@@ -110,16 +122,7 @@ pub fn build(
         solve_options: input.options.clone(),
         ..Snapshot::default()
     };
-    let hashes: BTreeMap<String, (u64, u64)> = cluster
-        .objects
-        .nodepools
-        .iter()
-        .filter_map(|p| p.object.metadata.name.clone())
-        .map(|name| {
-            let h = launch_hashes(cluster, &name);
-            (name, h)
-        })
-        .collect();
+    let inputs = drift_inputs(cluster);
     for node in &input.nodes {
         let pods_here = on_node.get(node.name.as_str()).cloned().unwrap_or_default();
         let Some(record) = cluster.nodes.get(&node.name) else {
@@ -128,10 +131,10 @@ pub fn build(
                 .push(UnmanagedNode { node: node.clone(), pods: pods_here.into_iter().cloned().collect() });
             continue;
         };
-        let drifted = match drift_reason(cluster, &node.name, input, &hashes) {
+        let drifted = match drift_reason(cluster, &node.name, input, &inputs, now) {
             Some(reason) => {
                 let since = *drift_since.entry(node.name.clone()).or_insert(now);
-                Some(Drifted { reason: reason.to_string(), since })
+                Some(Drifted { reason, since })
             }
             None => {
                 drift_since.remove(&node.name);

@@ -70,6 +70,8 @@ pub struct JoinVars {
     pub kube_ca_crt: Option<String>,
     pub api_server_name: Option<String>,
     pub tls_bootstrap_token: Option<String>,
+    /// `KUBERNETES_VERSION` (`1.34.4`): the version the node image's kubelet runs and reports.
+    pub kubernetes_version: Option<String>,
 }
 
 /// The bootstrap variables of decoded custom data.
@@ -78,6 +80,7 @@ pub fn join_vars(text: &str) -> JoinVars {
         kube_ca_crt: variable(text, "KUBE_CA_CRT").map(str::to_string),
         api_server_name: variable(text, "API_SERVER_NAME").map(str::to_string),
         tls_bootstrap_token: variable(text, "TLS_BOOTSTRAP_TOKEN").map(str::to_string),
+        kubernetes_version: variable(text, "KUBERNETES_VERSION").map(str::to_string),
     }
 }
 

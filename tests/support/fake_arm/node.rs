@@ -2,13 +2,14 @@
 //! kubelet registers, and marks it for kwok so simulated kubelets keep it Ready.
 //!
 //! The Node: name = VM name, `spec.providerID`, labels and taints from the boot contract (see `boot`),
-//! `status.capacity`/`allocatable` from the SKU, and the annotation `kwok.x-k8s.io/node: fake` that kwok
+//! `status.capacity`/`allocatable` from the SKU, `status.nodeInfo.kubeletVersion` from the custom data's
+//! `KUBERNETES_VERSION`, and the annotation `kwok.x-k8s.io/node: fake` that kwok
 //! selects on. The kubelet sends status with its create, and the API server keeps it for Nodes.
 
 use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus};
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, NodeSystemInfo};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, PostParams};
@@ -56,6 +57,13 @@ impl NodeRegistrar for KubeNodeRegistrar {
     }
 }
 
+/// What the VM's kubelet reports as its version (`v1.34.4`): the version its custom data installs, as a
+/// real node image's kubelet would (kwok keeps what the Node registered with).
+fn kubelet_version(vm: &BootedVm) -> Option<String> {
+    let version = vm.join.as_ref()?.kubernetes_version.as_deref()?.trim_start_matches('v');
+    (!version.is_empty()).then(|| format!("v{version}"))
+}
+
 /// The Node object a booted VM registers.
 pub fn node_for(vm: &BootedVm) -> Node {
     let quantities = |list: &BTreeMap<String, String>| {
@@ -79,6 +87,12 @@ pub fn node_for(vm: &BootedVm) -> Node {
         status: Some(NodeStatus {
             capacity: Some(quantities(&vm.capacity)),
             allocatable: Some(quantities(&vm.allocatable)),
+            node_info: kubelet_version(vm).map(|version| NodeSystemInfo {
+                kubelet_version: version,
+                operating_system: "linux".to_string(),
+                architecture: vm.labels.get("kubernetes.io/arch").cloned().unwrap_or_else(|| "amd64".into()),
+                ..NodeSystemInfo::default()
+            }),
             ..NodeStatus::default()
         }),
     }
