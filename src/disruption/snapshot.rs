@@ -71,7 +71,8 @@ pub struct ManagedNode {
 /// Why and since when a NodeClaim is drifted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Drifted {
-    /// NodePoolDrifted, RequirementsDrifted, InstanceTypeNotFound, ImageDrifted, K8sVersionDrifted, …
+    /// upstream's reason: NodePoolDrifted, RequirementsDrifted, InstanceTypeNotFound, NodeClassDrift,
+    /// K8sVersionDrift, ImageDrift (`drift::DriftReason`)
     pub reason: String,
     pub since: Timestamp,
 }
