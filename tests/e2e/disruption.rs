@@ -277,6 +277,10 @@ async fn an_underutilized_node_is_replaced_by_a_cheaper_one_initialized_before_a
     const REPLACEMENT_FOR: &str = "karpenter.azure.com/replacement-for";
     let pool = watch::node_pool(NAME, "0s", json!([{"nodes": "100%"}]));
     let (client, controller) = start(NAME, &pool).await;
+    // A second pool with cheaper sizes: the pods select the first by its label, so a move must stay there.
+    let mut other = manifests::node_pool(&format!("{NAME}-other"), None);
+    other["spec"]["template"]["spec"]["nodeClassRef"]["name"] = json!(NAME);
+    objects::apply(&client, &other).await.expect("applying the other NodePool");
     // Five pods fill a 4-vCPU node; with one left, a 2-vCPU node is cheaper.
     objects::apply(&client, &deployment(NAME, 5)).await.expect("applying the Deployment");
     running(&controller, &client, NAME, 5).await;
@@ -295,6 +299,11 @@ async fn an_underutilized_node_is_replaced_by_a_cheaper_one_initialized_before_a
             c["metadata"]["annotations"][REPLACEMENT_FOR].as_str() == Some(old_node.as_str())
                 && condition_is_true(c, "Initialized")
         });
+        let strays = lookups::claims_of(&client, &format!("{NAME}-other")).await.expect("claims");
+        assert!(
+            strays.is_empty(),
+            "a replacement was launched in the pool the pod does not select: {strays:?}"
+        );
         if ready && replacement_ready.is_none() {
             replacement_ready = Some(scaled.elapsed());
         }
@@ -319,5 +328,10 @@ async fn an_underutilized_node_is_replaced_by_a_cheaper_one_initialized_before_a
          the pod evicted {evicted:.1?} after the scale-down"
     );
     assert!(ready <= evicted, "evicted at {evicted:?} before the replacement was Initialized at {ready:?}");
+    let _ = objects::api_for(&client, &other)
+        .await
+        .expect("NodePool API")
+        .delete(&format!("{NAME}-other"), &Default::default())
+        .await;
     cleanup::remove(&client, NAME, &[deployment(NAME, 0)], || controller.exit_status().is_none()).await;
 }

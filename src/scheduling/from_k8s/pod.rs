@@ -80,20 +80,20 @@ pub fn template_pods(
     Ok((0..replicas).map(|i| Pod { name: format!("{workload}-{i}"), ..model.clone() }).collect())
 }
 
-/// Converts one pod. A bound pod (`spec.nodeName`) keeps no node affinity: it is
-/// IgnoredDuringExecution, and DaemonSet pods pin their node with `matchFields`, which is not supported
-/// for pending pods.
+/// Converts one pod. A bound pod (`spec.nodeName`) keeps its node affinity for when disruption moves
+/// it elsewhere, but never fails on it: where it stays, the affinity is IgnoredDuringExecution, and
+/// DaemonSet pods pin their node with `matchFields`, which is not supported for pending pods (such a
+/// bound pod keeps no node affinity; DaemonSet pods are never moved).
 pub fn pod(src: &PodSource, ctx: &PodContext) -> Result<Pod, FromK8sError> {
     let spec = src.spec;
     let at = |rest: &str| format!("{}.{rest}", src.spec_field);
     let node_name = spec.node_name.clone().filter(|n| !n.is_empty());
     let node_affinity = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref());
+    let required = required_terms(src.spec_field, spec.node_selector.as_ref(), node_affinity);
+    let preferred = preferred_terms(src.spec_field, node_affinity);
     let (required_terms, preferred_terms) = match node_name {
-        Some(_) => (vec![], vec![]),
-        None => (
-            required_terms(src.spec_field, spec.node_selector.as_ref(), node_affinity)?,
-            preferred_terms(src.spec_field, node_affinity)?,
-        ),
+        Some(_) => (required.unwrap_or_default(), preferred.unwrap_or_default()),
+        None => (required?, preferred?),
     };
     let affinity = spec.affinity.as_ref();
     let pod_affinity = affinity.and_then(|a| a.pod_affinity.as_ref());

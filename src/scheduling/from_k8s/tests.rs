@@ -123,6 +123,16 @@ fn match_fields_is_refused_with_its_path_but_ignored_on_bound_pods() {
 }
 
 #[test]
+fn a_bound_pod_keeps_its_node_selector_for_when_it_is_moved() {
+    let bound = pod_yaml(
+        "  nodeName: node-1\n  nodeSelector: {karpenter.sh/nodepool: batch}\n  containers: [{name: a}]\n",
+    );
+    assert_eq!(bound.required_terms.len(), 1);
+    assert!(!bound.required_terms[0]
+        .matches(&[("karpenter.sh/nodepool".to_string(), "general".to_string())].into()));
+}
+
+#[test]
 fn match_label_keys_fold_the_pods_own_values_into_the_spread_selector() {
     let p = pod_yaml(
         "  topologySpreadConstraints:
