@@ -144,6 +144,29 @@ impl CloudProvider for FakeCloud {
         Ok(())
     }
 
+    fn desired_tags(
+        &self,
+        nodepool: &str,
+        node_class_tags: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        let mut tags = node_class_tags.clone();
+        tags.insert("karpenter.sh_nodepool".into(), nodepool.into());
+        tags
+    }
+
+    async fn update_tags(
+        &self,
+        provider_id: &str,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<(), CloudError> {
+        let name =
+            naming::parse_provider_id(provider_id).map_err(|e| CloudError::Invalid(e.to_string()))?.vm_name;
+        let mut inner = self.lock();
+        let instance = inner.instances.get_mut(&name).ok_or(CloudError::NotFound(name))?;
+        instance.tags = tags.clone();
+        Ok(())
+    }
+
     async fn latest_image_version(&self, gallery: &str, definition: &str) -> Result<String, CloudError> {
         let mut inner = self.lock();
         inner.lookup_calls += 1;

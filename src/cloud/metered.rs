@@ -89,6 +89,22 @@ impl<C: CloudProvider> CloudProvider for Metered<C> {
         self.observe("DeleteNIC", self.inner.delete_nic(name)).await
     }
 
+    fn desired_tags(
+        &self,
+        nodepool: &str,
+        node_class_tags: &std::collections::BTreeMap<String, String>,
+    ) -> std::collections::BTreeMap<String, String> {
+        self.inner.desired_tags(nodepool, node_class_tags)
+    }
+
+    async fn update_tags(
+        &self,
+        provider_id: &str,
+        tags: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), CloudError> {
+        self.observe("UpdateTags", self.inner.update_tags(provider_id, tags)).await
+    }
+
     async fn latest_image_version(&self, gallery: &str, definition: &str) -> Result<String, CloudError> {
         self.observe("LatestImageVersion", self.inner.latest_image_version(gallery, definition)).await
     }

@@ -51,6 +51,27 @@ pub trait CloudProvider: Send + Sync {
         let _ = name;
         async { Ok(()) }
     }
+    /// The tags a machine of `nodepool` whose AKSNodeClass has `node_class_tags` carries. Tags change in
+    /// place on running machines (upstream's in-place update), never through drift. Clouds without tags
+    /// have none.
+    fn desired_tags(
+        &self,
+        nodepool: &str,
+        node_class_tags: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        let _ = (nodepool, node_class_tags);
+        BTreeMap::new()
+    }
+    /// Replaces the tags of the machine (and of what belongs to it, such as its NIC) with `tags`;
+    /// [`CloudError::NotFound`] when the machine is gone.
+    fn update_tags(
+        &self,
+        provider_id: &str,
+        tags: &BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<(), CloudError>> + Send {
+        let _ = (provider_id, tags);
+        async { Ok(()) }
+    }
     /// The version of a node image definition to launch with: the newest usable one `gallery` publishes
     /// in the cloud's region. [`CloudError::NotFound`] when the definition or every version is missing.
     fn latest_image_version(

@@ -18,7 +18,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 
-use super::{disruption, gc, lifecycle, nodeclaim_disruption, provisioning, repair, status, Shared};
+use super::{disruption, gc, inplace, lifecycle, nodeclaim_disruption, provisioning, repair, status, Shared};
 use crate::cloud::CloudProvider;
 use crate::operator::leader::Elector;
 use crate::operator::metrics;
@@ -93,6 +93,7 @@ fn spawn_writers<C: CloudProvider + 'static>(
     tasks.spawn(gc::run(shared.clone()));
     tasks.spawn(nodeclaim_disruption::run(shared.clone()));
     tasks.spawn(disruption::run(shared.clone()));
+    tasks.spawn(inplace::run(shared.clone()));
     if shared.settings.node_repair {
         tasks.spawn(repair::run(shared.clone()));
     }

@@ -14,6 +14,7 @@
 //!   AKSNodeClass status, `recheck`: when to repeat them (pure), `nodeclass_status`: the status they
 //!   make (pure).
 //! - `events`: the Kubernetes Events the controllers emit (pure builders, a publisher that never fails).
+//! - `inplace`: tags of running VMs and NICs kept in line with their AKSNodeClass, without replacing them.
 //! - `gc`: garbage collection of unowned VMs and NICs, and of NodeClaims whose VM is gone.
 //! - `start`: the Azure provider, catalog and settings built from the validated operator settings.
 //! - `catalog`: instance types per AKSNodeClass, as the solver and the launcher both see them.
@@ -30,6 +31,7 @@ pub mod disruption;
 pub mod drain;
 pub mod events;
 pub mod gc;
+pub mod inplace;
 pub mod leading;
 pub mod lifecycle;
 pub mod metrics;

@@ -108,10 +108,33 @@ async fn claims_carry_hashes_become_consolidatable_and_drift_on_a_nodeclass_chan
     eprintln!("e2e drift: Consolidatable=True {:?} after the pod ran", initialized.elapsed());
     assert!(condition(&claim, "Drifted").is_none(), "a fresh claim is not drifted: {:#}", claim["status"]);
 
-    // (c) Tags are applied in place, not by replacing nodes: no drift.
+    // (c) Tags are applied in place, not by replacing nodes: no drift, and the VM and its NIC carry them.
     objects::merge_patch(&client, &class, &json!({"spec": {"tags": {"team": "drift-e2e"}}}))
         .await
         .expect("patching the tags");
+    let tagged = Instant::now();
+    let vm_name = format!("aks-{claim_name}");
+    controller
+        .wait_until("the VM and NIC to carry the new tag in place", STAGE, || async {
+            let vm = controller.fake().vm(&vm_name).ok_or("no VM")?;
+            let nic = controller
+                .fake()
+                .nics()
+                .into_iter()
+                .find(|n| n["name"].as_str().is_some_and(|n| n.eq_ignore_ascii_case(&vm_name)))
+                .ok_or("no NIC")?;
+            let has = |doc: &serde_json::Value| doc["tags"]["team"] == "drift-e2e";
+            if has(&vm.document) && has(&nic) {
+                Ok(())
+            } else {
+                Err(format!("VM tags {}, NIC tags {}", vm.document["tags"], nic["tags"]))
+            }
+        })
+        .await;
+    eprintln!(
+        "e2e drift: the new tag reached the VM and NIC in place {:?} after the change",
+        tagged.elapsed()
+    );
     let quiet_until = Instant::now() + QUIET;
     while Instant::now() < quiet_until {
         let claim = the_claim(&client).await.expect("the NodeClaim");

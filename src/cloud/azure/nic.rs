@@ -132,6 +132,34 @@ pub async fn delete_nic(
     Err(last.unwrap_or_else(|| timed_out(name)))
 }
 
+/// Replaces the NIC's tags (Network Interfaces - Update Tags); a NIC that is gone is success (a VM can
+/// outlive the NIC it was created with only in a broken cluster, and GC handles that).
+pub async fn update_tags(
+    clients: &ArmClients,
+    rg: &str,
+    name: &str,
+    tags: &BTreeMap<String, String>,
+) -> Result<(), ArmFailure> {
+    let body = azure_mgmt_network::models::TagsObject { tags: Some(json!(tags)) };
+    match clients
+        .network
+        .network_interfaces_client()
+        .update_tags(rg, name, body, &clients.subscription_id)
+        .send()
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let failure = ArmFailure::from_sdk(&e);
+            if failure.is_not_found() {
+                Ok(())
+            } else {
+                Err(failure)
+            }
+        }
+    }
+}
+
 /// Names of the NICs in the resource group whose tags include `key=value`.
 pub async fn list_tagged(
     clients: &ArmClients,

@@ -362,6 +362,30 @@ impl CloudProvider for AzureCloudProvider {
             .map_err(|f| errors::cloud_error(&f, "deleting NIC"))
     }
 
+    fn desired_tags(
+        &self,
+        nodepool: &str,
+        node_class_tags: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        vm::tags(&self.settings, node_class_tags, nodepool)
+    }
+
+    async fn update_tags(
+        &self,
+        provider_id: &str,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<(), CloudError> {
+        let vm_ref =
+            naming::parse_provider_id(provider_id).map_err(|e| CloudError::Invalid(e.to_string()))?;
+        let (rg, name) = (&vm_ref.resource_group, &vm_ref.vm_name);
+        self.limited(vm::update_tags(&self.clients, rg, name, tags))
+            .await
+            .map_err(|f| errors::cloud_error(&f, "updating VM tags"))?;
+        self.limited(nic::update_tags(&self.clients, rg, name, tags))
+            .await
+            .map_err(|f| errors::cloud_error(&f, "updating NIC tags"))
+    }
+
     async fn list_nics(&self) -> Result<Vec<String>, CloudError> {
         self.limited(list_cluster_nics(self)).await
     }

@@ -264,6 +264,26 @@ fn vanished(name: &str) -> ArmFailure {
     }
 }
 
+/// Replaces the VM's tags (Virtual Machines - Update with only `tags`), in place: a tag change never
+/// recreates a node (upstream's in-place update). NotFound is returned as such.
+pub async fn update_tags(
+    clients: &ArmClients,
+    rg: &str,
+    name: &str,
+    tags: &BTreeMap<String, String>,
+) -> Result<(), ArmFailure> {
+    let update: compute::models::VirtualMachineUpdate = serde_json::from_value(json!({ "tags": tags }))
+        .map_err(|e| ArmFailure { status: 0, code: "InvalidBody".into(), message: e.to_string() })?;
+    clients
+        .compute
+        .virtual_machines_client()
+        .update(rg, name, update, &clients.subscription_id)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| sdk_failure(&e))
+}
+
 /// Force-deletes the VM and waits until a GET says 404. Missing is success.
 pub async fn delete_vm(
     clients: &ArmClients,

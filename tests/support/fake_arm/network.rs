@@ -24,6 +24,22 @@ pub fn get_nic(shared: &Shared, rg: &str, name: &str) -> ArmResponse {
     }
 }
 
+/// `PATCH` of a NIC (Network Interfaces - Update Tags): the tags are replaced.
+pub fn patch_nic_tags(shared: &Shared, request: &ArmRequest, rg: &str, name: &str) -> ArmResponse {
+    let body = match request.json_body() {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let mut state = shared.lock();
+    match state.nics.get_mut(&(arm::key(rg), arm::key(name))) {
+        Some(nic) => {
+            nic.document["tags"] = body["tags"].clone();
+            ArmResponse::json(200, nic.document.clone())
+        }
+        None => ArmError::resource_not_found(NIC_TYPE, name, rg).into_response(),
+    }
+}
+
 pub fn list_nics(shared: &Shared, request: &ArmRequest, rg: &str) -> ArmResponse {
     let state = shared.lock();
     let rg_key = arm::key(rg);

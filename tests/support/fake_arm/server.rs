@@ -276,6 +276,7 @@ fn arm_request(
         ArmTarget::Vms { rg, name: None } if method == Method::GET => compute::list_vms(shared, request, rg),
         ArmTarget::Vms { rg, name: Some(name) } => match *method {
             Method::PUT => compute::put_vm(shared, request, rg, name),
+            Method::PATCH => compute::patch_vm_tags(shared, request, rg, name),
             Method::GET => compute::get_vm(shared, request, rg, name),
             Method::DELETE => compute::delete_vm(shared, request, rg, name),
             _ => method_not_allowed(request),
@@ -291,6 +292,7 @@ fn arm_request(
         }
         ArmTarget::Nics { rg, name: Some(name) } => match *method {
             Method::PUT => network::put_nic(shared, request, rg, name),
+            Method::PATCH => network::patch_nic_tags(shared, request, rg, name),
             Method::GET => network::get_nic(shared, rg, name),
             Method::DELETE => network::delete_nic(shared, rg, name),
             _ => method_not_allowed(request),
