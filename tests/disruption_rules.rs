@@ -14,8 +14,7 @@ use cluster::*;
 use karpenter_azure::apis::duration::NillableDuration;
 use karpenter_azure::apis::nodepool::{Budget as ApiBudget, ConsolidationPolicy, DisruptionReason};
 use karpenter_azure::disruption::{
-    decide, expired, validate, BlockReason, Budget, Decisions, DoNotDisrupt, Drifted, Method, Options,
-    Snapshot,
+    expired, validate, BlockReason, Budget, Decisions, DoNotDisrupt, Drifted, Method, Options, Snapshot,
 };
 use karpenter_azure::model::CapacityType::OnDemand;
 
@@ -24,21 +23,7 @@ fn decided(snapshot: &Snapshot) -> Decisions {
 }
 
 fn decided_at(snapshot: &Snapshot, at: k8s_openapi::jiff::Timestamp) -> Decisions {
-    let d = decide(snapshot, at, &Options::default());
-    for c in &d.commands {
-        assert_command_valid(snapshot, c, at);
-        assert_eq!(validate(c, snapshot, at, &Options::default()), Ok(()), "a fresh command validates");
-    }
-    d
-}
-
-fn reason_of(d: &Decisions, node: &str) -> BlockReason {
-    d.blocked
-        .iter()
-        .find(|b| b.node == node)
-        .unwrap_or_else(|| panic!("{node} not blocked: {d:#?}"))
-        .reason
-        .clone()
+    decided_with_at(snapshot, &Options::default(), at)
 }
 
 /// One empty node "n" next to a busy one; each case changes one thing that should keep "n".

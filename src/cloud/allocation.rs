@@ -68,10 +68,9 @@ fn shuffle(claim: &str, o: &OfferingChoice) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::BTreeSet;
 
     use super::*;
-    use crate::cloud::KubeletSettings;
 
     fn offering(zone: &str, capacity_type: CapacityType, price: f64) -> OfferingChoice {
         OfferingChoice { zone: zone.into(), capacity_type, price }
@@ -90,20 +89,7 @@ mod tests {
     }
 
     fn request(claim: &str, options: Vec<InstanceTypeOption>) -> LaunchRequest {
-        LaunchRequest {
-            claim_name: claim.into(),
-            nodepool: "default".into(),
-            options,
-            labels: BTreeMap::new(),
-            taints: vec![],
-            startup_taints: vec![],
-            subnet_id: None,
-            os_disk_size_gb: 128,
-            tags: BTreeMap::new(),
-            kubelet: KubeletSettings::default(),
-            security: Default::default(),
-            node_class: Default::default(),
-        }
+        LaunchRequest::for_test(claim, "default", options)
     }
 
     fn order(request: &LaunchRequest) -> Vec<String> {

@@ -199,7 +199,7 @@ impl CloudProvider for FakeCloud {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cloud::{InstanceTypeOption, KubeletSettings, OfferingChoice};
+    use crate::cloud::{InstanceTypeOption, OfferingChoice};
 
     fn request() -> LaunchRequest {
         let offering = |zone: &str| OfferingChoice {
@@ -207,31 +207,22 @@ mod tests {
             capacity_type: CapacityType::OnDemand,
             price: 0.1,
         };
+        let option = InstanceTypeOption {
+            name: "Standard_D2s_v5".into(),
+            family: None,
+            vcpus: 2,
+            accelerated_networking: true,
+            ephemeral_os_disk: None,
+            image_id: "/CommunityGalleries/g/images/d/versions/1".into(),
+            offerings: vec![offering("eastus-1"), offering("eastus-2")],
+        };
         LaunchRequest {
-            claim_name: "default-abc".into(),
-            nodepool: "default".into(),
-            options: vec![InstanceTypeOption {
-                name: "Standard_D2s_v5".into(),
-                family: None,
-                vcpus: 2,
-                accelerated_networking: true,
-                ephemeral_os_disk: None,
-                image_id: "/CommunityGalleries/g/images/d/versions/1".into(),
-                offerings: vec![offering("eastus-1"), offering("eastus-2")],
-            }],
-            labels: BTreeMap::new(),
-            taints: vec![],
-            startup_taints: vec![],
-            subnet_id: None,
-            os_disk_size_gb: 128,
-            tags: BTreeMap::new(),
-            kubelet: KubeletSettings::default(),
-            security: Default::default(),
             node_class: crate::cloud::azure::NodeClassBootstrap {
                 kubernetes_version: "1.33.2".into(),
                 gpu_driver: true,
                 ..Default::default()
             },
+            ..LaunchRequest::for_test("default-abc", "default", vec![option])
         }
     }
 

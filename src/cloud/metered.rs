@@ -116,44 +116,34 @@ impl<C: CloudProvider> CloudProvider for Metered<C> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
     use crate::cloud::fake::FakeCloud;
-    use crate::cloud::{InstanceTypeOption, KubeletSettings, OfferingChoice};
+    use crate::cloud::{InstanceTypeOption, OfferingChoice};
     use crate::model::CapacityType;
     use crate::operator::metrics::controller;
 
     fn request(claim: &str) -> LaunchRequest {
-        LaunchRequest {
-            claim_name: claim.into(),
-            nodepool: "general".into(),
-            options: vec![InstanceTypeOption {
-                name: "Standard_D2s_v5".into(),
-                family: None,
-                vcpus: 2,
-                accelerated_networking: false,
-                ephemeral_os_disk: None,
-                image_id: "img".into(),
-                offerings: vec![OfferingChoice {
-                    zone: "eastus-1".into(),
-                    capacity_type: CapacityType::OnDemand,
-                    price: 0.096,
-                }],
+        let option = InstanceTypeOption {
+            name: "Standard_D2s_v5".into(),
+            family: None,
+            vcpus: 2,
+            accelerated_networking: false,
+            ephemeral_os_disk: None,
+            image_id: "img".into(),
+            offerings: vec![OfferingChoice {
+                zone: "eastus-1".into(),
+                capacity_type: CapacityType::OnDemand,
+                price: 0.096,
             }],
-            labels: BTreeMap::new(),
-            taints: vec![],
-            startup_taints: vec![],
-            os_disk_size_gb: 128,
-            tags: BTreeMap::new(),
-            kubelet: KubeletSettings::default(),
-            subnet_id: None,
-            security: Default::default(),
+        };
+        LaunchRequest {
             node_class: crate::cloud::azure::NodeClassBootstrap {
                 kubernetes_version: "1.33.2".into(),
                 gpu_driver: true,
                 ..Default::default()
             },
+            ..LaunchRequest::for_test(claim, "general", vec![option])
         }
     }
 

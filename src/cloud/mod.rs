@@ -113,6 +113,28 @@ pub struct LaunchRequest {
     pub node_class: azure::bootstrap::NodeClassBootstrap,
 }
 
+#[cfg(test)]
+impl LaunchRequest {
+    /// A request for `claim` in `nodepool` with `options` and nothing else set: no labels, taints or
+    /// tags, the default kubelet and a 128 GiB OS disk. The unit tests' one builder.
+    pub(crate) fn for_test(claim: &str, nodepool: &str, options: Vec<InstanceTypeOption>) -> LaunchRequest {
+        LaunchRequest {
+            claim_name: claim.into(),
+            nodepool: nodepool.into(),
+            options,
+            labels: BTreeMap::new(),
+            taints: vec![],
+            startup_taints: vec![],
+            subnet_id: None,
+            os_disk_size_gb: 128,
+            tags: BTreeMap::new(),
+            kubelet: KubeletSettings::default(),
+            security: Default::default(),
+            node_class: Default::default(),
+        }
+    }
+}
+
 /// Per-node kubelet values the bootstrap script passes as flags.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct KubeletSettings {

@@ -11,7 +11,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use karpenter_azure::apis::duration::NillableDuration;
 use karpenter_azure::apis::nodepool::{Budget as ApiBudget, ConsolidationPolicy, DisruptionReason};
 use karpenter_azure::disruption::{
-    Budget, Command, DoNotDisrupt, ManagedNode, NodePod, Pdb, PodKind, PoolPolicy, Snapshot,
+    decide, validate, BlockReason, Budget, Command, Decisions, DoNotDisrupt, ManagedNode, NodePod, Options,
+    Pdb, PodKind, PoolPolicy, Snapshot,
 };
 use karpenter_azure::model::labels::{
     LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_OS,
@@ -246,6 +247,27 @@ pub fn assert_command_valid(snapshot: &Snapshot, command: &Command, now: Timesta
         let list: Vec<String> = violations.iter().map(ToString::to_string).collect();
         panic!("post-command cluster infeasible:\n  {}\ncommand: {command:#?}", list.join("\n  "));
     }
+}
+
+/// `decide` at `at` with `options`, every command checked by [`assert_command_valid`] and by
+/// `validate` on the same snapshot (a fresh command must validate).
+pub fn decided_with_at(snapshot: &Snapshot, options: &Options, at: Timestamp) -> Decisions {
+    let d = decide(snapshot, at, options);
+    for c in &d.commands {
+        assert_command_valid(snapshot, c, at);
+        assert_eq!(validate(c, snapshot, at, options), Ok(()), "a fresh command validates: {c:#?}");
+    }
+    d
+}
+
+/// Why `node` was left alone (panics when a command took it).
+pub fn reason_of(d: &Decisions, node: &str) -> BlockReason {
+    d.blocked
+        .iter()
+        .find(|b| b.node == node)
+        .unwrap_or_else(|| panic!("{node} not blocked: {d:#?}"))
+        .reason
+        .clone()
 }
 
 pub fn types_arc(types: Vec<InstanceType>) -> Arc<Vec<InstanceType>> {
