@@ -15,38 +15,27 @@ set -euo pipefail
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SRC_DIR="$HACK_DIR/aks-bootstrap"
 MODULE=github.com/Azure/karpenter-provider-azure
+LOG_PREFIX=aks-bootstrap
+# shellcheck source=hack/lib.sh
+source "$HACK_DIR/lib.sh"
 
-log() { printf '[aks-bootstrap] %s\n' "$*" >&2; }
-die() { printf '[aks-bootstrap] ERROR: %s\n' "$*" >&2; exit 1; }
-
-VERSION="$(awk -v m="$MODULE" '($1 == m && $2 ~ /^v/) { print $2; exit } ($1 == "require" && $2 == m) { print $3; exit }' \
-  "$SRC_DIR/go.mod")"
-[[ -n "$VERSION" ]] || die "cannot find $MODULE in $SRC_DIR/go.mod"
-HASH="$(cat "$SRC_DIR/main.go" "$SRC_DIR/go.mod" "$SRC_DIR/go.sum" | sha256sum | cut -c1-12)"
-CACHE_KEY="karpenter-provider-azure-${VERSION}_${HASH}"
-KEY_DIR="${KARPENTER_AZURE_CACHE:-$HOME/.cache/karpenter-azure}/aks-bootstrap/$CACHE_KEY"
+VERSION="$(pinned_version "$SRC_DIR/go.mod" "$MODULE")"
+CACHE_KEY="karpenter-provider-azure-${VERSION}_$(content_hash "$SRC_DIR/main.go" "$SRC_DIR/go.mod" "$SRC_DIR/go.sum")"
+KEY_DIR="$(cache_dir aks-bootstrap)/$CACHE_KEY"
 BIN="$KEY_DIR/aks-bootstrap"
 
-cmd_build() {
-  if [[ ! -x "$BIN" ]]; then
-    command -v go >/dev/null || die "go is required to build the helper (hack/deps.sh installs it)"
-    mkdir -p "$KEY_DIR"
-    exec 9>"$KEY_DIR/.build.lock"
-    flock 9
-    if [[ ! -x "$BIN" ]]; then
-      local t0
-      t0=$(date +%s)
-      log "building the helper against $MODULE@$VERSION (the first build downloads modules; minutes) ..."
-      (cd "$SRC_DIR" && nice -n "${AKS_BOOTSTRAP_BUILD_NICE:-10}" go build -mod=readonly -trimpath \
-        -o "$KEY_DIR/.aks-bootstrap.tmp" .) >"$KEY_DIR/build.log" 2>&1 ||
-        die "go build failed; see $KEY_DIR/build.log"
-      mv -f "$KEY_DIR/.aks-bootstrap.tmp" "$BIN"
-      log "built $BIN in $(($(date +%s) - t0))s"
-    fi
-    flock -u 9
-  fi
-  printf '%s\n' "$BIN"
+build_binary() {
+  local t0
+  t0=$(date +%s)
+  log "building the helper against $MODULE@$VERSION (the first build downloads modules; minutes) ..."
+  (cd "$SRC_DIR" && nice -n "${AKS_BOOTSTRAP_BUILD_NICE:-10}" go build -mod=readonly -trimpath \
+    -o "$KEY_DIR/.aks-bootstrap.tmp" .) >"$KEY_DIR/build.log" 2>&1 ||
+    die "go build failed; see $KEY_DIR/build.log"
+  mv -f "$KEY_DIR/.aks-bootstrap.tmp" "$BIN"
+  log "built $BIN in $(($(date +%s) - t0))s"
 }
+
+cmd_build() { locked_build "$KEY_DIR" "$BIN" build_binary; }
 
 case "${1:-}" in
   build) cmd_build ;;

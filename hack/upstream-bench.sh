@@ -16,9 +16,9 @@ set -euo pipefail
 
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 UB_DIR="$HACK_DIR/upstream-bench"
-
-log() { printf '[upstream-bench] %s\n' "$*" >&2; }
-die() { printf '[upstream-bench] ERROR: %s\n' "$*" >&2; exit 1; }
+LOG_PREFIX=upstream-bench
+# shellcheck source=hack/lib.sh
+source "$HACK_DIR/lib.sh"
 
 MODULE=sigs.k8s.io/karpenter
 PKG=sigs.k8s.io/karpenter/pkg/controllers/provisioning/scheduling
@@ -26,31 +26,16 @@ OVERLAY_FILE=zz_dump_test.go
 # test_performance: upstream's benchmark file (the helpers we call); upstream_bench_dump: our file.
 TAGS=test_performance,upstream_bench_dump
 
-VERSION="$(awk -v m="$MODULE" '($1 == m && $2 ~ /^v/) { print $2; exit } ($1 == "require" && $2 == m) { print $3; exit }' \
-  "$UB_DIR/go.mod")"
-[[ -n "$VERSION" ]] || die "cannot find $MODULE in $UB_DIR/go.mod"
+VERSION="$(pinned_version "$UB_DIR/go.mod" "$MODULE")"
 # The key changes with the pinned version, our overlay file and the pinned dependency graph.
-HASH="$(cat "$UB_DIR/$OVERLAY_FILE" "$UB_DIR/go.mod" "$UB_DIR/go.sum" | sha256sum | cut -c1-12)"
-CACHE_KEY="karpenter-${VERSION}_${HASH}"
-CACHE_ROOT="${KARPENTER_AZURE_CACHE:-$HOME/.cache/karpenter-azure}/upstream-bench"
-KEY_DIR="$CACHE_ROOT/$CACHE_KEY"
+CACHE_KEY="karpenter-${VERSION}_$(content_hash "$UB_DIR/$OVERLAY_FILE" "$UB_DIR/go.mod" "$UB_DIR/go.sum")"
+KEY_DIR="$(cache_dir upstream-bench)/$CACHE_KEY"
 BIN="$KEY_DIR/scheduling.test"
 
 # ---------------------------------------------------------------------------------------------
 # build
 # ---------------------------------------------------------------------------------------------
-cmd_build() {
-  if [[ ! -x "$BIN" ]]; then
-    command -v go >/dev/null || die "go is required to build the upstream benchmark"
-    mkdir -p "$KEY_DIR"
-    # serialise concurrent builds of the same key
-    exec 9>"$KEY_DIR/.build.lock"
-    flock 9
-    [[ -x "$BIN" ]] || build_binary
-    flock -u 9
-  fi
-  printf '%s\n' "$BIN"
-}
+cmd_build() { locked_build "$KEY_DIR" "$BIN" build_binary; }
 
 build_binary() {
   local log_file="$KEY_DIR/build.log" dir src t0 t1
