@@ -430,3 +430,32 @@ async fn vm_creates_are_counted_with_the_phase_their_failure_came_in() {
         assert_eq!(failed("eastus-1", other), 0, "{pool}: counted in one phase only");
     }
 }
+
+#[tokio::test]
+async fn tags_and_identities_change_in_place_on_the_vm_and_its_nic() {
+    let h = harness(FakeArmConfig::default()).await;
+    let req = request("default-inplace", vec![option("Standard_D4s_v5", &[on_demand("eastus-1")])]);
+    let instance = h.provider.create(&req).await.expect("launched");
+    let class_tags = BTreeMap::from([("team/name".to_string(), "blue".to_string())]);
+    let mut desired = h.provider.desired_in_place("default", &class_tags);
+    assert_eq!(
+        desired.tags.get("team_name").map(String::as_str),
+        Some("blue"),
+        "'/' becomes '_' as at launch"
+    );
+    assert_eq!(desired.tags.get("cost_center").map(String::as_str), Some("42"), "ADDITIONAL_TAGS stay");
+    let identity = "/subscriptions/s/resourceGroups/r/providers/Microsoft.ManagedIdentity/userAssignedIdentities/kubelet";
+    desired.identities = vec![identity.to_string()];
+    h.provider.update_in_place(&instance.provider_id, &desired).await.expect("updated in place");
+
+    let vm = h.fake.vm(&instance.name).expect("the same VM, not a new one");
+    assert_eq!(vm.document["tags"]["team_name"], "blue");
+    assert!(vm.document["identity"]["userAssignedIdentities"][identity].is_object(), "{:#}", vm.document);
+    assert_eq!(h.fake.vm_put_count(&instance.name), 1, "no second create");
+    let nic = h.fake.nics().into_iter().find(|n| n["name"] == instance.name.as_str()).expect("its NIC");
+    assert_eq!(nic["tags"]["team_name"], "blue");
+
+    h.provider.delete(&instance.provider_id).await.expect("deleted");
+    let gone = h.provider.update_in_place(&instance.provider_id, &desired).await;
+    assert!(matches!(gone, Err(CloudError::NotFound(_))), "{gone:?}");
+}

@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::azure::naming;
 use super::azure::subnet::SubnetId;
-use super::{CloudError, CloudProvider, Instance, LaunchRequest, RefusedOffering};
+use super::{CloudError, CloudProvider, InPlace, Instance, LaunchRequest, RefusedOffering};
 use crate::model::CapacityType;
 
 /// The fake's subscription and resource group, used in provider IDs.
@@ -144,26 +144,18 @@ impl CloudProvider for FakeCloud {
         Ok(())
     }
 
-    fn desired_tags(
-        &self,
-        nodepool: &str,
-        node_class_tags: &BTreeMap<String, String>,
-    ) -> BTreeMap<String, String> {
+    fn desired_in_place(&self, nodepool: &str, node_class_tags: &BTreeMap<String, String>) -> InPlace {
         let mut tags = node_class_tags.clone();
         tags.insert("karpenter.sh_nodepool".into(), nodepool.into());
-        tags
+        InPlace { tags, identities: vec![] }
     }
 
-    async fn update_tags(
-        &self,
-        provider_id: &str,
-        tags: &BTreeMap<String, String>,
-    ) -> Result<(), CloudError> {
+    async fn update_in_place(&self, provider_id: &str, desired: &InPlace) -> Result<(), CloudError> {
         let name =
             naming::parse_provider_id(provider_id).map_err(|e| CloudError::Invalid(e.to_string()))?.vm_name;
         let mut inner = self.lock();
         let instance = inner.instances.get_mut(&name).ok_or(CloudError::NotFound(name))?;
-        instance.tags = tags.clone();
+        instance.tags = desired.tags.clone();
         Ok(())
     }
 

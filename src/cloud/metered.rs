@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::time::Instant;
 
-use super::{CloudError, CloudProvider, Instance, LaunchRequest};
+use super::{CloudError, CloudProvider, InPlace, Instance, LaunchRequest};
 use crate::cloud::azure::subnet::SubnetId;
 use crate::operator::metrics::{self, Metrics};
 
@@ -89,20 +89,16 @@ impl<C: CloudProvider> CloudProvider for Metered<C> {
         self.observe("DeleteNIC", self.inner.delete_nic(name)).await
     }
 
-    fn desired_tags(
+    fn desired_in_place(
         &self,
         nodepool: &str,
         node_class_tags: &std::collections::BTreeMap<String, String>,
-    ) -> std::collections::BTreeMap<String, String> {
-        self.inner.desired_tags(nodepool, node_class_tags)
+    ) -> InPlace {
+        self.inner.desired_in_place(nodepool, node_class_tags)
     }
 
-    async fn update_tags(
-        &self,
-        provider_id: &str,
-        tags: &std::collections::BTreeMap<String, String>,
-    ) -> Result<(), CloudError> {
-        self.observe("UpdateTags", self.inner.update_tags(provider_id, tags)).await
+    async fn update_in_place(&self, provider_id: &str, desired: &InPlace) -> Result<(), CloudError> {
+        self.observe("UpdateInPlace", self.inner.update_in_place(provider_id, desired)).await
     }
 
     async fn latest_image_version(&self, gallery: &str, definition: &str) -> Result<String, CloudError> {

@@ -51,25 +51,21 @@ pub trait CloudProvider: Send + Sync {
         let _ = name;
         async { Ok(()) }
     }
-    /// The tags a machine of `nodepool` whose AKSNodeClass has `node_class_tags` carries. Tags change in
-    /// place on running machines (upstream's in-place update), never through drift. Clouds without tags
-    /// have none.
-    fn desired_tags(
-        &self,
-        nodepool: &str,
-        node_class_tags: &BTreeMap<String, String>,
-    ) -> BTreeMap<String, String> {
+    /// What a running machine of `nodepool` whose AKSNodeClass has `node_class_tags` should carry and
+    /// can be changed without replacing it (upstream's in-place update): its tags and its identities.
+    /// Clouds without either have nothing to update.
+    fn desired_in_place(&self, nodepool: &str, node_class_tags: &BTreeMap<String, String>) -> InPlace {
         let _ = (nodepool, node_class_tags);
-        BTreeMap::new()
+        InPlace::default()
     }
-    /// Replaces the tags of the machine (and of what belongs to it, such as its NIC) with `tags`;
-    /// [`CloudError::NotFound`] when the machine is gone.
-    fn update_tags(
+    /// Brings the machine (and what belongs to it, such as its NIC) to `desired`: tags replaced,
+    /// missing identities added; [`CloudError::NotFound`] when the machine is gone.
+    fn update_in_place(
         &self,
         provider_id: &str,
-        tags: &BTreeMap<String, String>,
+        desired: &InPlace,
     ) -> impl Future<Output = Result<(), CloudError>> + Send {
-        let _ = (provider_id, tags);
+        let _ = (provider_id, desired);
         async { Ok(()) }
     }
     /// The version of a node image definition to launch with: the newest usable one `gallery` publishes
@@ -81,6 +77,14 @@ pub trait CloudProvider: Send + Sync {
     ) -> impl Future<Output = Result<String, CloudError>> + Send;
     /// Checks that a subnet exists; [`CloudError::NotFound`] when it does not.
     fn check_subnet(&self, subnet: &SubnetId) -> impl Future<Output = Result<(), CloudError>> + Send;
+}
+
+/// The part of a running machine that changes in place rather than by replacement.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct InPlace {
+    pub tags: BTreeMap<String, String>,
+    /// User-assigned identity resource IDs the machine must have (others it has are kept).
+    pub identities: Vec<String>,
 }
 
 /// Everything a launch needs, resolved by the controller from the NodeClaim, its NodePool and its

@@ -116,6 +116,7 @@ pub struct ArmClients {
     credential: Arc<dyn TokenCredential>,
     scope: String,
     http: reqwest::Client,
+    endpoint: url::Url,
 }
 
 impl std::fmt::Debug for ArmClients {
@@ -173,8 +174,31 @@ impl ArmClients {
             subscription_id: settings.subscription_id.clone(),
             credential,
             scope,
+            endpoint: settings.arm_endpoint.clone(),
             http: reqwest::Client::new(),
         })
+    }
+
+    /// PATCHes `body` to the ARM resource at `path` (`/subscriptions/...`) with `api_version`. For
+    /// bodies the SDK's models cannot carry: its `UserAssignedIdentities` has no fields, so identities
+    /// would be dropped on the way.
+    pub async fn patch_json(&self, path: &str, api_version: &str, body: &Value) -> Result<Value, ArmFailure> {
+        let mut url = self.endpoint.join(path.trim_start_matches('/')).map_err(|e| ArmFailure {
+            status: 0,
+            code: "InvalidUrl".into(),
+            message: e.to_string(),
+        })?;
+        url.query_pairs_mut().append_pair("api-version", api_version);
+        let token = self.credential.get_token(&[&self.scope]).await.map_err(|e| ArmFailure::from_sdk(&e))?;
+        let response = self
+            .http
+            .patch(url.as_str())
+            .bearer_auth(token.token.secret())
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| ArmFailure { status: 0, code: String::new(), message: e.to_string() })?;
+        read_json(response).await
     }
 
     /// GETs an operation-status (or `Location`) URL ARM handed out, with a bearer token.
@@ -186,15 +210,20 @@ impl ArmClients {
                 code: String::new(),
                 message: e.to_string(),
             })?;
-        let status = response.status().as_u16();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        if (200..300).contains(&status) {
-            return Ok(body);
-        }
-        Err(ArmFailure {
-            status,
-            code: body.pointer("/error/code").and_then(Value::as_str).unwrap_or_default().to_string(),
-            message: body.pointer("/error/message").and_then(Value::as_str).unwrap_or_default().to_string(),
-        })
+        read_json(response).await
     }
+}
+
+/// The JSON body of a 2xx answer, or the ARM error it carries.
+async fn read_json(response: reqwest::Response) -> Result<Value, ArmFailure> {
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    if (200..300).contains(&status) {
+        return Ok(body);
+    }
+    Err(ArmFailure {
+        status,
+        code: body.pointer("/error/code").and_then(Value::as_str).unwrap_or_default().to_string(),
+        message: body.pointer("/error/message").and_then(Value::as_str).unwrap_or_default().to_string(),
+    })
 }

@@ -22,8 +22,8 @@ use super::{imagefamily, lookups, naming, network, nic, vm, LaunchSettings};
 use crate::catalog::unavailable::OfferingRef;
 use crate::catalog::UnavailableOfferings;
 use crate::cloud::{
-    allocation, logical_zone, Clock, CloudError, CloudProvider, Instance, InstanceTypeOption, LaunchRequest,
-    OfferingChoice, RefusedOffering,
+    allocation, logical_zone, Clock, CloudError, CloudProvider, InPlace, Instance, InstanceTypeOption,
+    LaunchRequest, OfferingChoice, RefusedOffering,
 };
 use crate::model::labels;
 use crate::operator::metrics::{self, VmCreate};
@@ -362,26 +362,21 @@ impl CloudProvider for AzureCloudProvider {
             .map_err(|f| errors::cloud_error(&f, "deleting NIC"))
     }
 
-    fn desired_tags(
-        &self,
-        nodepool: &str,
-        node_class_tags: &BTreeMap<String, String>,
-    ) -> BTreeMap<String, String> {
-        vm::tags(&self.settings, node_class_tags, nodepool)
+    fn desired_in_place(&self, nodepool: &str, node_class_tags: &BTreeMap<String, String>) -> InPlace {
+        InPlace {
+            tags: vm::tags(&self.settings, node_class_tags, nodepool),
+            identities: self.settings.node_identities.clone(),
+        }
     }
 
-    async fn update_tags(
-        &self,
-        provider_id: &str,
-        tags: &BTreeMap<String, String>,
-    ) -> Result<(), CloudError> {
+    async fn update_in_place(&self, provider_id: &str, desired: &InPlace) -> Result<(), CloudError> {
         let vm_ref =
             naming::parse_provider_id(provider_id).map_err(|e| CloudError::Invalid(e.to_string()))?;
         let (rg, name) = (&vm_ref.resource_group, &vm_ref.vm_name);
-        self.limited(vm::update_tags(&self.clients, rg, name, tags))
+        self.limited(vm::update_in_place(&self.clients, rg, name, desired))
             .await
-            .map_err(|f| errors::cloud_error(&f, "updating VM tags"))?;
-        self.limited(nic::update_tags(&self.clients, rg, name, tags))
+            .map_err(|f| errors::cloud_error(&f, "updating VM in place"))?;
+        self.limited(nic::update_tags(&self.clients, rg, name, &desired.tags))
             .await
             .map_err(|f| errors::cloud_error(&f, "updating NIC tags"))
     }

@@ -18,7 +18,7 @@ use super::client::ArmClients;
 use super::errors::ArmFailure;
 use super::{naming, LaunchSettings};
 use crate::catalog::NodeSecurity;
-use crate::cloud::{EphemeralOsDisk, Instance};
+use crate::cloud::{EphemeralOsDisk, InPlace, Instance};
 use crate::model::CapacityType;
 
 /// Tag keys (upstream launchtemplate/tags.go; Azure tag keys may not contain '/').
@@ -264,25 +264,30 @@ fn vanished(name: &str) -> ArmFailure {
     }
 }
 
-/// Replaces the VM's tags (Virtual Machines - Update with only `tags`), in place: a tag change never
-/// recreates a node (upstream's in-place update). NotFound is returned as such.
-pub async fn update_tags(
+/// Virtual Machines - Update with the VM's tags (replaced) and its user-assigned identities (added; ARM
+/// keeps those a PATCH does not name), in place: neither ever recreates a node (upstream's in-place
+/// update). NotFound is returned as such.
+pub async fn update_in_place(
     clients: &ArmClients,
     rg: &str,
     name: &str,
-    tags: &BTreeMap<String, String>,
+    desired: &InPlace,
 ) -> Result<(), ArmFailure> {
-    let update: compute::models::VirtualMachineUpdate = serde_json::from_value(json!({ "tags": tags }))
-        .map_err(|e| ArmFailure { status: 0, code: "InvalidBody".into(), message: e.to_string() })?;
-    clients
-        .compute
-        .virtual_machines_client()
-        .update(rg, name, update, &clients.subscription_id)
-        .send()
-        .await
-        .map(|_| ())
-        .map_err(|e| sdk_failure(&e))
+    let mut body = json!({ "tags": desired.tags });
+    if !desired.identities.is_empty() {
+        let identities: serde_json::Map<String, Value> =
+            desired.identities.iter().map(|id| (id.clone(), json!({}))).collect();
+        body["identity"] = json!({ "type": "UserAssigned", "userAssignedIdentities": identities });
+    }
+    let path = format!(
+        "/subscriptions/{}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines/{name}",
+        clients.subscription_id
+    );
+    clients.patch_json(&path, COMPUTE_API_VERSION, &body).await.map(|_| ())
 }
+
+/// The Compute API version of the SDK package the provider uses.
+const COMPUTE_API_VERSION: &str = "2024-07-01";
 
 /// Force-deletes the VM and waits until a GET says 404. Missing is success.
 pub async fn delete_vm(

@@ -50,21 +50,34 @@ pub fn get_vm(shared: &Shared, request: &ArmRequest, rg: &str, name: &str) -> Ar
     }
 }
 
-/// `PATCH` of a VM (Virtual Machines - Update) with `tags`: the tags are replaced, nothing else may
-/// change here (in-place updates of a node's tags); the answer is the updated VM, at once.
+/// `PATCH` of a VM (Virtual Machines - Update) with `tags` (replaced) and `identity` (user-assigned
+/// identities added to those the VM has, as ARM merges them); nothing else may change here (in-place
+/// updates of a node); the answer is the updated VM, at once.
 pub fn patch_vm_tags(shared: &Shared, request: &ArmRequest, rg: &str, name: &str) -> ArmResponse {
     let body = match request.json_body() {
         Ok(body) => body,
         Err(response) => return response,
     };
-    if body.as_object().is_some_and(|o| o.keys().any(|k| k != "tags")) {
-        return ArmError::new(400, "PropertyChangeNotAllowed", "the fake ARM's VM PATCH takes only tags")
-            .into_response();
+    if body.as_object().is_some_and(|o| o.keys().any(|k| k != "tags" && k != "identity")) {
+        return ArmError::new(
+            400,
+            "PropertyChangeNotAllowed",
+            "the fake ARM's VM PATCH takes only tags and identity",
+        )
+        .into_response();
     }
     let mut state = shared.lock();
     match state.vms.get_mut(&(arm::key(rg), arm::key(name))) {
         Some(vm) => {
-            vm.document["tags"] = body["tags"].clone();
+            if body.get("tags").is_some() {
+                vm.document["tags"] = body["tags"].clone();
+            }
+            if let Some(added) = body.pointer("/identity/userAssignedIdentities").and_then(Value::as_object) {
+                vm.document["identity"]["type"] = json!("UserAssigned");
+                for (id, value) in added {
+                    vm.document["identity"]["userAssignedIdentities"][id] = value.clone();
+                }
+            }
             ArmResponse::json(200, render_vm(vm, false))
         }
         None => ArmError::resource_not_found(VM_TYPE, name, rg).into_response(),
