@@ -5,6 +5,8 @@
 #   hack/upstream-bench.sh build                    build (or reuse) the cached test binary; prints its path
 #   hack/upstream-bench.sh run <outdir> [sizes...]  for each pod count N (default 1000 5000 20000) write
 #                                                   <outdir>/<N>/{pods.yaml,nodepool.yaml,catalog.json,upstream.json}
+#   hack/upstream-bench.sh input <outdir> [sizes...] the same input files without running upstream's
+#                                                   scheduler (no upstream.json): for timing our solver alone
 #   hack/upstream-bench.sh versions                 print the pinned version, the cache key and the binary
 #
 # The version is pinned by hack/upstream-bench/go.mod (+ go.sum). The only Go source of ours is
@@ -75,9 +77,9 @@ build_binary() {
 # run
 # ---------------------------------------------------------------------------------------------
 cmd_run() {
-  local out="${1:-}" n dir summary
-  [[ -n "$out" ]] || die "usage: $0 run <outdir> [sizes...]"
-  shift
+  local input_only=$1 out="${2:-}" n dir summary
+  [[ -n "$out" ]] || die "usage: $0 run|input <outdir> [sizes...]"
+  shift 2
   local sizes=("$@")
   ((${#sizes[@]})) || sizes=(1000 5000 20000)
   for n in "${sizes[@]}"; do
@@ -89,12 +91,17 @@ cmd_run() {
   for n in "${sizes[@]}"; do
     dir="$out/$n"
     mkdir -p "$dir"
-    log "$n pods: generating and solving with upstream's scheduler (20,000 pods take minutes) ..."
+    if [[ "$input_only" == 1 ]]; then
+      log "$n pods: generating the input (upstream's scheduler not run) ..."
+      rm -f "$dir/upstream.json"
+    else
+      log "$n pods: generating and solving with upstream's scheduler (20,000 pods take minutes) ..."
+    fi
     # One process per size: the peak RSS (VmHWM) is then that size's. Not nice'd: it is timed.
     (
       cd "$dir"
       UPSTREAM_BENCH_OUT="$dir" UPSTREAM_BENCH_PODS="$n" UPSTREAM_BENCH_REPEAT="${UPSTREAM_BENCH_REPEAT:-0}" \
-        "$BIN" -test.run '^TestDumpUpstreamBenchmark$' -test.count=1 -test.timeout=0 -test.v
+        UPSTREAM_BENCH_INPUT_ONLY="$input_only" "$BIN" -test.run '^TestDumpUpstreamBenchmark$' -test.count=1 -test.timeout=0 -test.v
     ) >"$dir/upstream.log" 2>&1 || die "upstream run for $n pods failed; see $dir/upstream.log"
     summary="$(sed -n 's/^SUMMARY //p' "$dir/upstream.log")"
     [[ -n "$summary" ]] || die "no summary in $dir/upstream.log"
@@ -104,7 +111,8 @@ cmd_run() {
 
 case "${1:-}" in
   build) cmd_build ;;
-  run) shift; cmd_run "$@" ;;
+  run) shift; cmd_run 0 "$@" ;;
+  input) shift; cmd_run 1 "$@" ;;
   versions) printf '%s %s\nkey %s\nbin %s\n' "$MODULE" "$VERSION" "$CACHE_KEY" "$BIN" ;;
-  *) die "usage: $0 build | run <outdir> [sizes...] | versions" ;;
+  *) die "usage: $0 build | run <outdir> [sizes...] | input <outdir> [sizes...] | versions" ;;
 esac

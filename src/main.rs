@@ -70,8 +70,9 @@ enum Command {
         /// upstream, mixed or all.
         #[arg(long, value_enum, default_value_t = karpenter_azure::bench::Workload::All)]
         workload: karpenter_azure::bench::Workload,
-        /// Pod counts to solve, comma separated (fragmented: the largest is the pods provisioned).
-        #[arg(long, value_delimiter = ',', default_value = "1000,5000,20000")]
+        /// Pod counts to solve, comma separated; default 1000,2000,5000,10000,20000,50000, the curve
+        /// judged against n log n (fragmented: the largest is the pods provisioned; default 20000).
+        #[arg(long, value_delimiter = ',')]
         sizes: Vec<usize>,
         /// Fragmented: 0 (the default) gives the pool upstream's default policy,
         /// WhenEmptyOrUnderutilized (any saving); more makes it Balanced with this threshold (savings
@@ -287,10 +288,27 @@ fn main() -> ExitCode {
         Command::Bench { workload, sizes, consolidation_threshold, max_vcpus } => {
             use karpenter_azure::bench::Workload;
             if workload != Workload::Fragmented {
+                use karpenter_azure::sim::growth::{self, Point};
                 println!("{}", karpenter_azure::bench::render_header());
-                karpenter_azure::bench::run(workload, &sizes, karpenter_azure::scheduling::solve, |result| {
-                    println!("{}", karpenter_azure::bench::render_row(result));
-                });
+                let mut series: Vec<(&'static str, Vec<Point>)> = vec![];
+                let curve = [1_000, 2_000, 5_000, 10_000, 20_000, 50_000];
+                let solve_sizes = if sizes.is_empty() { &curve[..] } else { &sizes[..] };
+                karpenter_azure::bench::run(
+                    workload,
+                    solve_sizes,
+                    karpenter_azure::scheduling::solve,
+                    |result| {
+                        println!("{}", karpenter_azure::bench::render_row(result));
+                        let point = Point { pods: result.pods, seconds: result.elapsed.as_secs_f64() };
+                        match series.iter_mut().find(|(w, _)| *w == result.workload) {
+                            Some((_, points)) => points.push(point),
+                            None => series.push((result.workload, vec![point])),
+                        }
+                    },
+                );
+                for (workload, points) in series.iter().filter(|(_, points)| points.len() > 1) {
+                    println!("\n{}", growth::render(workload, points).trim_end());
+                }
             }
             if matches!(workload, Workload::Fragmented | Workload::All) {
                 let options = karpenter_azure::disruption::Options {

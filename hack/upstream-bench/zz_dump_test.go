@@ -46,9 +46,10 @@ import (
 )
 
 const (
-	dumpEnvOut    = "UPSTREAM_BENCH_OUT"    // directory that receives pods.yaml, nodepool.yaml, catalog.json, upstream.json
-	dumpEnvPods   = "UPSTREAM_BENCH_PODS"   // pod count, as in BenchmarkScheduling<N>
-	dumpEnvRepeat = "UPSTREAM_BENCH_REPEAT" // extra timed Solve calls on the same input (the benchmark's b.N loop)
+	dumpEnvOut    = "UPSTREAM_BENCH_OUT"        // directory that receives pods.yaml, nodepool.yaml, catalog.json, upstream.json
+	dumpEnvPods   = "UPSTREAM_BENCH_PODS"       // pod count, as in BenchmarkScheduling<N>
+	dumpEnvRepeat = "UPSTREAM_BENCH_REPEAT"     // extra timed Solve calls on the same input (the benchmark's b.N loop)
+	dumpEnvInput  = "UPSTREAM_BENCH_INPUT_ONLY" // "1": write the input files only; upstream's scheduler does not run
 
 	// The seed of the benchmark's package-level generator `r` (scheduling_benchmark_test.go).
 	dumpSeed = 42
@@ -117,6 +118,15 @@ func TestDumpUpstreamBenchmark(t *testing.T) {
 		t.Fatalf("creating scheduler: %s", err)
 	}
 	instanceTypes := cloudProvider.InstanceTypes // fake.InstanceTypes(400), set by setupScheduler
+
+	// Input only (for sizes where only our solver is timed): the same files, no upstream.json.
+	if os.Getenv(dumpEnvInput) == "1" {
+		dumpWrite(t, filepath.Join(out, "pods.yaml"), dumpPodsYAML(t, inputOrder))
+		dumpWrite(t, filepath.Join(out, "nodepool.yaml"), dumpNodePoolYAML(t))
+		dumpWrite(t, filepath.Join(out, "catalog.json"), dumpJSON(t, dumpCatalog(instanceTypes)))
+		fmt.Printf("SUMMARY %d pods: input only (upstream's scheduler not run)\n", n)
+		return
+	}
 
 	// 3. One timed Solve, the body of the benchmark loop.
 	runtime.GC()

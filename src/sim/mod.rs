@@ -9,10 +9,12 @@
 //! - `catalog_file`: the `--catalog` JSON list of instance types.
 //! - `report`: table and JSON output; `command`: the command itself. `demo.yaml`: the built-in demo.
 //! - `upstream_bench`: `bench-upstream`, our solver next to upstream Karpenter's on upstream's benchmark
-//!   input, both plans checked for feasibility.
+//!   input, both plans checked for feasibility; `growth`: solve time against pods, judged against
+//!   `n log n`, for `bench` and `bench-upstream`.
 
 pub mod catalog_file;
 pub mod command;
+pub mod growth;
 pub mod load;
 pub mod managed;
 pub mod report;

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::command::{scenario_of, SimulateArgs, SimulateError};
+use super::growth::{self, Point};
 use crate::catalog::OutputFormat;
 use crate::model::labels::{
     LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
@@ -132,7 +133,9 @@ pub struct SizeResult {
     pub size: String,
     /// Pending pods in the input.
     pub pods: usize,
-    pub upstream: SideResult,
+    /// `None` when the directory holds only the input (`hack/upstream-bench.sh input`: no
+    /// upstream.json), for timing our solver alone at sizes upstream's scheduler takes too long on.
+    pub upstream: Option<SideResult>,
     /// `None` when our solve was stopped; `note` says why.
     pub ours: Option<SideResult>,
     /// Our proven lower bound on the price of any plan placing the same pods ($/h).
@@ -313,23 +316,24 @@ pub fn measure(dir: &Path, limits: &Limits) -> Result<SizeResult, BenchError> {
     let solve_seconds = started.elapsed().as_secs_f64();
     let our_rss = peak_rss_bytes();
     let upstream_path = dir.join("upstream.json");
-    let report = read_upstream(&upstream_path)?;
-    let theirs = upstream_plan(&input, &report, &upstream_path)?;
+    let report = if upstream_path.is_file() { Some(read_upstream(&upstream_path)?) } else { None };
+    let theirs = report.as_ref().map(|r| upstream_plan(&input, r, &upstream_path)).transpose()?;
     let size =
         dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
     let ours = solved.ok();
     let note = ours.is_none().then(|| format!("our solve stopped after {solve_seconds:.0} s"));
-    let plans: Vec<Plan> = std::iter::once(theirs).chain(ours.clone()).collect();
+    let plans: Vec<Plan> = theirs.into_iter().chain(ours.clone()).collect();
     let mut verdicts = check_all(&input, plans, limits.check_timeout).into_iter();
-    let upstream = SideResult {
+    let no_result = || Feasibility::NotChecked { reason: "no result".into() };
+    let upstream = report.as_ref().map(|report| SideResult {
         solve_seconds: report.solve_seconds,
         pods_placed: report.pods_placed,
         pods_pending: report.pods_pending,
         nodeclaims: report.plan.len(),
         price_per_hour: report.price_per_hour,
         peak_rss_bytes: report.peak_rss_bytes,
-        feasibility: verdicts.next().unwrap_or(Feasibility::NotChecked { reason: "no result".into() }),
-    };
+        feasibility: verdicts.next().unwrap_or_else(no_result),
+    });
     let ours_side = ours.as_ref().map(|plan| SideResult {
         solve_seconds,
         pods_placed: plan.placed_pods(),
@@ -337,7 +341,7 @@ pub fn measure(dir: &Path, limits: &Limits) -> Result<SizeResult, BenchError> {
         nodeclaims: plan.nodeclaims.len(),
         price_per_hour: plan.price_per_hour,
         peak_rss_bytes: our_rss,
-        feasibility: verdicts.next().unwrap_or(Feasibility::NotChecked { reason: "no result".into() }),
+        feasibility: verdicts.next().unwrap_or_else(no_result),
     });
     Ok(SizeResult {
         size,
@@ -404,7 +408,7 @@ pub fn size_dirs(dir: &Path, sizes: &[String]) -> Result<Vec<PathBuf>, BenchErro
             })
             .collect();
     }
-    if dir.join("upstream.json").is_file() {
+    if dir.join("pods.yaml").is_file() {
         return Ok(vec![dir.to_path_buf()]);
     }
     let entries = std::fs::read_dir(dir).map_err(|e| file_error(dir, e))?;
@@ -517,6 +521,19 @@ fn table(results: &[SizeResult]) -> String {
     for row in rows {
         out.push_str(&line(row));
     }
+    for (label, side) in [("ours", true), ("upstream", false)] {
+        let points: Vec<Point> = results
+            .iter()
+            .filter_map(|r| {
+                let s = if side { r.ours.as_ref() } else { r.upstream.as_ref() }?;
+                Some(Point { pods: r.pods, seconds: s.solve_seconds })
+            })
+            .collect();
+        if points.len() > 1 {
+            out.push('\n');
+            out.push_str(&growth::render(label, &points));
+        }
+    }
     let details = details(results);
     if !details.is_empty() {
         out.push('\n');
@@ -526,38 +543,41 @@ fn table(results: &[SizeResult]) -> String {
 }
 
 fn row(r: &SizeResult) -> Vec<String> {
-    let up = &r.upstream;
+    let up = r.upstream.as_ref();
     let ours = r.ours.as_ref();
     let dash = || "-".to_string();
     let rss = |b: Option<u64>| b.map_or_else(dash, |b| format!("{:.0}", b as f64 / MIB));
     let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.3}", a / b) } else { dash() };
+    let both = |f: &dyn Fn(&SideResult, &SideResult) -> String| match (up, ours) {
+        (Some(u), Some(o)) => f(u, o),
+        _ => dash(),
+    };
+    let pair = |f: &dyn Fn(&SideResult) -> String| {
+        format!("{}/{}", up.map_or_else(dash, f), ours.map_or_else(dash, f))
+    };
     vec![
         r.pods.to_string(),
-        format!("{:.2}", up.solve_seconds),
+        up.map_or_else(dash, |u| format!("{:.2}", u.solve_seconds)),
         ours.map_or_else(dash, |o| format!("{:.2}", o.solve_seconds)),
-        ours.map_or_else(dash, |o| {
+        both(&|u, o| {
             if o.solve_seconds > 0.0 {
-                format!("{:.1}x", up.solve_seconds / o.solve_seconds)
+                format!("{:.1}x", u.solve_seconds / o.solve_seconds)
             } else {
                 dash()
             }
         }),
-        format!("{}/{}", up.pods_placed, ours.map_or_else(dash, |o| o.pods_placed.to_string())),
-        format!(
-            "{:.2}/{}",
-            up.price_per_hour,
-            ours.map_or_else(dash, |o| format!("{:.2}", o.price_per_hour))
-        ),
-        ours.map_or_else(dash, |o| ratio(o.price_per_hour, up.price_per_hour)),
+        pair(&|s| s.pods_placed.to_string()),
+        pair(&|s| format!("{:.2}", s.price_per_hour)),
+        both(&|u, o| ratio(o.price_per_hour, u.price_per_hour)),
         r.lower_bound_per_hour.map_or_else(dash, |b| format!("{b:.2}")),
         match (ours, r.lower_bound_per_hour) {
             (Some(o), Some(b)) => ratio(o.price_per_hour, b),
             _ => dash(),
         },
-        format!("{}/{}", rss(up.peak_rss_bytes), ours.map_or_else(dash, |o| rss(o.peak_rss_bytes))),
+        pair(&|s| rss(s.peak_rss_bytes)),
         format!(
             "{} / {}",
-            up.feasibility.cell(),
+            up.map_or_else(|| "not run".to_string(), |u| u.feasibility.cell()),
             ours.map_or_else(|| "no plan".to_string(), |o| o.feasibility.cell())
         ),
     ]
@@ -570,7 +590,7 @@ fn details(results: &[SizeResult]) -> String {
         if let Some(note) = &r.note {
             out.push_str(&format!("{} pods: {note}\n", r.pods));
         }
-        let sides = [("upstream", Some(&r.upstream)), ("ours", r.ours.as_ref())];
+        let sides = [("upstream", r.upstream.as_ref()), ("ours", r.ours.as_ref())];
         for (who, side) in sides {
             match side.map(|s| &s.feasibility) {
                 Some(Feasibility::Violations { total, by_rule, first }) => {

@@ -64,11 +64,16 @@ fn upstream_json(instance_type: &str, price: f64) -> String {
 }
 
 fn write_size(dir: &Path, upstream: &str) {
+    write_input(dir);
+    fs::write(dir.join("upstream.json"), upstream).unwrap();
+}
+
+/// The input files only, as `hack/upstream-bench.sh input` writes them.
+fn write_input(dir: &Path) {
     fs::create_dir_all(dir).unwrap();
     fs::write(dir.join("pods.yaml"), pods_yaml()).unwrap();
     fs::write(dir.join("nodepool.yaml"), NODEPOOL).unwrap();
     fs::write(dir.join("catalog.json"), CATALOG).unwrap();
-    fs::write(dir.join("upstream.json"), upstream).unwrap();
 }
 
 #[test]
@@ -78,8 +83,9 @@ fn converts_a_feasible_upstream_plan_and_checks_ours() {
     let results = run(tmp.path(), &[], |d| measure(d, &Limits::default()), |_| {}).unwrap();
     let [r] = &results[..] else { panic!("one size: {results:?}") };
     assert_eq!((r.size.as_str(), r.pods), ("3", 3));
-    assert_eq!(r.upstream.feasibility, Feasibility::Ok, "{r:?}");
-    assert_eq!(r.upstream.nodeclaims, 1);
+    let upstream = r.upstream.as_ref().expect("upstream.json is read");
+    assert_eq!(upstream.feasibility, Feasibility::Ok, "{r:?}");
+    assert_eq!(upstream.nodeclaims, 1);
     let ours = r.ours.as_ref().expect("our solve finished");
     assert_eq!(ours.feasibility, Feasibility::Ok, "{r:?}");
     assert_eq!(ours.pods_placed, 3);
@@ -97,12 +103,32 @@ fn converts_a_feasible_upstream_plan_and_checks_ours() {
 }
 
 #[test]
+fn an_input_only_size_times_ours_alone_and_the_growth_is_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_size(&tmp.path().join("3"), &upstream_json("big", 1.2));
+    write_input(&tmp.path().join("30"));
+    let results = run(tmp.path(), &[], |d| measure(d, &Limits::default()), |_| {}).unwrap();
+    let [with_upstream, alone] = &results[..] else { panic!("two sizes: {results:?}") };
+    assert!(with_upstream.upstream.is_some());
+    assert!(alone.upstream.is_none(), "{alone:?}");
+    assert_eq!(alone.ours.as_ref().map(|o| &o.feasibility), Some(&Feasibility::Ok), "{alone:?}");
+    let table = render(&results, OutputFormat::Table);
+    let row = table.lines().find(|l| l.starts_with("| ") && l.contains("not run")).expect(&table);
+    assert!(row.contains("-/") && row.contains("not run / ok"), "{table}");
+    // Our times at both sizes make a growth series; upstream's one point does not.
+    assert!(table.contains("solve time against pods, ours:"), "{table}");
+    assert!(!table.contains("solve time against pods, upstream:"), "{table}");
+}
+
+#[test]
 fn reports_an_infeasible_upstream_plan() {
     let tmp = tempfile::tempdir().unwrap();
     // Three 600m pods on a 900m node: the checker must say so.
     write_size(&tmp.path().join("3"), &upstream_json("small", 0.3));
     let results = run(tmp.path(), &[], |d| measure(d, &Limits::default()), |_| {}).unwrap();
-    let Feasibility::Violations { total, by_rule, first } = &results[0].upstream.feasibility else {
+    let Some(Feasibility::Violations { total, by_rule, first }) =
+        results[0].upstream.as_ref().map(|u| &u.feasibility)
+    else {
         panic!("upstream's plan must be infeasible: {results:?}");
     };
     assert!(*total >= 1 && by_rule.contains_key("Capacity"), "{by_rule:?}");
@@ -119,7 +145,9 @@ fn an_unknown_type_in_upstreams_plan_is_a_violation_not_an_error() {
     write_size(tmp.path(), &upstream_json("huge", 9.0));
     // A size directory given directly is measured on its own.
     let r = measure(&size_dirs(tmp.path(), &[]).unwrap()[0], &Limits::default()).unwrap();
-    let Feasibility::Violations { by_rule, .. } = &r.upstream.feasibility else { panic!("{r:?}") };
+    let Some(Feasibility::Violations { by_rule, .. }) = r.upstream.as_ref().map(|u| &u.feasibility) else {
+        panic!("{r:?}")
+    };
     assert!(by_rule.contains_key("InstanceType"), "{by_rule:?}");
 }
 
