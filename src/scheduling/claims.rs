@@ -68,14 +68,21 @@ fn options(solver: &Solver, slot: &Slot) -> Vec<(usize, u32, f64)> {
     let limits = solver.input().nodepools[pool].remaining.as_ref();
     let chosen_capacity =
         &solver.input().nodepools[pool].instance_types[solver.templates()[chosen].instance_type].capacity;
+    if !solver.rules_allow(slot.classes()) {
+        return vec![];
+    }
+    let demand = solver.total_demand(slot.classes());
     let mut out: Vec<(usize, u32, f64)> = solver
         .templates()
         .iter()
         .enumerate()
         .filter(|(_, t)| t.pool == pool)
         .filter_map(|(t, tpl)| {
+            if !crate::scheduling::shapes::fits(&demand, &tpl.capacity) {
+                return None;
+            }
             let mask = solver.joint_mask(slot.classes(), t);
-            if mask == 0 || !solver.holds(slot.classes(), t) {
+            if mask == 0 {
                 return None;
             }
             if let Some(limits) = limits {

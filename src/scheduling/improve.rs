@@ -81,6 +81,10 @@ fn merge_option(solver: &mut Solver, i: usize, j: usize) -> Option<(usize, u32, 
             None => classes.push((c, n)),
         }
     }
+    if !solver.rules_allow(&classes) {
+        return None;
+    }
+    let demand = solver.total_demand(&classes);
     let mut best: Option<(usize, u32, f64)> = None;
     for t in 0..solver.templates().len() {
         let tpl = &solver.templates()[t];
@@ -95,7 +99,7 @@ fn merge_option(solver: &mut Solver, i: usize, j: usize) -> Option<(usize, u32, 
         if price >= current - 1e-9 || best.is_some_and(|b| price >= b.2) {
             continue;
         }
-        if solver.holds(&classes, t) {
+        if crate::scheduling::shapes::fits(&demand, &tpl.capacity) {
             best = Some((t, mask, price));
         }
     }

@@ -2,6 +2,7 @@
 //! feasibility checker. No I/O, no clock; deterministic (sorted maps and total-order tie-breaks). The
 //! requirements algebra and resource vectors it works with are in `crate::model`.
 
+mod anchors;
 pub mod bound;
 mod claims;
 mod colgen;

@@ -68,13 +68,13 @@ pub struct Packer<'a> {
 const PROPORTIONAL_CANDIDATES: usize = 6;
 
 impl<'a> Packer<'a> {
-    fn empty_state(&self, template: usize) -> NodeState {
+    pub(crate) fn empty_state(&self, template: usize) -> NodeState {
         NodeState::empty(self.templates[template].capacity.clone(), self.selectors.list.len())
     }
 
     /// Whether `class` may join a node holding classes of `groups` (distinct); a node holds a few
     /// groups however many classes it holds, so this is the cheap form of a pairwise check.
-    fn can_join(&self, class: usize, groups: &[usize]) -> bool {
+    pub(crate) fn can_join(&self, class: usize, groups: &[usize]) -> bool {
         let g = self.group_of[class];
         groups.iter().all(|&h| h == g || self.group_compatible[g][h])
     }
@@ -84,7 +84,7 @@ impl<'a> Packer<'a> {
     }
 
     /// Records that a class of `class`'s group is on the node.
-    fn joined(&self, class: usize, groups: &mut Vec<usize>) {
+    pub(crate) fn joined(&self, class: usize, groups: &mut Vec<usize>) {
         let g = self.group_of[class];
         if !groups.contains(&g) {
             groups.push(g);
@@ -260,7 +260,13 @@ impl<'a> Packer<'a> {
         Some(self.finish(template, mask, counts, state))
     }
 
-    fn finish(&self, template: usize, mask: u32, counts: Vec<(usize, u64)>, state: NodeState) -> Pattern {
+    pub(crate) fn finish(
+        &self,
+        template: usize,
+        mask: u32,
+        counts: Vec<(usize, u64)>,
+        state: NodeState,
+    ) -> Pattern {
         let value = counts.iter().map(|&(c, n)| self.classes[c].value * n as f64).sum();
         let price = self.templates[template].price(mask);
         Pattern { template, mask, counts, state, price, value }

@@ -2,6 +2,9 @@
 //! from templates — column-generation patterns first, the greedy packer for the rest — within the
 //! NodePools' tiers and limits; and what a set of classes needs of a template.
 
+use std::collections::BTreeMap;
+
+use crate::scheduling::anchors;
 use crate::scheduling::colgen;
 use crate::scheduling::input::tolerates_all;
 use crate::scheduling::node::NodeState;
@@ -101,22 +104,76 @@ impl Solver<'_> {
                 continue;
             }
             // Only classes with pods left can join a node; late in a batch most have none.
-            let waiting: Vec<usize> = order.iter().copied().filter(|&c| remaining[c] > 0).collect();
-            let pattern = self.with_packer(values, resource_prices.to_vec(), |packer| {
-                packer.best_pattern(head, &candidates, &waiting, remaining)
+            let waiting: Vec<usize> =
+                order.iter().copied().filter(|&c| remaining[c] > 0 && !parked[c]).collect();
+            let limited = self.limited_groups(&waiting);
+            let anchor = anchors::next_anchor(
+                &limited,
+                &waiting,
+                remaining,
+                |c| self.classes()[c].traits.demand.clone(),
+                |a, b| self.pair_ok(a, b),
+            )
+            .and_then(|anchor| {
+                let candidates = self.candidates(anchor.head);
+                (!candidates.is_empty()).then_some((anchor, candidates))
             });
+            // An anchor node is opened once: the next one's share is recomputed from what is left.
+            let (pattern, anchored) =
+                self.with_packer(values, resource_prices.to_vec(), |packer| {
+                    match anchor.and_then(|(anchor, candidates)| {
+                        packer.anchor_pattern(&anchor, &candidates, &waiting, remaining)
+                    }) {
+                        Some(p) => (Some(p), true),
+                        None => (packer.best_pattern(head, &candidates, &waiting, remaining), false),
+                    }
+                });
             let Some(pattern) = pattern else {
                 parked[head] = true;
                 continue;
             };
             let mut copies = repeats(&pattern, remaining).min(self.limit_copies(pattern.template));
-            if pattern.counts.iter().any(|&(c, _)| self.bootstraps(c)) {
+            if anchored || pattern.counts.iter().any(|&(c, _)| self.bootstraps(c)) {
                 copies = 1;
             }
             for _ in 0..copies.max(1) {
                 self.open(&pattern, remaining);
             }
         }
+    }
+
+    /// The groups of `classes` that count together against one per-node limit (see
+    /// [`anchors::LimitedGroup`]): per selector, the classes holding a hostname anti-affinity or
+    /// hostname spread over it that the selector selects; and each class with host ports alone.
+    pub(crate) fn limited_groups(&self, classes: &[usize]) -> Vec<anchors::LimitedGroup> {
+        let mut by_rule: BTreeMap<(u8, usize), anchors::LimitedGroup> = BTreeMap::new();
+        for &c in classes {
+            let traits = &self.classes()[c].traits;
+            let selected = |s: usize| traits.matched_by.binary_search(&s).is_ok();
+            for rule in &traits.rules {
+                let (key, per_node) = match *rule {
+                    Rule::AntiAffinity { selector, .. } if selected(selector) => ((0, selector), 1),
+                    Rule::Spread { selector, max_skew, .. } if selected(selector) => {
+                        ((1, selector), u64::from(max_skew))
+                    }
+                    _ => continue,
+                };
+                let group =
+                    by_rule.entry(key).or_insert_with(|| anchors::LimitedGroup { members: vec![], per_node });
+                group.per_node = group.per_node.min(per_node);
+                if !group.members.contains(&c) {
+                    group.members.push(c);
+                }
+            }
+        }
+        let mut groups: Vec<anchors::LimitedGroup> = by_rule.into_values().collect();
+        groups.extend(
+            classes
+                .iter()
+                .filter(|&&c| !self.classes()[c].traits.host_ports.is_empty())
+                .map(|&c| anchors::LimitedGroup { members: vec![c], per_node: 1 }),
+        );
+        groups
     }
 
     pub(crate) fn bootstraps(&self, c: usize) -> bool {
@@ -162,19 +219,22 @@ impl Solver<'_> {
         classes.iter().fold(self.templates()[t].full_mask(), |m, &(c, _)| m & self.classes()[c].masks[t])
     }
 
-    /// Whether `classes` (with counts), with their per-node rules, all fit one fresh node of `t`.
-    pub(crate) fn holds(&self, classes: &[(usize, u64)], t: usize) -> bool {
-        let tpl = &self.templates()[t];
-        let mut total = vec![0i64; tpl.capacity.len()];
+    /// What `classes` (with counts) ask of a node in every dimension.
+    pub(crate) fn total_demand(&self, classes: &[(usize, u64)]) -> Vec<i64> {
+        let mut total = vec![0i64; self.dims().len()];
         for &(c, n) in classes {
             for (x, d) in total.iter_mut().zip(&self.classes()[c].traits.demand) {
                 *x += d * n as i64;
             }
         }
-        if !crate::scheduling::shapes::fits(&total, &tpl.capacity) {
-            return false;
-        }
-        let mut state = NodeState::empty(tpl.capacity.clone(), self.selectors().list.len());
+        total
+    }
+
+    /// Whether `classes` (with counts) may share one node as far as per-node rules go (hostname
+    /// affinity, anti-affinity and spread, host ports). Capacity aside, these rules do not depend on
+    /// the node's size, so whether they fit each of many templates is one resource comparison each.
+    pub(crate) fn rules_allow(&self, classes: &[(usize, u64)]) -> bool {
+        let mut state = NodeState::empty(vec![i64::MAX; self.dims().len()], self.selectors().list.len());
         for &(c, n) in classes {
             // A hostname affinity group on this node is satisfied by its own members.
             let traits = &self.classes()[c].traits;

@@ -8,8 +8,10 @@
 //! 4. What is left goes onto new nodes in NodePool weight order ([`crate::scheduling::slots`]):
 //!    whole copies of the configuration LP's node patterns first ([`crate::scheduling::colgen`]),
 //!    then the greedy packer for the remainder ([`crate::scheduling::pack`]), both valuing pods at
-//!    the lower bound's dual prices ([`crate::scheduling::bound`]); zone spread is repaired where
-//!    pods could not be placed ([`crate::scheduling::spread`]).
+//!    the lower bound's dual prices ([`crate::scheduling::bound`]). While pods that need nodes of
+//!    their own wait (per-node limits), each new node is sized for them plus an equal share of the
+//!    rest ([`crate::scheduling::anchors`]). Zone spread is repaired where pods could not be placed
+//!    ([`crate::scheduling::spread`]).
 //! 5. Pods that did not fit give up one more preference, in upstream's order, and go round again;
 //!    pods with nothing left to give up are reported with a reason ([`crate::scheduling::explain`]).
 //! 6. Pairs of new nodes are merged where one cheaper node holds both ([`crate::scheduling::improve`]);
