@@ -42,61 +42,87 @@ pub struct LimitedGroup {
     pub per_node: u64,
 }
 
-/// The anchor for the next node, if some group of limited classes waits and other pods wait to
-/// share its nodes. `waiting` are the classes with pods left that may still be placed, in the
-/// caller's order; `may_share(a, b)` says whether classes `a` and `b` may ever share a node (only
-/// those count toward the share).
-pub fn next_anchor(
-    groups: &[LimitedGroup],
-    waiting: &[usize],
-    remaining: &[u64],
-    demand: impl Fn(usize) -> Vec<i64>,
-    may_share: impl Fn(usize, usize) -> bool,
-) -> Option<Anchor> {
-    let position: std::collections::HashMap<usize, usize> =
-        waiting.iter().enumerate().map(|(i, &c)| (c, i)).collect();
-    // The group needing the most nodes (ties: the first listed); its head is its first waiting member.
-    let mut chosen: Option<(u64, &LimitedGroup, usize)> = None;
-    for group in groups.iter().filter(|g| g.per_node > 0) {
-        let pods: u64 =
-            group.members.iter().filter(|c| position.contains_key(c)).map(|&c| remaining[c]).sum();
-        let nodes = pods.div_ceil(group.per_node);
-        let head = group
-            .members
-            .iter()
-            .filter(|c| remaining[**c] > 0)
-            .filter_map(|c| position.get(c).map(|&i| (i, *c)))
-            .min()
-            .map(|(_, c)| c);
-        if let Some(head) = head {
-            if nodes > 0 && chosen.is_none_or(|(n, _, _)| nodes > n) {
-                chosen = Some((nodes, group, head));
+/// What the anchors of one packing pass are chosen from, built once per pass (classes do not change
+/// within it): the limited groups, and the pass's classes grouped by demand for
+/// [`Packer::fill_balanced`]. Both keep the caller's order.
+#[derive(Debug, Clone, Default)]
+pub struct AnchorIndex {
+    pub groups: Vec<LimitedGroup>,
+    /// Distinct demands, each with its classes.
+    pub by_demand: Vec<(Vec<i64>, Vec<usize>)>,
+}
+
+impl AnchorIndex {
+    /// `order` are the pass's classes in the caller's order; `groups` their limited groups.
+    pub fn new<'d>(groups: Vec<LimitedGroup>, order: &[usize], demand: impl Fn(usize) -> &'d [i64]) -> Self {
+        let mut slot: HashMap<&[i64], usize> = HashMap::new();
+        let mut by_demand: Vec<(Vec<i64>, Vec<usize>)> = vec![];
+        for &c in order {
+            let d = demand(c);
+            let b = *slot.entry(d).or_insert_with(|| {
+                by_demand.push((d.to_vec(), vec![]));
+                by_demand.len() - 1
+            });
+            by_demand[b].1.push(c);
+        }
+        AnchorIndex { groups, by_demand }
+    }
+
+    /// Drops classes that may take no more pods (`done(c)`), so fills do not step over them again.
+    pub fn prune(&mut self, done: impl Fn(usize) -> bool) {
+        for (_, classes) in &mut self.by_demand {
+            classes.retain(|&c| !done(c));
+        }
+        self.by_demand.retain(|(_, classes)| !classes.is_empty());
+        for group in &mut self.groups {
+            group.members.retain(|&c| !done(c));
+        }
+        self.groups.retain(|g| !g.members.is_empty());
+    }
+
+    /// The anchor for the next node, if a limited group has pods left and other pods wait to share
+    /// its nodes. Call [`Self::prune`] first: every class still listed may take pods.
+    /// `may_share(a, b)` says whether classes `a` and `b` may ever share a node (only those count
+    /// toward the share).
+    pub fn next_anchor<'d>(
+        &self,
+        remaining: &[u64],
+        demand: impl Fn(usize) -> &'d [i64],
+        may_share: impl Fn(usize, usize) -> bool,
+    ) -> Option<Anchor> {
+        // The group needing the most nodes (ties: the first); its head is its first member.
+        let mut chosen: Option<(u64, &LimitedGroup)> = None;
+        for group in self.groups.iter().filter(|g| g.per_node > 0) {
+            let pods: u64 = group.members.iter().map(|&c| remaining[c]).sum();
+            let nodes = pods.div_ceil(group.per_node);
+            if nodes > 0 && chosen.is_none_or(|(n, _)| nodes > n) {
+                chosen = Some((nodes, group));
             }
         }
-    }
-    let (nodes, group, head) = chosen?;
-    let head_pods = remaining[head].min(group.per_node);
-    let mut others: Vec<i64> = vec![];
-    for &c in waiting {
-        if remaining[c] == 0 || group.members.contains(&c) || !may_share(head, c) {
-            continue;
+        let (nodes, group) = chosen?;
+        let head = *group.members.iter().find(|&&c| remaining[c] > 0)?;
+        let head_pods = remaining[head].min(group.per_node);
+        let mut others: Vec<i64> = vec![0; demand(head).len()];
+        for (d, classes) in &self.by_demand {
+            let pods: u64 = classes
+                .iter()
+                .filter(|&&c| !group.members.contains(&c) && may_share(head, c))
+                .map(|&c| remaining[c])
+                .sum();
+            for (o, x) in others.iter_mut().zip(d) {
+                *o += x * pods as i64;
+            }
         }
-        let d = demand(c);
-        others.resize(d.len(), 0);
-        for (o, x) in others.iter_mut().zip(&d) {
-            *o += x * remaining[c] as i64;
+        if others.iter().all(|x| *x <= 0) {
+            return None; // nothing to share: the ordinary packer sizes a node for the head alone
         }
+        let mut target: Vec<i64> = demand(head).iter().map(|d| d * head_pods as i64).collect();
+        for (t, o) in target.iter_mut().zip(&others) {
+            // Both are positive here; signed div_ceil is not stable.
+            *t += ((*o).max(0) as u64).div_ceil(nodes) as i64;
+        }
+        Some(Anchor { head, head_pods, target })
     }
-    if others.iter().all(|x| *x <= 0) {
-        return None; // nothing to share: the ordinary packer sizes a node for the head alone
-    }
-    let mut target = demand(head).iter().map(|d| d * head_pods as i64).collect::<Vec<i64>>();
-    target.resize(others.len(), 0);
-    for (t, o) in target.iter_mut().zip(&others) {
-        // Both are positive here; signed div_ceil is not stable.
-        *t += ((*o).max(0) as u64).div_ceil(nodes) as i64;
-    }
-    Some(Anchor { head, head_pods, target })
 }
 
 impl Packer<'_> {
@@ -107,7 +133,7 @@ impl Packer<'_> {
         &self,
         anchor: &Anchor,
         candidates: &[usize],
-        waiting: &[usize],
+        index: &AnchorIndex,
         remaining: &[u64],
     ) -> Option<Pattern> {
         let head = anchor.head;
@@ -121,7 +147,7 @@ impl Packer<'_> {
         covering.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
         let mut best: Option<Pattern> = None;
         for &(_, t) in covering.iter().take(TARGET_CANDIDATES) {
-            let Some(p) = self.fill_balanced(t, head, anchor.head_pods, waiting, remaining) else { continue };
+            let Some(p) = self.fill_balanced(t, head, anchor.head_pods, index, remaining) else { continue };
             let better = match &best {
                 None => true,
                 Some(b) => {
@@ -140,14 +166,14 @@ impl Packer<'_> {
     /// Fills a node of `template`: `head_pods` of `head`, then one pod at a time the pod whose
     /// demand points most the way the node's free capacity does (the largest dot product of demand
     /// and free capacity, each as a share of the node's capacity), until nothing more fits. Pods
-    /// with equal demand are interchangeable for this choice, so the search runs over distinct
-    /// demands, and within one over its classes in `waiting` order.
+    /// with equal demand are interchangeable for this choice, so the search runs over the index's
+    /// distinct demands, and within one over its classes in order.
     pub fn fill_balanced(
         &self,
         template: usize,
         head: usize,
         head_pods: u64,
-        waiting: &[usize],
+        index: &AnchorIndex,
         remaining: &[u64],
     ) -> Option<Pattern> {
         let mut mask = self.classes[head].masks[template];
@@ -163,26 +189,14 @@ impl Packer<'_> {
         state.add(self.classes[head].traits, n);
         let mut counts: Vec<(usize, u64)> = vec![(head, n)];
         let mut groups = vec![self.group_of[head]];
-        // Distinct demands, each with its classes in `waiting` order (the head is done).
-        let mut index: HashMap<&[i64], usize> = HashMap::new();
-        let mut buckets: Vec<(&[i64], Vec<usize>)> = vec![];
-        for &c in waiting.iter().filter(|&&c| c != head && remaining[c] > 0) {
-            let demand = self.classes[c].traits.demand.as_slice();
-            let b = *index.entry(demand).or_insert_with(|| {
-                buckets.push((demand, vec![]));
-                buckets.len() - 1
-            });
-            buckets[b].1.push(c);
-        }
-        // Buckets and classes are consumed from the back; keep `waiting` order.
-        for (_, classes) in &mut buckets {
-            classes.reverse();
-        }
+        // Per demand, the first class that may still join: a class passed over (used up on this
+        // node, or unable to join it) stays passed over, since the node only fills up.
+        let mut cursor = vec![0usize; index.by_demand.len()];
         let share = |x: i64, cap: i64| if cap > 0 { x as f64 / cap as f64 } else { 0.0 };
         loop {
             let mut best: Option<(f64, usize)> = None;
-            for (b, (demand, classes)) in buckets.iter().enumerate() {
-                if classes.is_empty() || !fits(demand, &state.free) {
+            for (b, (demand, classes)) in index.by_demand.iter().enumerate() {
+                if cursor[b] >= classes.len() || !fits(demand, &state.free) {
                     continue;
                 }
                 let score: f64 = demand
@@ -196,17 +210,17 @@ impl Packer<'_> {
                 }
             }
             let Some((_, b)) = best else { break };
-            // The first class of the bucket that may join; the others stay for later pods.
-            let mut added = false;
-            while let Some(&c) = buckets[b].1.last() {
+            let classes = &index.by_demand[b].1;
+            while let Some(&c) = classes.get(cursor[b]) {
                 let on_node = counts.iter().find(|(k, _)| *k == c).map_or(0, |(_, n)| *n);
                 let m = self.classes[c].masks[template] & mask;
-                let joins = remaining[c] > on_node
+                let joins = c != head
+                    && remaining[c] > on_node
                     && m != 0
                     && self.can_join(c, &groups)
                     && state.max_addable(self.classes[c].traits, 1, self.bootstrap) == 1;
                 if !joins {
-                    buckets[b].1.pop(); // done or blocked for the rest of this node
+                    cursor[b] += 1;
                     continue;
                 }
                 state.add(self.classes[c].traits, 1);
@@ -216,11 +230,7 @@ impl Packer<'_> {
                     Some(e) => e.1 += 1,
                     None => counts.push((c, 1)),
                 }
-                added = true;
                 break;
-            }
-            if !added {
-                buckets[b].1.clear();
             }
         }
         Some(self.finish(template, mask, counts, state))
@@ -231,18 +241,28 @@ impl Packer<'_> {
 mod tests {
     use super::*;
 
+    const DEMAND: [[i64; 2]; 4] = [[100, 1], [100, 1], [200, 1], [300, 1]];
+
+    fn index(groups: Vec<LimitedGroup>, order: &[usize]) -> AnchorIndex {
+        AnchorIndex::new(groups, order, |c| &DEMAND[c][..])
+    }
+
     #[test]
     fn the_group_needing_most_nodes_anchors_with_an_equal_share_of_the_rest() {
         // Classes 0 and 1: one anti-affinity group, 3 + 1 pods, one per node. Class 2: 2 pods, one
         // per node. Class 3: 8 pods, no limit.
         let remaining = [3, 1, 2, 8];
-        let groups = [
-            LimitedGroup { members: vec![0, 1], per_node: 1 },
+        let groups = vec![
+            LimitedGroup { members: vec![1, 0], per_node: 1 },
             LimitedGroup { members: vec![2], per_node: 1 },
         ];
-        let demand = |c: usize| vec![[100, 100, 200, 300][c], 1];
-        let anchor = next_anchor(&groups, &[1, 2, 0, 3], &remaining, demand, |_, _| true).unwrap();
-        // Class 1 comes first in the caller's order; the share is over 4 nodes.
+        let index = index(groups, &[1, 2, 0, 3]);
+        assert_eq!(
+            index.by_demand,
+            vec![(vec![100, 1], vec![1, 0]), (vec![200, 1], vec![2]), (vec![300, 1], vec![3])]
+        );
+        let anchor = index.next_anchor(&remaining, |c| &DEMAND[c][..], |_, _| true).unwrap();
+        // Class 1 is the group's first member; the share is over 4 nodes.
         assert_eq!(anchor.head, 1);
         assert_eq!(anchor.head_pods, 1);
         // 100 of its own + (2×200 + 8×300) / 4 nodes; pods: 1 + (2 + 8) / 4 rounded up.
@@ -251,13 +271,17 @@ mod tests {
 
     #[test]
     fn no_anchor_without_limited_pods_or_without_pods_to_share() {
-        let demand = |_| vec![100];
+        let demand = |c: usize| &DEMAND[c][..];
         let any = |_, _| true;
-        let group = [LimitedGroup { members: vec![0], per_node: 1 }];
-        assert_eq!(next_anchor(&[], &[0, 1], &[3, 3], demand, any), None);
-        assert_eq!(next_anchor(&group, &[0], &[3], demand, any), None);
-        assert_eq!(next_anchor(&group, &[0, 1], &[0, 3], demand, any), None);
+        let group = || vec![LimitedGroup { members: vec![0], per_node: 1 }];
+        assert_eq!(index(vec![], &[0, 3]).next_anchor(&[3, 0, 0, 3], demand, any), None);
+        assert_eq!(index(group(), &[0]).next_anchor(&[3, 0, 0, 0], demand, any), None);
+        let mut used_up = index(group(), &[0, 3]);
+        let remaining = [0, 0, 0, 3];
+        used_up.prune(|c| remaining[c] == 0);
+        assert!(used_up.groups.is_empty());
+        assert_eq!(used_up.next_anchor(&remaining, demand, any), None);
         // Pods that may never share the head's nodes are no share of them.
-        assert_eq!(next_anchor(&group, &[0, 1], &[3, 3], demand, |_, _| false), None);
+        assert_eq!(index(group(), &[0, 3]).next_anchor(&[3, 0, 0, 3], demand, |_, _| false), None);
     }
 }

@@ -94,6 +94,9 @@ impl Solver<'_> {
         // Classes no new node can take (no template, limits reached); their pods stay in `remaining`
         // and are explained by the caller.
         let mut parked = vec![false; self.classes().len()];
+        let mut anchor_index = anchors::AnchorIndex::new(self.limited_groups(order), order, |c| {
+            &self.classes()[c].traits.demand
+        });
         while let Some(&head) = order.iter().find(|&&c| remaining[c] > 0 && !parked[c]) {
             if self.cancel_requested() {
                 return;
@@ -103,31 +106,28 @@ impl Solver<'_> {
                 parked[head] = true;
                 continue;
             }
-            // Only classes with pods left can join a node; late in a batch most have none.
-            let waiting: Vec<usize> =
-                order.iter().copied().filter(|&c| remaining[c] > 0 && !parked[c]).collect();
-            let limited = self.limited_groups(&waiting);
-            let anchor = anchors::next_anchor(
-                &limited,
-                &waiting,
-                remaining,
-                |c| self.classes()[c].traits.demand.clone(),
-                |a, b| self.pair_ok(a, b),
-            )
-            .and_then(|anchor| {
-                let candidates = self.candidates(anchor.head);
-                (!candidates.is_empty()).then_some((anchor, candidates))
-            });
-            // An anchor node is opened once: the next one's share is recomputed from what is left.
-            let (pattern, anchored) =
-                self.with_packer(values, resource_prices.to_vec(), |packer| {
-                    match anchor.and_then(|(anchor, candidates)| {
-                        packer.anchor_pattern(&anchor, &candidates, &waiting, remaining)
-                    }) {
-                        Some(p) => (Some(p), true),
-                        None => (packer.best_pattern(head, &candidates, &waiting, remaining), false),
-                    }
+            anchor_index.prune(|c| remaining[c] == 0 || parked[c]);
+            let anchor = anchor_index
+                .next_anchor(remaining, |c| &self.classes()[c].traits.demand, |a, b| self.pair_ok(a, b))
+                .and_then(|anchor| {
+                    let candidates = self.candidates(anchor.head);
+                    (!candidates.is_empty()).then_some((anchor, candidates))
                 });
+            // An anchor node is opened once: the next one's share is recomputed from what is left.
+            let (pattern, anchored) = self.with_packer(values, resource_prices.to_vec(), |packer| {
+                match anchor.and_then(|(anchor, candidates)| {
+                    packer.anchor_pattern(&anchor, &candidates, &anchor_index, remaining)
+                }) {
+                    Some(p) => (Some(p), true),
+                    None => {
+                        // Only classes with pods left can join a node; late in a batch most
+                        // have none.
+                        let waiting: Vec<usize> =
+                            order.iter().copied().filter(|&c| remaining[c] > 0).collect();
+                        (packer.best_pattern(head, &candidates, &waiting, remaining), false)
+                    }
+                }
+            });
             let Some(pattern) = pattern else {
                 parked[head] = true;
                 continue;
