@@ -226,11 +226,13 @@ async fn a_pdb_and_a_do_not_disrupt_pod_block_consolidation_with_an_event_naming
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduled_budget_of_zero_blocks_until_its_window_ends() {
     const NAME: &str = "e2e-disr-window";
-    // A window that opened this minute and lasts 2 minutes: between 60 and 120 s are left.
+    // A window that opened this minute and lasts 3 minutes: between 120 and 180 s are left, enough
+    // for the Deployment to run, scale down and be blocked on a busy machine (with 2 minutes, a
+    // test started late in a minute could see the window close before the first blocked pass).
     let now = k8s_openapi::jiff::Timestamp::now();
     let (minute, hour) = ((now.as_second() / 60) % 60, (now.as_second() / 3600) % 24);
-    let budgets = json!([{"nodes": "0", "schedule": format!("{minute} {hour} * * *"), "duration": "2m"}, {"nodes": "100%"}]);
-    let window_end = Instant::now() + Duration::from_secs(120 - (now.as_second() % 60) as u64);
+    let budgets = json!([{"nodes": "0", "schedule": format!("{minute} {hour} * * *"), "duration": "3m"}, {"nodes": "100%"}]);
+    let window_end = Instant::now() + Duration::from_secs(180 - (now.as_second() % 60) as u64);
     let pool = watch::node_pool(NAME, "0s", budgets);
     let (client, controller) = start(NAME, &pool).await;
     objects::apply(&client, &deployment(NAME, 6)).await.expect("applying the Deployment");
