@@ -148,15 +148,7 @@ impl Packer<'_> {
         let mut best: Option<Pattern> = None;
         for &(_, t) in covering.iter().take(TARGET_CANDIDATES) {
             let Some(p) = self.fill_balanced(t, head, anchor.head_pods, index, remaining) else { continue };
-            let better = match &best {
-                None => true,
-                Some(b) => {
-                    let (e, be) = (p.efficiency(), b.efficiency());
-                    e > be * (1.0 + 1e-9)
-                        || (e >= be * (1.0 - 1e-9) && (p.price, p.template) < (b.price, b.template))
-                }
-            };
-            if better {
+            if p.beats(best.as_ref()) {
                 best = Some(p);
             }
         }

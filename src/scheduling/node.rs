@@ -27,6 +27,19 @@ impl PodTraits {
     fn matches(&self, selector: usize) -> bool {
         self.matched_by.binary_search(&selector).is_ok()
     }
+
+    /// The hostname rules that cap how many of these pods share a node because the rule's selector
+    /// selects them: `(true, selector, 1)` for an anti-affinity, `(false, selector, maxSkew)` for a
+    /// spread. Host ports cap a node at one pod as well (see [`Self::host_ports`]).
+    pub fn self_limits(&self) -> impl Iterator<Item = (bool, usize, u64)> + '_ {
+        self.rules.iter().filter_map(|rule| match *rule {
+            Rule::AntiAffinity { selector, .. } if self.matches(selector) => Some((true, selector, 1)),
+            Rule::Spread { selector, max_skew, .. } if self.matches(selector) => {
+                Some((false, selector, u64::from(max_skew)))
+            }
+            _ => None,
+        })
+    }
 }
 
 /// The per-node counters.

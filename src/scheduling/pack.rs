@@ -37,6 +37,19 @@ pub struct Pattern {
 }
 
 impl Pattern {
+    /// Whether this fill is better than `best`: clearly more efficient, or as efficient and cheaper
+    /// (ties by template, so the choice is deterministic).
+    pub fn beats(&self, best: Option<&Pattern>) -> bool {
+        match best {
+            None => true,
+            Some(b) => {
+                let (e, be) = (self.efficiency(), b.efficiency());
+                e > be * (1.0 + 1e-9)
+                    || (e >= be * (1.0 - 1e-9) && (self.price, self.template) < (b.price, b.template))
+            }
+        }
+    }
+
     pub fn efficiency(&self) -> f64 {
         if self.price > 0.0 {
             self.value / self.price
@@ -293,14 +306,6 @@ impl<'a> Packer<'a> {
             })
             .collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let better = |p: &Pattern, best: &Option<Pattern>| match best {
-            None => true,
-            Some(b) => {
-                let (e, be) = (p.efficiency(), b.efficiency());
-                e > be * (1.0 + 1e-9)
-                    || (e >= be * (1.0 - 1e-9) && (p.price, p.template) < (b.price, b.template))
-            }
-        };
         let mut best: Option<Pattern> = None;
         let mut greedy: Vec<Pattern> = vec![];
         for &(t, upper) in &ranked {
@@ -311,7 +316,7 @@ impl<'a> Packer<'a> {
                 }
             }
             if let Some(p) = self.fill_greedy(t, head, order, remaining) {
-                if better(&p, &best) {
+                if p.beats(best.as_ref()) {
                     best = Some(p.clone());
                 }
                 greedy.push(p);
@@ -322,7 +327,7 @@ impl<'a> Packer<'a> {
         });
         for p in greedy.iter().take(PROPORTIONAL_CANDIDATES) {
             if let Some(q) = self.fill_proportional(p.template, head, order, remaining) {
-                if better(&q, &best) {
+                if q.beats(best.as_ref()) {
                     best = Some(q);
                 }
             }

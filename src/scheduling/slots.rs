@@ -146,20 +146,12 @@ impl Solver<'_> {
     /// [`anchors::LimitedGroup`]): per selector, the classes holding a hostname anti-affinity or
     /// hostname spread over it that the selector selects; and each class with host ports alone.
     pub(crate) fn limited_groups(&self, classes: &[usize]) -> Vec<anchors::LimitedGroup> {
-        let mut by_rule: BTreeMap<(u8, usize), anchors::LimitedGroup> = BTreeMap::new();
+        let mut by_rule: BTreeMap<(bool, usize), anchors::LimitedGroup> = BTreeMap::new();
         for &c in classes {
-            let traits = &self.classes()[c].traits;
-            let selected = |s: usize| traits.matched_by.binary_search(&s).is_ok();
-            for rule in &traits.rules {
-                let (key, per_node) = match *rule {
-                    Rule::AntiAffinity { selector, .. } if selected(selector) => ((0, selector), 1),
-                    Rule::Spread { selector, max_skew, .. } if selected(selector) => {
-                        ((1, selector), u64::from(max_skew))
-                    }
-                    _ => continue,
-                };
-                let group =
-                    by_rule.entry(key).or_insert_with(|| anchors::LimitedGroup { members: vec![], per_node });
+            for (anti, selector, per_node) in self.classes()[c].traits.self_limits() {
+                let group = by_rule
+                    .entry((anti, selector))
+                    .or_insert_with(|| anchors::LimitedGroup { members: vec![], per_node });
                 group.per_node = group.per_node.min(per_node);
                 if !group.members.contains(&c) {
                     group.members.push(c);

@@ -34,7 +34,7 @@ use crate::scheduling::improve;
 use crate::scheduling::input::{tolerates_all, SolveInput};
 use crate::scheduling::node::PodTraits;
 use crate::scheduling::plan::{Plan, Unschedulable};
-use crate::scheduling::shapes::{Rule, Scope};
+use crate::scheduling::shapes::Scope;
 use crate::scheduling::topology::{Assignment, EligibleDomains};
 use crate::scheduling::topology_keys;
 use crate::scheduling::working::{Class, Solver};
@@ -395,23 +395,8 @@ impl Solver<'_> {
 
 /// At most this many pods of a class fit on one node because of its own per-node rules.
 fn per_node_limit(traits: &PodTraits) -> Option<u64> {
-    let mut limit: Option<u64> = None;
-    let mut tighten = |n: u64| limit = Some(limit.map_or(n, |l| l.min(n)));
-    for rule in &traits.rules {
-        match *rule {
-            Rule::AntiAffinity { selector, .. } if traits.matched_by.binary_search(&selector).is_ok() => {
-                tighten(1)
-            }
-            Rule::Spread { selector, max_skew, .. } if traits.matched_by.binary_search(&selector).is_ok() => {
-                tighten(max_skew as u64)
-            }
-            _ => {}
-        }
-    }
-    if !traits.host_ports.is_empty() {
-        tighten(1);
-    }
-    limit
+    let ports = (!traits.host_ports.is_empty()).then_some(1);
+    traits.self_limits().map(|(_, _, limit)| limit).chain(ports).min()
 }
 
 /// Bound volumes pin zones like a node requirement.
