@@ -238,7 +238,10 @@ wait_for() { # <dir> <component> <description> <command...> : poll until the com
   local dir=$1 name=$2 what=$3 deadline; shift 3
   deadline=$(($(date +%s) + START_TIMEOUT))
   until "$@" >/dev/null 2>&1; do
-    if ! pid_alive "$dir" "$name"; then
+    # The pid is our own child, just launched: a check of its command line (as `recorded_pid`
+    # does for pids of earlier runs) could see the forked shell before it execs the binary on a
+    # busy machine and call a starting component dead.
+    if ! running "$(cat "$dir/$name.pid")"; then
       tail -n 25 "$dir/logs/$name.log" >&2 || true
       die "$name exited while waiting for $what; see $dir/logs/$name.log"
     fi
