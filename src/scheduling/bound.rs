@@ -61,7 +61,7 @@ pub fn compute(
         }
         let limited: Vec<usize> =
             component.iter().copied().filter(|&c| classes[c].per_node.is_some()).collect();
-        let groups = demand_groups(classes, &component);
+        let groups = demand_groups(classes, &component, templates.len());
         // Rows: per group (a template set and the classes confined to it) and resource, then one
         // node-count row per per-node-limited class.
         let base = groups.len() * dims;
@@ -77,10 +77,15 @@ pub fn compute(
                 *row = (*row - (*free).max(0) as f64).max(0.0);
             }
         }
+        // Which limited rows each template counts toward, gathered once rather than searched per column.
+        let mut limited_rows_of: Vec<Vec<usize>> = vec![vec![]; templates.len()];
         for (k, &c) in limited.iter().enumerate() {
             let per_node = classes[c].per_node.unwrap_or(1).max(1);
             let nodes = classes[c].count.div_ceil(per_node);
             demand[base + k] = nodes.saturating_sub(existing_nodes) as f64;
+            for &t in &classes[c].templates {
+                limited_rows_of[t].push(base + k);
+            }
         }
         let lp_columns = columns
             .iter()
@@ -88,34 +93,28 @@ pub fn compute(
                 let tpl = &templates[t];
                 let mut a = vec![0.0; rows];
                 for (g, group) in groups.iter().enumerate() {
-                    if group.templates.binary_search(&t).is_ok() {
+                    if group.templates.contains(t) {
                         for (r, v) in tpl.capacity.iter().enumerate() {
                             a[g * dims + r] = (*v).max(0) as f64;
                         }
                     }
                 }
-                for (k, &c) in limited.iter().enumerate() {
-                    if classes[c].templates.binary_search(&t).is_ok() {
-                        a[base + k] = 1.0;
-                    }
+                for &row in &limited_rows_of[t] {
+                    a[row] = 1.0;
                 }
                 (tpl.price(tpl.full_mask()), a)
             })
             .collect();
         let result = CoveringLp { demand, columns: lp_columns }.solve();
         bound.per_hour += result.lower_bound;
-        for &c in &component {
-            let mut v = 0.0;
-            for (g, group) in groups.iter().enumerate() {
-                if group.members.contains(&c) {
-                    let y = &result.duals[g * dims..(g + 1) * dims];
-                    v += classes[c].demand.iter().zip(y).map(|(d, y)| *d as f64 * y).sum::<f64>();
-                }
+        for (g, group) in groups.iter().enumerate() {
+            let y = &result.duals[g * dims..(g + 1) * dims];
+            for &c in &group.members {
+                bound.values[c] += classes[c].demand.iter().zip(y).map(|(d, y)| *d as f64 * y).sum::<f64>();
             }
-            if let Some(k) = limited.iter().position(|&x| x == c) {
-                v += result.duals[base + k] / classes[c].per_node.unwrap_or(1).max(1) as f64;
-            }
-            bound.values[c] = v;
+        }
+        for (k, &c) in limited.iter().enumerate() {
+            bound.values[c] += result.duals[base + k] / classes[c].per_node.unwrap_or(1).max(1) as f64;
         }
         // A unit of a resource on a node is worth at most the sum of its prices over the groups.
         for r in 0..dims {
@@ -131,30 +130,62 @@ const MAX_GROUPS: usize = 24;
 
 /// A set of templates and the classes that can use nothing outside it.
 struct DemandGroup {
-    templates: Vec<usize>,
+    templates: TemplateSet,
     members: Vec<usize>,
+}
+
+/// A set of template indices as a bit set: groups are tested against every class's templates.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct TemplateSet(Vec<u64>);
+
+impl TemplateSet {
+    fn of(templates: &[usize], universe: usize) -> Self {
+        let mut bits = vec![0u64; universe.div_ceil(64)];
+        for &t in templates {
+            bits[t / 64] |= 1 << (t % 64);
+        }
+        TemplateSet(bits)
+    }
+
+    fn contains(&self, t: usize) -> bool {
+        self.0[t / 64] & (1 << (t % 64)) != 0
+    }
+
+    fn is_subset_of(&self, other: &TemplateSet) -> bool {
+        self.0.iter().zip(&other.0).all(|(a, b)| a & !b == 0)
+    }
 }
 
 /// One group per distinct template set in the component (the most restrictive first, capped), plus
 /// the whole component. A class belongs to every group whose templates include all of its own.
-fn demand_groups(classes: &[BoundClass], component: &[usize]) -> Vec<DemandGroup> {
-    let mut union: Vec<usize> =
-        component.iter().flat_map(|&c| classes[c].templates.iter().copied()).collect();
-    union.sort_unstable();
-    union.dedup();
-    let mut sets: Vec<&Vec<usize>> = component.iter().map(|&c| &classes[c].templates).collect();
-    sets.sort_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
-    sets.dedup();
-    let mut chosen: Vec<Vec<usize>> =
-        sets.into_iter().filter(|s| s.len() < union.len()).take(MAX_GROUPS).cloned().collect();
+fn demand_groups(classes: &[BoundClass], component: &[usize], universe: usize) -> Vec<DemandGroup> {
+    let own: Vec<TemplateSet> =
+        component.iter().map(|&c| TemplateSet::of(&classes[c].templates, universe)).collect();
+    let mut union = TemplateSet(vec![0; universe.div_ceil(64)]);
+    for set in &own {
+        for (u, b) in union.0.iter_mut().zip(&set.0) {
+            *u |= b;
+        }
+    }
+    // Distinct sets, smallest first (ties by the sorted template list, as before bit sets).
+    let mut sets: Vec<(usize, &Vec<usize>, usize)> = component
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| (classes[c].templates.len(), &classes[c].templates, i))
+        .collect();
+    sets.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+    sets.dedup_by(|a, b| a.1 == b.1);
+    let mut chosen: Vec<TemplateSet> =
+        sets.into_iter().filter(|s| own[s.2] != union).take(MAX_GROUPS).map(|s| own[s.2].clone()).collect();
     chosen.push(union);
     chosen
         .into_iter()
         .map(|templates| {
             let members = component
                 .iter()
-                .copied()
-                .filter(|&c| classes[c].templates.iter().all(|t| templates.binary_search(t).is_ok()))
+                .zip(&own)
+                .filter(|(_, set)| set.is_subset_of(&templates))
+                .map(|(&c, _)| c)
                 .collect();
             DemandGroup { templates, members }
         })
@@ -197,4 +228,24 @@ fn components(classes: &[BoundClass], templates: usize) -> Vec<Vec<usize>> {
         groups.entry(root).or_default().push(c);
     }
     groups.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(templates: &[usize]) -> BoundClass<'static> {
+        BoundClass { demand: &[1], count: 1, templates: templates.to_vec(), per_node: None }
+    }
+
+    #[test]
+    fn a_class_counts_in_every_group_whose_templates_hold_all_of_its_own() {
+        // Templates past 64 exercise the second word of the sets.
+        let classes = [class(&[1, 70]), class(&[1]), class(&[2, 70]), class(&[1, 2, 70])];
+        let groups = demand_groups(&classes, &[0, 1, 2, 3], 100);
+        let members: Vec<Vec<usize>> = groups.iter().map(|g| g.members.clone()).collect();
+        // Smallest sets first ([1], then [1, 70] before [2, 70]), the union last.
+        assert_eq!(members, [vec![1], vec![0, 1], vec![2], vec![0, 1, 2, 3]]);
+        assert!(groups[3].templates.contains(70) && !groups[3].templates.contains(3));
+    }
 }

@@ -280,14 +280,10 @@ impl Solver<'_> {
         let mut zones = std::collections::BTreeSet::new();
         let mut capacity_types = std::collections::BTreeSet::new();
         let mut pairs = std::collections::BTreeSet::new();
-        for (t, &mask) in masks.iter().enumerate() {
-            for (i, o) in self.templates()[t].offerings.iter().enumerate() {
-                if mask & (1 << i) != 0 {
-                    zones.insert(o.zone.clone());
-                    capacity_types.insert(o.capacity_type.as_str().to_string());
-                    pairs.insert((o.zone.clone(), o.capacity_type.as_str().to_string()));
-                }
-            }
+        for (zone, capacity_type) in self.offering_domains().reached(masks) {
+            zones.insert(zone.clone());
+            capacity_types.insert(capacity_type.clone());
+            pairs.insert((zone.clone(), capacity_type.clone()));
         }
         for n in &self.input().nodes {
             if requirements.matches(&n.labels) {

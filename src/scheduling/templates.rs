@@ -7,7 +7,7 @@ use crate::model::resources::Resources;
 use crate::model::selection::{offering_labels, type_allowed};
 use crate::model::CapacityType;
 use crate::scheduling::input::{tolerates_all, NodePoolInput, Pod, SolveInput, Toleration};
-use crate::scheduling::shapes::{fits, Dims};
+use crate::scheduling::shapes::Dims;
 
 /// One offering a template may launch as.
 #[derive(Clone, Debug)]
@@ -58,6 +58,53 @@ impl Template {
         } else {
             (1u32 << self.offerings.len()) - 1
         }
+    }
+}
+
+/// The distinct (zone, capacity type) pairs that the templates' offerings sell, and each offering's
+/// pair: the domains a class can reach are then a union of small integers over its masks rather
+/// than of strings (a batch asks this of every shape, over every template).
+#[derive(Clone, Debug, Default)]
+pub struct OfferingDomains {
+    /// Sorted by zone, then capacity type.
+    pairs: Vec<(String, String)>,
+    /// `of_offering[t][i]`: the pair of offering `i` of template `t`.
+    of_offering: Vec<Vec<usize>>,
+}
+
+impl OfferingDomains {
+    pub fn new(templates: &[Template]) -> Self {
+        let key = |o: &TemplateOffering| (o.zone.clone(), o.capacity_type.as_str().to_string());
+        let mut pairs: Vec<(String, String)> =
+            templates.iter().flat_map(|t| t.offerings.iter().map(key)).collect();
+        pairs.sort();
+        pairs.dedup();
+        let of_offering = templates
+            .iter()
+            .map(|t| {
+                t.offerings
+                    .iter()
+                    .map(|o| pairs.binary_search(&key(o)).expect("every pair is listed"))
+                    .collect()
+            })
+            .collect();
+        OfferingDomains { pairs, of_offering }
+    }
+
+    /// The pairs some offering within `masks` (one per template) sells, in order.
+    pub fn reached(&self, masks: &[u32]) -> impl Iterator<Item = &(String, String)> {
+        let mut seen = vec![false; self.pairs.len()];
+        for (of_offering, &mask) in self.of_offering.iter().zip(masks) {
+            let mut bits = mask;
+            while bits != 0 {
+                let i = bits.trailing_zeros() as usize;
+                if let Some(&pair) = of_offering.get(i) {
+                    seen[pair] = true;
+                }
+                bits &= bits - 1;
+            }
+        }
+        self.pairs.iter().zip(seen).filter(|(_, seen)| *seen).map(|(pair, _)| pair)
     }
 }
 
@@ -212,16 +259,17 @@ pub fn offering_mask(template: &Template, requirements: &Requirements) -> u32 {
     mask
 }
 
-/// The templates a class may use: `(template index, offering mask)` for every template whose pool
-/// accepts the class, whose type's labels meet its requirements, that has an allowed offering and
-/// that can hold at least one pod.
-pub fn compatible(
+/// The offering mask of every template for a class with `requirements` and `tolerations`, before
+/// size: nonzero where the template's pool accepts the class, its type's labels meet the
+/// requirements and some offering is allowed. A class can use a template when its mask is nonzero
+/// and one pod fits ([`fits`]); that last test is the caller's, so many shapes of different sizes
+/// share one computation.
+pub fn offering_masks(
     input: &SolveInput,
     templates: &[Template],
     requirements: &Requirements,
     tolerations: &[Toleration],
-    demand: &[i64],
-) -> Vec<(usize, u32)> {
+) -> Vec<u32> {
     let pool_ok: Vec<bool> =
         input.nodepools.iter().map(|p| pool_rejects(p, requirements, tolerations).is_none()).collect();
     // Only well-known keys decided by the instance type need a per-type look; often there are none.
@@ -233,21 +281,19 @@ pub fn compatible(
                 && r.key() != crate::model::labels::LABEL_NODEPOOL
         })
         .collect();
-    let mut out = vec![];
-    for (i, t) in templates.iter().enumerate() {
-        if !pool_ok[t.pool] || !fits(demand, &t.capacity) {
-            continue;
-        }
-        let it = &input.nodepools[t.pool].instance_types[t.instance_type];
-        if !type_keys.iter().all(|r| r.admits(it.labels.get(r.key()).map(String::as_str))) {
-            continue;
-        }
-        let mask = offering_mask(t, requirements);
-        if mask != 0 {
-            out.push((i, mask));
-        }
-    }
-    out
+    templates
+        .iter()
+        .map(|t| {
+            if !pool_ok[t.pool] {
+                return 0;
+            }
+            let it = &input.nodepools[t.pool].instance_types[t.instance_type];
+            if !type_keys.iter().all(|r| r.admits(it.labels.get(r.key()).map(String::as_str))) {
+                return 0;
+            }
+            offering_mask(t, requirements)
+        })
+        .collect()
 }
 
 /// The largest `demand[r] / capacity[r]` over the resources the capacity has.
@@ -258,4 +304,53 @@ pub fn dominant_share(demand: &[i64], capacity: &[i64]) -> f64 {
         .filter(|(_, cap)| **cap > 0)
         .map(|(d, cap)| *d as f64 / *cap as f64)
         .fold(0.0, f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template(offerings: &[(&str, CapacityType)]) -> Template {
+        Template {
+            pool: 0,
+            instance_type: 0,
+            capacity: vec![1000],
+            daemon_overhead: Resources::new(),
+            offerings: offerings
+                .iter()
+                .map(|(zone, capacity_type)| TemplateOffering {
+                    zone: zone.to_string(),
+                    capacity_type: *capacity_type,
+                    price: 1.0,
+                })
+                .collect(),
+            tier: 0,
+        }
+    }
+
+    #[test]
+    fn the_domains_a_class_reaches_are_the_pairs_its_masks_allow() {
+        use CapacityType::{OnDemand, Spot};
+        let templates = [
+            template(&[("z-2", Spot), ("z-1", OnDemand), ("z-2", OnDemand)]),
+            template(&[("z-3", OnDemand), ("z-1", Spot)]),
+        ];
+        let domains = OfferingDomains::new(&templates);
+        let pair = |z: &str, c: &str| (z.to_string(), c.to_string());
+        let reached = |masks: &[u32]| domains.reached(masks).cloned().collect::<Vec<_>>();
+        assert_eq!(reached(&[0b001, 0b00]), [pair("z-2", "spot")]);
+        // Sorted by zone, then capacity type, however the offerings are ordered.
+        assert_eq!(
+            reached(&[0b110, 0b11]),
+            [
+                pair("z-1", "on-demand"),
+                pair("z-1", "spot"),
+                pair("z-2", "on-demand"),
+                pair("z-3", "on-demand")
+            ]
+        );
+        assert!(reached(&[0, 0]).is_empty());
+        // Bits past a template's offerings (a full 32-bit mask) are ignored.
+        assert_eq!(reached(&[0, u32::MAX]).len(), 2);
+    }
 }

@@ -19,12 +19,12 @@ use std::ops::Range;
 use crate::model::labels::LABEL_HOSTNAME;
 use crate::model::requirements::Requirements;
 use crate::model::resources::Resources;
-use crate::scheduling::input::SolveInput;
+use crate::scheduling::input::{SolveInput, Toleration};
 use crate::scheduling::node::{NodeState, PodTraits};
 use crate::scheduling::pack::{PackClass, Packer, Pattern};
-use crate::scheduling::shapes::{build_shapes, Dims, Rule, Scope, Selector, Selectors, Shape};
+use crate::scheduling::shapes::{build_shapes, fits, Dims, Rule, Scope, Selector, Selectors, Shape};
 use crate::scheduling::solve::{Cancelled, ShouldCancel};
-use crate::scheduling::templates::{self, Template};
+use crate::scheduling::templates::{self, OfferingDomains, Template};
 use crate::scheduling::topology::{Assignment, Domains, EligibleDomains};
 
 /// A group of identical pods with one domain assignment at one relaxation level.
@@ -94,6 +94,9 @@ impl Slot {
     }
 }
 
+/// Offering masks before size for one list of tolerations.
+type MasksForTolerations = (Vec<Toleration>, Vec<u32>);
+
 /// The solver's working state across relaxation rounds.
 pub(crate) struct Solver<'a> {
     input: &'a SolveInput,
@@ -101,6 +104,7 @@ pub(crate) struct Solver<'a> {
     selectors: Selectors,
     shapes: Vec<Shape>,
     templates: Vec<Template>,
+    offering_domains: OfferingDomains,
     classes: Vec<Class>,
     slots: Vec<Slot>,
     /// Pods matching each selector anywhere (for hostname affinity bootstrapping).
@@ -115,7 +119,8 @@ pub(crate) struct Solver<'a> {
     group_of: Vec<usize>,
     /// `group_compatible[g][h]`: groups g and h have a common outcome for every key.
     group_compatible: Vec<Vec<bool>>,
-    compat_memo: HashMap<(usize, Requirements), Vec<u32>>,
+    /// Offering masks before size, per requirements and tolerations ([`templates::offering_masks`]).
+    compat_memo: HashMap<Requirements, Vec<MasksForTolerations>>,
     cancel: &'a dyn ShouldCancel,
     /// Latched once the hook has said stop, so every later safe point stops too.
     cancelled: bool,
@@ -127,6 +132,7 @@ impl<'a> Solver<'a> {
         let mut selectors = Selectors::default();
         let shapes = build_shapes(input, &dims, &mut selectors);
         let templates = templates::build(input, &dims);
+        let offering_domains = OfferingDomains::new(&templates);
         let mut domains = Domains::from_running(input, &selectors);
         for shape in &shapes {
             // With every preference given up, the spreads left are the DoNotSchedule ones: those the
@@ -140,6 +146,7 @@ impl<'a> Solver<'a> {
             selectors,
             shapes,
             templates,
+            offering_domains,
             classes: vec![],
             slots: vec![],
             matching_anywhere: vec![],
@@ -232,6 +239,11 @@ impl<'a> Solver<'a> {
         &self.templates
     }
 
+    /// The (zone, capacity type) pairs the templates sell, by offering.
+    pub fn offering_domains(&self) -> &OfferingDomains {
+        &self.offering_domains
+    }
+
     pub fn classes(&self) -> &[Class] {
         &self.classes
     }
@@ -307,24 +319,31 @@ impl<'a> Solver<'a> {
 
     // --- Memos ---------------------------------------------------------------------------------
 
-    /// Offering masks of every template for a shape's tolerations and demand with `requirements`.
+    /// Offering masks of every template for a shape's tolerations and demand with `requirements`
+    /// (0 where the shape cannot use the template).
     pub fn masks(&mut self, s: usize, requirements: &Requirements) -> Vec<u32> {
-        if let Some(m) = self.compat_memo.get(&(s, requirements.clone())) {
-            return m.clone();
-        }
         let pod = &self.input.pods[self.shapes[s].pods[0]];
-        let mut masks = vec![0u32; self.templates.len()];
-        for (t, mask) in templates::compatible(
-            self.input,
-            &self.templates,
-            requirements,
-            &pod.tolerations,
-            &self.shapes[s].demand,
-        ) {
-            masks[t] = mask;
-        }
-        self.compat_memo.insert((s, requirements.clone()), masks.clone());
-        masks
+        let known = self
+            .compat_memo
+            .get(requirements)
+            .and_then(|by_tolerations| by_tolerations.iter().position(|(t, _)| *t == pod.tolerations));
+        let entry = match known {
+            Some(i) => i,
+            None => {
+                let masks =
+                    templates::offering_masks(self.input, &self.templates, requirements, &pod.tolerations);
+                let list = self.compat_memo.entry(requirements.clone()).or_default();
+                list.push((pod.tolerations.clone(), masks));
+                list.len() - 1
+            }
+        };
+        let before_size = &self.compat_memo[requirements][entry].1;
+        let demand = &self.shapes[s].demand;
+        before_size
+            .iter()
+            .zip(&self.templates)
+            .map(|(&mask, t)| if mask != 0 && fits(demand, &t.capacity) { mask } else { 0 })
+            .collect()
     }
 
     /// Whether two classes may share a node: their requirements have a common outcome for every key.
