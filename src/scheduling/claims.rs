@@ -21,6 +21,8 @@ pub(crate) fn build_plan(solver: &mut Solver, mut unschedulable: Vec<Unschedulab
         }
     }
     let configuration_bound = crate::scheduling::colgen::certified_bound(solver, &placed);
+    let ids: Vec<usize> = (0..solver.classes().len()).collect();
+    let (resource_bound, _) = solver.bound_for(&ids, &placed);
     let solver: &Solver = solver;
     let mut plan = Plan::default();
     let mut cursor = vec![0usize; solver.classes().len()];
@@ -53,10 +55,8 @@ pub(crate) fn build_plan(solver: &mut Solver, mut unschedulable: Vec<Unschedulab
     plan.unschedulable = unschedulable;
     // `+ 0.0`: an empty float sum is -0.0, which would print as "-0.0000".
     plan.price_per_hour = plan.nodeclaims.iter().map(|c| c.price_per_hour).sum::<f64>() + 0.0;
-    let ids: Vec<usize> = (0..solver.classes().len()).collect();
-    let (bound, _) = solver.bound_for(&ids, &placed);
     // Both bounds are valid; the configuration LP's is usually the tighter one.
-    plan.lower_bound_per_hour = bound.per_hour.max(configuration_bound.unwrap_or(0.0));
+    plan.lower_bound_per_hour = resource_bound.per_hour.max(configuration_bound.unwrap_or(0.0));
     plan
 }
 

@@ -97,7 +97,14 @@ impl Solver<'_> {
         let mut anchor_index = anchors::AnchorIndex::new(self.limited_groups(order), order, |c| {
             &self.classes()[c].traits.demand
         });
-        while let Some(&head) = order.iter().find(|&&c| remaining[c] > 0 && !parked[c]) {
+        // The head is the first class in `order` with pods left and not parked; neither comes back
+        // within the pass (pods are only taken, classes only parked), so the search never restarts.
+        let mut next = 0;
+        loop {
+            while next < order.len() && (remaining[order[next]] == 0 || parked[order[next]]) {
+                next += 1;
+            }
+            let Some(&head) = order.get(next) else { break };
             if self.cancel_requested() {
                 return;
             }
@@ -187,21 +194,6 @@ impl Solver<'_> {
             .collect();
         let Some(tier) = usable.iter().map(|&t| self.templates()[t].tier).min() else { return vec![] };
         usable.into_iter().filter(|&t| self.templates()[t].tier == tier).collect()
-    }
-
-    /// How many nodes of a template the pool's limits still allow.
-    pub(crate) fn limit_copies(&self, t: usize) -> u64 {
-        let tpl = &self.templates()[t];
-        let Some(remaining) = self.pool_remaining(tpl.pool) else { return u64::MAX };
-        let capacity = &self.input().nodepools[tpl.pool].instance_types[tpl.instance_type].capacity;
-        let mut copies = u64::MAX;
-        for (name, left) in remaining.iter() {
-            let per_node = if name == "nodes" { 1 } else { capacity.get(name) };
-            if per_node > 0 {
-                copies = copies.min((left.max(0) / per_node) as u64);
-            }
-        }
-        copies
     }
 }
 

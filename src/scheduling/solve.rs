@@ -347,8 +347,12 @@ impl Solver<'_> {
     }
 
     /// The bound over `ids` with `counts` pods each.
-    pub(crate) fn bound_for(&self, ids: &[usize], counts: &[u64]) -> (bound::Bound, Vec<i64>) {
+    pub(crate) fn bound_for(&mut self, ids: &[usize], counts: &[u64]) -> (bound::Bound, Vec<i64>) {
         let free = self.existing_free();
+        let key: Vec<(usize, u64)> = ids.iter().map(|&c| (c, counts[c])).collect();
+        if let Some(bound) = self.remembered_bound(&key) {
+            return (bound.clone(), free);
+        }
         let bound_classes: Vec<BoundClass> = ids
             .iter()
             .map(|&c| {
@@ -368,7 +372,9 @@ impl Solver<'_> {
             })
             .collect();
         let existing = self.input().nodes.len() as u64;
-        (bound::compute(&bound_classes, self.templates(), &free, existing), free)
+        let bound = bound::compute(&bound_classes, self.templates(), &free, existing);
+        self.remember_bound(key, bound.clone());
+        (bound, free)
     }
 
     /// Free capacity summed over existing nodes before this solve placed anything.

@@ -18,7 +18,7 @@ use std::ops::Range;
 
 use crate::model::labels::LABEL_HOSTNAME;
 use crate::model::requirements::Requirements;
-use crate::model::resources::Resources;
+use crate::scheduling::bound::Bound;
 use crate::scheduling::input::{SolveInput, Toleration};
 use crate::scheduling::node::{NodeState, PodTraits};
 use crate::scheduling::pack::{PackClass, Packer, Pattern};
@@ -110,8 +110,12 @@ pub(crate) struct Solver<'a> {
     /// Pods matching each selector anywhere (for hostname affinity bootstrapping).
     matching_anywhere: Vec<u32>,
     domains: Domains,
-    /// Remaining limits per pool (resources of instance-type capacity, plus `nodes`).
-    remaining: Vec<Option<Resources>>,
+    /// Remaining limits per pool: one entry per limited resource (and `nodes`), in the order of the
+    /// pool's `remaining` keys.
+    remaining: Vec<Option<Vec<i64>>>,
+    /// What one node of each template takes of its pool's limits, in the same order (a packing pass
+    /// asks how many copies the limits allow of every template for every node it opens).
+    limit_use: Vec<Vec<i64>>,
     /// Classes whose requirements are equal share a group; whether two classes may share a node
     /// depends only on their groups. Batches have thousands of classes but a handful of distinct
     /// requirements, and the packer asks for pairs in its innermost loop.
@@ -119,8 +123,14 @@ pub(crate) struct Solver<'a> {
     group_of: Vec<usize>,
     /// `group_compatible[g][h]`: groups g and h have a common outcome for every key.
     group_compatible: Vec<Vec<bool>>,
+    /// The least any class asks of each dimension (a node with less free is full).
+    smallest_demand: Vec<i64>,
     /// Offering masks before size, per requirements and tolerations ([`templates::offering_masks`]).
     compat_memo: HashMap<Requirements, Vec<MasksForTolerations>>,
+    /// Lower bounds already solved, by `(class, pods)`: the free capacity of existing nodes before
+    /// the solve is the same throughout, so equal counts give the same LP (a batch placed in one
+    /// round asks for the same bound when it is packed and when the plan is reported).
+    bound_memo: HashMap<Vec<(usize, u64)>, Bound>,
     cancel: &'a dyn ShouldCancel,
     /// Latched once the hook has said stop, so every later safe point stops too.
     cancelled: bool,
@@ -133,6 +143,7 @@ impl<'a> Solver<'a> {
         let shapes = build_shapes(input, &dims, &mut selectors);
         let templates = templates::build(input, &dims);
         let offering_domains = OfferingDomains::new(&templates);
+        let limit_use = templates.iter().map(|t| limit_use(input, t)).collect();
         let mut domains = Domains::from_running(input, &selectors);
         for shape in &shapes {
             // With every preference given up, the spreads left are the DoNotSchedule ones: those the
@@ -151,15 +162,23 @@ impl<'a> Solver<'a> {
             slots: vec![],
             matching_anywhere: vec![],
             domains,
-            remaining: input.nodepools.iter().map(|p| p.remaining.clone()).collect(),
+            remaining: input
+                .nodepools
+                .iter()
+                .map(|p| p.remaining.as_ref().map(|left| left.iter().map(|(_, v)| v).collect()))
+                .collect(),
+            limit_use,
             groups: HashMap::new(),
             group_of: vec![],
             group_compatible: vec![],
+            smallest_demand: vec![],
             compat_memo: HashMap::new(),
+            bound_memo: HashMap::new(),
             cancel,
             cancelled: false,
         };
         solver.matching_anywhere = vec![0; solver.selectors.list.len()];
+        solver.smallest_demand = vec![i64::MAX; solver.dims.len()];
         solver.init_existing();
         solver
     }
@@ -258,8 +277,15 @@ impl<'a> Solver<'a> {
     }
 
     /// What is left of a pool's limits (None: no limits).
-    pub fn pool_remaining(&self, pool: usize) -> Option<&Resources> {
-        self.remaining[pool].as_ref()
+    /// How many nodes of a template its pool's limits still allow.
+    pub fn limit_copies(&self, t: usize) -> u64 {
+        let Some(left) = &self.remaining[self.templates[t].pool] else { return u64::MAX };
+        left.iter()
+            .zip(&self.limit_use[t])
+            .filter(|(_, per_node)| **per_node > 0)
+            .map(|(left, per_node)| (left.max(&0) / per_node) as u64)
+            .min()
+            .unwrap_or(u64::MAX)
     }
 
     /// Pods counted in a topology domain for a selector.
@@ -275,6 +301,9 @@ impl<'a> Solver<'a> {
         for class in &batch {
             let group = self.group(&class.requirements);
             self.group_of.push(group);
+            for (least, need) in self.smallest_demand.iter_mut().zip(&class.traits.demand) {
+                *least = (*least).min(*need);
+            }
         }
         self.classes.extend(batch);
         before..self.classes.len()
@@ -346,6 +375,15 @@ impl<'a> Solver<'a> {
             .collect()
     }
 
+    /// The bound solved earlier for these `(class, pods)`, if any.
+    pub fn remembered_bound(&self, counts: &[(usize, u64)]) -> Option<&Bound> {
+        self.bound_memo.get(counts)
+    }
+
+    pub fn remember_bound(&mut self, counts: Vec<(usize, u64)>, bound: Bound) {
+        self.bound_memo.insert(counts, bound);
+    }
+
     /// Whether two classes may share a node: their requirements have a common outcome for every key.
     pub fn pair_ok(&self, a: usize, b: usize) -> bool {
         self.group_compatible[self.group_of[a]][self.group_of[b]]
@@ -369,12 +407,6 @@ impl<'a> Solver<'a> {
 
         let matching = &self.matching_anywhere;
         let bootstrap = |s: usize| matching[s] == 0;
-        let mut smallest_demand = vec![i64::MAX; self.dims.len()];
-        for class in &self.classes {
-            for (least, need) in smallest_demand.iter_mut().zip(&class.traits.demand) {
-                *least = (*least).min(*need);
-            }
-        }
         let packer = Packer {
             templates: &self.templates,
             classes,
@@ -383,7 +415,7 @@ impl<'a> Solver<'a> {
             group_compatible: &self.group_compatible,
             bootstrap: &bootstrap,
             resource_prices,
-            smallest_demand,
+            smallest_demand: self.smallest_demand.clone(),
         };
         f(&packer)
     }
@@ -410,11 +442,8 @@ impl<'a> Solver<'a> {
     pub fn open(&mut self, pattern: &Pattern, remaining: &mut [u64]) {
         let tpl = &self.templates[pattern.template];
         if let Some(left) = &mut self.remaining[tpl.pool] {
-            let capacity = &self.input.nodepools[tpl.pool].instance_types[tpl.instance_type].capacity;
-            let names: Vec<String> = left.iter().map(|(n, _)| n.to_string()).collect();
-            for name in names {
-                let per_node = if name == "nodes" { 1 } else { capacity.get(&name) };
-                left.set(&name, left.get(&name) - per_node);
+            for (left, per_node) in left.iter_mut().zip(&self.limit_use[pattern.template]) {
+                *left -= per_node;
             }
         }
         for &(c, n) in &pattern.counts {
@@ -473,4 +502,13 @@ impl<'a> Solver<'a> {
         emptied.classes.clear();
         emptied.template = None;
     }
+}
+
+/// What one node of template `t` takes of each of its pool's limits, in the order of the pool's
+/// `remaining` keys: its instance type's capacity, and 1 for `nodes`.
+fn limit_use(input: &SolveInput, t: &Template) -> Vec<i64> {
+    let pool = &input.nodepools[t.pool];
+    let capacity = &pool.instance_types[t.instance_type].capacity;
+    let Some(left) = &pool.remaining else { return vec![] };
+    left.iter().map(|(name, _)| if name == "nodes" { 1 } else { capacity.get(name) }).collect()
 }
