@@ -276,8 +276,7 @@ impl<'a> Solver<'a> {
         self.matching_anywhere[s]
     }
 
-    /// What is left of a pool's limits (None: no limits).
-    /// How many nodes of a template its pool's limits still allow.
+    /// How many nodes of a template its pool's limits still allow (`u64::MAX` without limits).
     pub fn limit_copies(&self, t: usize) -> u64 {
         let Some(left) = &self.remaining[self.templates[t].pool] else { return u64::MAX };
         left.iter()
