@@ -349,7 +349,7 @@ impl Solver<'_> {
     /// The bound over `ids` with `counts` pods each.
     pub(crate) fn bound_for(&mut self, ids: &[usize], counts: &[u64]) -> (bound::Bound, Vec<i64>) {
         let free = self.existing_free();
-        let key: Vec<(usize, u64)> = ids.iter().map(|&c| (c, counts[c])).collect();
+        let key = (free.clone(), ids.iter().map(|&c| (c, counts[c])).collect());
         if let Some(bound) = self.remembered_bound(&key) {
             return (bound.clone(), free);
         }

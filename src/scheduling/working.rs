@@ -97,6 +97,9 @@ impl Slot {
 /// Offering masks before size for one list of tolerations.
 type MasksForTolerations = (Vec<Toleration>, Vec<u32>);
 
+/// What a resource bound depends on besides the classes: existing free capacity, and pods per class.
+pub(crate) type BoundKey = (Vec<i64>, Vec<(usize, u64)>);
+
 /// The solver's working state across relaxation rounds.
 pub(crate) struct Solver<'a> {
     input: &'a SolveInput,
@@ -127,10 +130,10 @@ pub(crate) struct Solver<'a> {
     smallest_demand: Vec<i64>,
     /// Offering masks before size, per requirements and tolerations ([`templates::offering_masks`]).
     compat_memo: HashMap<Requirements, Vec<MasksForTolerations>>,
-    /// Lower bounds already solved, by `(class, pods)`: the free capacity of existing nodes before
-    /// the solve is the same throughout, so equal counts give the same LP (a batch placed in one
-    /// round asks for the same bound when it is packed and when the plan is reported).
-    bound_memo: HashMap<Vec<(usize, u64)>, Bound>,
+    /// Lower bounds already solved, by the existing nodes' free capacity and `(class, pods)`: a
+    /// batch placed in one round asks for the same bound when it is packed and when the plan is
+    /// reported.
+    bound_memo: HashMap<BoundKey, Bound>,
     cancel: &'a dyn ShouldCancel,
     /// Latched once the hook has said stop, so every later safe point stops too.
     cancelled: bool,
@@ -374,13 +377,13 @@ impl<'a> Solver<'a> {
             .collect()
     }
 
-    /// The bound solved earlier for these `(class, pods)`, if any.
-    pub fn remembered_bound(&self, counts: &[(usize, u64)]) -> Option<&Bound> {
-        self.bound_memo.get(counts)
+    /// The bound solved earlier for this key, if any.
+    pub fn remembered_bound(&self, key: &BoundKey) -> Option<&Bound> {
+        self.bound_memo.get(key)
     }
 
-    pub fn remember_bound(&mut self, counts: Vec<(usize, u64)>, bound: Bound) {
-        self.bound_memo.insert(counts, bound);
+    pub fn remember_bound(&mut self, key: BoundKey, bound: Bound) {
+        self.bound_memo.insert(key, bound);
     }
 
     /// Whether two classes may share a node: their requirements have a common outcome for every key.
