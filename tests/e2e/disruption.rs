@@ -226,15 +226,15 @@ async fn a_pdb_and_a_do_not_disrupt_pod_block_consolidation_with_an_event_naming
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduled_budget_of_zero_blocks_until_its_window_ends() {
     const NAME: &str = "e2e-disr-window";
-    // A window that opened this minute and lasts 3 minutes: between 120 and 180 s are left, enough
-    // for the Deployment to run, scale down and be blocked on a busy machine (with 2 minutes, a
-    // test started late in a minute could see the window close before the first blocked pass).
+    let (client, controller) = start(NAME, &watch::node_pool(NAME, "0s", json!([{"nodes": "100%"}]))).await;
+    // The window is set only now: starting waits for the other tests' controllers, which can take
+    // minutes. It opened this minute and lasts 3 minutes: between 120 and 180 s are left, enough for
+    // the Deployment to run, scale down and be blocked on a busy machine.
     let now = k8s_openapi::jiff::Timestamp::now();
     let (minute, hour) = ((now.as_second() / 60) % 60, (now.as_second() / 3600) % 24);
     let budgets = json!([{"nodes": "0", "schedule": format!("{minute} {hour} * * *"), "duration": "3m"}, {"nodes": "100%"}]);
     let window_end = Instant::now() + Duration::from_secs(180 - (now.as_second() % 60) as u64);
-    let pool = watch::node_pool(NAME, "0s", budgets);
-    let (client, controller) = start(NAME, &pool).await;
+    objects::apply(&client, &watch::node_pool(NAME, "0s", budgets)).await.expect("setting the budget window");
     objects::apply(&client, &deployment(NAME, 6)).await.expect("applying the Deployment");
     running(&controller, &client, NAME, 6).await;
     let nodes_before = pool_nodes(&client, NAME).await.expect("nodes").len();
