@@ -74,7 +74,7 @@ pub struct Packer<'a> {
     pub resource_prices: Vec<f64>,
     /// The smallest demand of any class in each dimension: a node with less left in some dimension
     /// takes no more pods.
-    pub smallest_demand: Vec<i64>,
+    pub smallest_demand: &'a [i64],
 }
 
 /// How many proportional fills to try per decision (on the best greedy templates).
@@ -93,7 +93,7 @@ impl<'a> Packer<'a> {
     }
 
     fn is_full(&self, state: &NodeState) -> bool {
-        state.free.iter().zip(&self.smallest_demand).any(|(free, least)| free < least)
+        state.free.iter().zip(self.smallest_demand).any(|(free, least)| free < least)
     }
 
     /// Records that a class of `class`'s group is on the node.

@@ -141,12 +141,16 @@ fn type_admits(
     type_labels: &std::collections::BTreeMap<String, String>,
     requirements: &Requirements,
 ) -> bool {
-    requirements.iter().all(|r| {
-        let key = r.key();
-        !crate::model::labels::is_well_known(key)
-            || is_offering_key(key)
-            || key == crate::model::labels::LABEL_NODEPOOL
-            || r.admits(type_labels.get(key).map(String::as_str))
+    type_keys(requirements).all(|r| r.admits(type_labels.get(r.key()).map(String::as_str)))
+}
+
+/// The requirements an instance type's own labels decide: well-known keys other than the offering
+/// keys (decided per offering) and the NodePool's name.
+fn type_keys(requirements: &Requirements) -> impl Iterator<Item = &crate::model::requirements::Requirement> {
+    requirements.iter().filter(|r| {
+        crate::model::labels::is_well_known(r.key())
+            && !is_offering_key(r.key())
+            && r.key() != crate::model::labels::LABEL_NODEPOOL
     })
 }
 
@@ -273,14 +277,7 @@ pub fn offering_masks(
     let pool_ok: Vec<bool> =
         input.nodepools.iter().map(|p| pool_rejects(p, requirements, tolerations).is_none()).collect();
     // Only well-known keys decided by the instance type need a per-type look; often there are none.
-    let type_keys: Vec<_> = requirements
-        .iter()
-        .filter(|r| {
-            crate::model::labels::is_well_known(r.key())
-                && !is_offering_key(r.key())
-                && r.key() != crate::model::labels::LABEL_NODEPOOL
-        })
-        .collect();
+    let type_keys: Vec<_> = type_keys(requirements).collect();
     templates
         .iter()
         .map(|t| {

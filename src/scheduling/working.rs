@@ -147,6 +147,7 @@ impl<'a> Solver<'a> {
         let templates = templates::build(input, &dims);
         let offering_domains = OfferingDomains::new(&templates);
         let limit_use = templates.iter().map(|t| limit_use(input, t)).collect();
+        let smallest_demand = vec![i64::MAX; dims.len()];
         let mut domains = Domains::from_running(input, &selectors);
         for shape in &shapes {
             // With every preference given up, the spreads left are the DoNotSchedule ones: those the
@@ -174,14 +175,13 @@ impl<'a> Solver<'a> {
             groups: HashMap::new(),
             group_of: vec![],
             group_compatible: vec![],
-            smallest_demand: vec![],
+            smallest_demand,
             compat_memo: HashMap::new(),
             bound_memo: HashMap::new(),
             cancel,
             cancelled: false,
         };
         solver.matching_anywhere = vec![0; solver.selectors.list.len()];
-        solver.smallest_demand = vec![i64::MAX; solver.dims.len()];
         solver.init_existing();
         solver
     }
@@ -417,7 +417,7 @@ impl<'a> Solver<'a> {
             group_compatible: &self.group_compatible,
             bootstrap: &bootstrap,
             resource_prices,
-            smallest_demand: self.smallest_demand.clone(),
+            smallest_demand: &self.smallest_demand,
         };
         f(&packer)
     }
