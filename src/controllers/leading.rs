@@ -18,7 +18,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 
-use super::{disruption, gc, inplace, lifecycle, nodeclaim_disruption, provisioning, repair, status, Shared};
+use super::provisioning::{self, Trigger};
+use super::{disruption, gc, inplace, lifecycle, nodeclaim_disruption, repair, status, Shared};
 use crate::cloud::CloudProvider;
 use crate::operator::leader::Elector;
 use crate::operator::metrics;
@@ -30,7 +31,7 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
 /// Campaigns, leads, and campaigns again after a lost lease, until `shutdown` completes.
 pub async fn run<C: CloudProvider + 'static>(
     shared: Arc<Shared<C>>,
-    triggers: Arc<Mutex<UnboundedReceiver<String>>>,
+    triggers: Arc<Mutex<UnboundedReceiver<Trigger>>>,
     mut election: Option<Elector>,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -84,7 +85,7 @@ pub async fn run<C: CloudProvider + 'static>(
 /// The controllers that run only while leading.
 fn spawn_writers<C: CloudProvider + 'static>(
     shared: &Arc<Shared<C>>,
-    triggers: &Arc<Mutex<UnboundedReceiver<String>>>,
+    triggers: &Arc<Mutex<UnboundedReceiver<Trigger>>>,
 ) -> JoinSet<()> {
     let mut tasks = JoinSet::new();
     tasks.spawn(provisioning::run(shared.clone(), triggers.clone()));

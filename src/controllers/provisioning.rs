@@ -4,6 +4,7 @@
 //! deleted node's pods get capacity before the drain lets them go; every 10 s while there are any. Created claims go into the index at once, so the next batch counts them (and waits for their
 //! launch through the synced gate) even before the watch delivers them.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,7 @@ use kube::{Api, ResourceExt};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
 
-use super::batch::Window;
+use super::batch::{DecisionClock, Window};
 use super::events::{self, Nomination};
 use super::{metrics, nodeclaim, ControllerError, Shared};
 use crate::apis::NodeClaim;
@@ -30,23 +31,30 @@ pub const NOMINATION_WINDOW: Duration = Duration::from_secs(20);
 /// Upstream's provider truncates a NodeClaim's instance-type options to 60.
 const MAX_INSTANCE_TYPE_OPTIONS: usize = 60;
 
+/// A provisionable pod's key, and when the pod watch saw it so.
+pub type Trigger = (String, Instant);
+
 /// Runs while this replica leads. `triggers` outlives a leadership term: the next term locks it again.
 pub async fn run<C: Send + Sync + 'static>(
     shared: Arc<Shared<C>>,
-    triggers: Arc<Mutex<UnboundedReceiver<String>>>,
+    triggers: Arc<Mutex<UnboundedReceiver<Trigger>>>,
 ) {
     let mut triggers = triggers.lock().await;
     // Keys queued before this term are stale; pods still pending are found by the first round below.
     while triggers.try_recv().is_ok() {}
     wait_for_sync(&shared).await;
     let mut pending_at_start = shared.cluster().provisionable_pods().next().is_some();
+    let mut decisions = DecisionClock::default();
     loop {
         let first = if std::mem::take(&mut pending_at_start) {
             String::new()
         } else {
             tokio::select! {
-            key = triggers.recv() => match key {
-                Some(key) => key,
+            trigger = triggers.recv() => match trigger {
+                Some((key, seen)) => {
+                    decisions.seen(&key, seen);
+                    key
+                }
                 None => return,
             },
             _ = tokio::time::sleep(RETRIGGER_INTERVAL) => {
@@ -61,12 +69,13 @@ pub async fn run<C: Send + Sync + 'static>(
             }
             }
         };
-        let mut window =
-            Window::open(first, Instant::now(), shared.settings.batch_idle, shared.settings.batch_max);
+        let opened = Instant::now();
+        let mut window = Window::open(first, opened, shared.settings.batch_idle, shared.settings.batch_max);
         loop {
             let deadline = tokio::time::Instant::from_std(window.deadline());
             match tokio::time::timeout_at(deadline, triggers.recv()).await {
-                Ok(Some(key)) => {
+                Ok(Some((key, seen))) => {
+                    decisions.seen(&key, seen);
                     window.add(key, Instant::now());
                 }
                 Ok(None) => return,
@@ -75,7 +84,7 @@ pub async fn run<C: Send + Sync + 'static>(
         }
         wait_for_sync(&shared).await;
         let _in_flight = shared.begin_work().await;
-        if let Err(error) = provision(&shared).await {
+        if let Err(error) = provision(&shared, &mut decisions, opened).await {
             tracing::warn!(category = error.category(), %error, "provisioning failed");
         }
     }
@@ -92,8 +101,12 @@ async fn wait_for_sync<C>(shared: &Shared<C>) {
     }
 }
 
-/// One round: snapshot → solve → create.
-async fn provision<C: Send + Sync + 'static>(shared: &Arc<Shared<C>>) -> Result<(), ControllerError> {
+/// One round: snapshot → solve → create. `opened` is when the round's batch window opened.
+async fn provision<C: Send + Sync + 'static>(
+    shared: &Arc<Shared<C>>,
+    decisions: &mut DecisionClock,
+    opened: Instant,
+) -> Result<(), ControllerError> {
     let options = SolveOptions {
         max_instance_type_options: MAX_INSTANCE_TYPE_OPTIONS,
         region: shared.settings.region.clone(),
@@ -117,8 +130,19 @@ async fn provision<C: Send + Sync + 'static>(shared: &Arc<Shared<C>>) -> Result<
     let plan: Plan = solved.map_err(|e| ControllerError::Invalid(format!("the solver panicked: {e}")))?;
     m.scheduling_finished(PROVISIONER, started.elapsed(), plan.unschedulable.len());
     metrics::record_plan(m, &plan);
+    let first = {
+        let decided = plan.nodeclaims.iter().flat_map(|c| &c.pods).chain(plan.existing.values().flatten());
+        let decided = decided.map(String::as_str).chain(plan.unschedulable.iter().map(|u| u.pod.as_str()));
+        let first = decisions.decide(decided, opened, Instant::now(), |wait| m.pod_scheduling_decided(wait));
+        let cluster = shared.cluster();
+        let provisionable: HashSet<&str> = cluster.provisionable_pod_keys().collect();
+        decisions.retain(&provisionable);
+        first
+    };
     tracing::info!(
         pods,
+        first_decided = first.pods,
+        longest_decision_wait_ms = first.longest_wait.as_millis() as u64,
         nodeclaims = plan.nodeclaims.len(),
         on_existing = plan.existing.values().map(Vec::len).sum::<usize>(),
         unschedulable = plan.unschedulable.len(),

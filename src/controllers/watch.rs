@@ -30,7 +30,7 @@ use crate::state::{self, Cluster, Kind, Object};
 pub fn spawn_all<C: Send + Sync + 'static>(
     tasks: &mut JoinSet<()>,
     shared: Arc<Shared<C>>,
-    triggers: UnboundedSender<String>,
+    triggers: UnboundedSender<super::provisioning::Trigger>,
 ) {
     let client = shared.client.clone();
     let leading = shared.clone();
@@ -40,7 +40,7 @@ pub fn spawn_all<C: Send + Sync + 'static>(
         // A standby keeps its index warm but queues nothing: its provisioning loop is not running.
         if leading() && cluster.pod(&key).is_some_and(|p| p.is_provisionable()) {
             // The receiver lives as long as the controllers; a send error only happens at shutdown.
-            let _ = triggers.send(key);
+            let _ = triggers.send((key, std::time::Instant::now()));
         }
     };
     tasks.spawn(watch(Api::<Pod>::all(client.clone()), Kind::Pod, shared.clone(), pod_hook));

@@ -110,6 +110,9 @@ pub struct Metrics {
     pub pods_state: IntGaugeVec,
     /// `karpenter_scheduler_scheduling_duration_seconds{controller}`.
     pub scheduling_duration: HistogramVec,
+    /// `karpenter_pods_scheduling_decision_duration_seconds`: from the controller first seeing a pod
+    /// pending to the first plan that decided its place.
+    pub pod_scheduling_decision: HistogramVec,
     /// `karpenter_scheduler_queue_depth{controller}` (upstream adds the scheduling run's UUID).
     pub queue_depth: IntGaugeVec,
     /// `karpenter_scheduler_unschedulable_pods_count{controller}`.
@@ -237,6 +240,12 @@ impl Metrics {
                 "karpenter_pods_state",
                 "Pod state is the current state of pods: the number of pods with each phase, whether they are scheduled, and the nodepool, zone, capacity type and instance type of their node.",
                 &POD_LABELS,
+            ),
+            pod_scheduling_decision: histogram(
+                "karpenter_pods_scheduling_decision_duration_seconds",
+                "The time from Karpenter first seeing a pod waiting for capacity to its first scheduling decision for the pod, in seconds.",
+                &[],
+                DURATION_BUCKETS,
             ),
             scheduling_duration: histogram(
                 "karpenter_scheduler_scheduling_duration_seconds",
@@ -370,6 +379,11 @@ impl Metrics {
     pub fn scheduling_finished(&self, controller: &'static str, took: Duration, unschedulable: usize) {
         self.scheduling_duration.with_label_values(&[controller]).observe(took.as_secs_f64());
         self.unschedulable_pods.with_label_values(&[controller]).set(saturating_i64(unschedulable));
+    }
+
+    /// One pod's first scheduling decision, `wait` after the controller first saw it pending.
+    pub fn pod_scheduling_decided(&self, wait: Duration) {
+        self.pod_scheduling_decision.with_label_values(&[] as &[&str]).observe(wait.as_secs_f64());
     }
 
     pub fn set_queue_depth(&self, controller: &'static str, pods: usize) {

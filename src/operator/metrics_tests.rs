@@ -73,6 +73,7 @@ fn record_everything(m: &Metrics) {
         .set(3);
     m.set_queue_depth(controller::PROVISIONER, 12);
     m.scheduling_finished(controller::PROVISIONER, Duration::from_millis(40), 2);
+    m.pod_scheduling_decided(Duration::from_millis(1200));
     m.cloud_call("Create", "azure", Duration::from_millis(300), Some("InsufficientCapacityError"));
     let vm = VmCreate {
         image: "/CommunityGalleries/x/images/2204gen2containerd/versions/1",
@@ -120,6 +121,7 @@ const EXPECTED: &[(&str, &str, &[&str])] = &[
     ("karpenter_nodepools_limit", "gauge", &["resource_type", "nodepool"]),
     ("karpenter_pods_state", "gauge", &POD_LABELS),
     ("karpenter_scheduler_scheduling_duration_seconds", "histogram", &["controller"]),
+    ("karpenter_pods_scheduling_decision_duration_seconds", "histogram", &[]),
     ("karpenter_scheduler_queue_depth", "gauge", &["controller"]),
     ("karpenter_scheduler_unschedulable_pods_count", "gauge", &["controller"]),
     ("karpenter_cloudprovider_duration_seconds", "histogram", &["controller", "method", "provider"]),

@@ -307,6 +307,11 @@ impl Cluster {
         self.pods.values().filter(|p| p.is_provisionable())
     }
 
+    /// The keys (`namespace/name`) of [`Cluster::provisionable_pods`].
+    pub fn provisionable_pod_keys(&self) -> impl Iterator<Item = &str> {
+        self.pods.iter().filter(|(_, p)| p.is_provisionable()).map(|(key, _)| key.as_str())
+    }
+
     /// The zones the pod's persistent volumes allow, now; None when they do not constrain it.
     pub fn volume_zones(&self, pod: &PodRecord) -> Option<Vec<String>> {
         self.volumes.zones(&pod.pod.namespace, &pod.volume_claims)

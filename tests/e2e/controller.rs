@@ -199,6 +199,11 @@ impl Controller {
         child.try_wait().ok().flatten()
     }
 
+    /// The controller's whole output so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_else(|err| format!("(no log: {err})"))
+    }
+
     /// The last `lines` lines of the controller's output.
     pub fn log_tail(&self, lines: usize) -> String {
         let text = std::fs::read_to_string(&self.log_path).unwrap_or_else(|err| format!("(no log: {err})"));
