@@ -80,9 +80,9 @@ impl DecisionClock {
         }
     }
 
-    /// A plan made at `now` decided `pods`; calls `observe` with the wait of each pod decided for the
-    /// first time. A pod the plan holds without a trigger (pending when the controller started, or on
-    /// a node being deleted) is taken as seen at `round_started`.
+    /// A plan made at `now` decided `pods` (the provisionable ones it holds); calls `observe` with the
+    /// wait of each pod decided for the first time. A pod without a trigger (pending when the controller
+    /// started) is taken as seen at `round_started`.
     pub fn decide<'a>(
         &mut self,
         pods: impl IntoIterator<Item = &'a str>,

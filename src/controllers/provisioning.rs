@@ -130,12 +130,14 @@ async fn provision<C: Send + Sync + 'static>(
     let plan: Plan = solved.map_err(|e| ControllerError::Invalid(format!("the solver panicked: {e}")))?;
     m.scheduling_finished(PROVISIONER, started.elapsed(), plan.unschedulable.len());
     metrics::record_plan(m, &plan);
+    // Only pods waiting for capacity count (not the pods of nodes being deleted, planned every round).
     let first = {
-        let decided = plan.nodeclaims.iter().flat_map(|c| &c.pods).chain(plan.existing.values().flatten());
-        let decided = decided.map(String::as_str).chain(plan.unschedulable.iter().map(|u| u.pod.as_str()));
-        let first = decisions.decide(decided, opened, Instant::now(), |wait| m.pod_scheduling_decided(wait));
         let cluster = shared.cluster();
         let provisionable: HashSet<&str> = cluster.provisionable_pod_keys().collect();
+        let planned = plan.nodeclaims.iter().flat_map(|c| &c.pods).chain(plan.existing.values().flatten());
+        let planned = planned.map(String::as_str).chain(plan.unschedulable.iter().map(|u| u.pod.as_str()));
+        let decided = planned.filter(|pod| provisionable.contains(pod));
+        let first = decisions.decide(decided, opened, Instant::now(), |wait| m.pod_scheduling_decided(wait));
         decisions.retain(&provisionable);
         first
     };
