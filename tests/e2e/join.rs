@@ -78,6 +78,30 @@ fn pod_requesting(name: &str, requests: Value) -> Value {
     }})
 }
 
+/// The events about pod `joiner` in `namespace`, oldest first: who bound, evicted or deleted it.
+async fn pod_events(client: &Client, namespace: &str) -> String {
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    match events.list(&ListParams::default()).await {
+        Ok(list) => {
+            let mut about: Vec<_> = list
+                .items
+                .into_iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("joiner"))
+                .map(|e| {
+                    let when = (e.event_time.as_ref().map(|t| t.0.to_string()))
+                        .or_else(|| e.deprecated_last_timestamp.as_ref().map(|t| t.0.to_string()))
+                        .unwrap_or_default();
+                    let by = e.reporting_controller.unwrap_or_default();
+                    format!("{when} {by} {}: {}", e.reason.unwrap_or_default(), e.note.unwrap_or_default())
+                })
+                .collect();
+            about.sort();
+            format!("events about the pod: {about:?}")
+        }
+        Err(error) => format!("listing the pod's events: {error}"),
+    }
+}
+
 /// Sets up the cluster side and a controller whose VMs join by TLS bootstrapping through `kubelet`.
 async fn start(
     client: &Client,
@@ -135,7 +159,11 @@ async fn a_vm_joins_with_only_its_custom_data_through_tls_bootstrapping() {
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NAME);
     let node_name = controller
         .wait_until("the pod to run on the joined node", STAGE, || async {
-            let pod = pods.get("joiner").await.map_err(|e| e.to_string())?;
+            let pod = pods.get("joiner").await.map_err(|e| e.to_string());
+            let pod = match pod {
+                Ok(pod) => pod,
+                Err(error) => return Err(format!("{error}; {}", pod_events(&client, NAME).await)),
+            };
             let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
             let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
             if phase == "Running" {
@@ -264,7 +292,11 @@ async fn a_gpu_size_joins_with_the_driver_and_offers_nvidia_gpus() {
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NAME);
     let node_name = controller
         .wait_until("the GPU pod to run on the joined node", STAGE, || async {
-            let pod = pods.get("joiner").await.map_err(|e| e.to_string())?;
+            let pod = pods.get("joiner").await.map_err(|e| e.to_string());
+            let pod = match pod {
+                Ok(pod) => pod,
+                Err(error) => return Err(format!("{error}; {}", pod_events(&client, NAME).await)),
+            };
             let phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
             let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
             if phase == "Running" {
