@@ -205,6 +205,9 @@ fn check(samples: &[Sample], claims: usize, cpu_cores: f64, names: &[String]) ->
     let provisioner = [("controller", "provisioner")];
     let solves = value("karpenter_scheduler_scheduling_duration_seconds_count", &provisioner);
     expect("solves", solves, &|v| v >= 1.0);
+    // Each pod once, at its first decision; a pod kube-scheduler bound first never waited for one.
+    let decisions = value("karpenter_pods_scheduling_decision_duration_seconds_count", &[]);
+    expect("first scheduling decisions", decisions, &|v| (1.0..=REPLICAS as f64).contains(&v));
     expect("queue depth", value("karpenter_scheduler_queue_depth", &provisioner), &|v| v == 0.0);
     let price = value("karpenter_azure_plan_price_dollars_per_hour", &[pool]);
     expect("plan price", price, &|v| v > 0.0);
