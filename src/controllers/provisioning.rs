@@ -1,8 +1,10 @@
 //! The provisioning loop (upstream core `provisioning/provisioner.go`): wait for a batch of
 //! provisionable pods, wait for a synced index, snapshot, solve, and create one NodeClaim per planned
 //! claim. Pods of nodes being deleted are planned for too (they will be evicted), so an expired or
-//! deleted node's pods get capacity before the drain lets them go; every 10 s while there are any. Created claims go into the index at once, so the next batch counts them (and waits for their
-//! launch through the synced gate) even before the watch delivers them.
+//! deleted node's pods get capacity before the drain lets them go; every 10 s while there are any.
+//! Created claims go into the index at once, so the next batch counts them (and waits for their
+//! launch through the synced gate) even before the watch delivers them. Each pod's wait from the pod
+//! watch first seeing it provisionable to its first decision is recorded (`batch::DecisionClock`).
 
 use std::collections::HashSet;
 use std::sync::Arc;
