@@ -20,8 +20,8 @@ use std::time::Duration;
 pub use super::metrics_disruption::{consolidation_type, decision, DisruptionMetrics};
 
 use prometheus::{
-    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
 /// The `Content-Type` of [`Metrics::render`]: the Prometheus text format.
@@ -112,7 +112,7 @@ pub struct Metrics {
     pub scheduling_duration: HistogramVec,
     /// `karpenter_pods_scheduling_decision_duration_seconds`: from the controller first seeing a pod
     /// pending to the first plan that decided its place.
-    pub pod_scheduling_decision: HistogramVec,
+    pub pod_scheduling_decision: Histogram,
     /// `karpenter_scheduler_queue_depth{controller}` (upstream adds the scheduling run's UUID).
     pub queue_depth: IntGaugeVec,
     /// `karpenter_scheduler_unschedulable_pods_count{controller}`.
@@ -246,7 +246,8 @@ impl Metrics {
                 "The time from Karpenter first seeing a pod waiting for capacity to its first scheduling decision for the pod, in seconds.",
                 &[],
                 DURATION_BUCKETS,
-            ),
+            )
+            .with_label_values(&[] as &[&str]),
             scheduling_duration: histogram(
                 "karpenter_scheduler_scheduling_duration_seconds",
                 "Duration of scheduling simulations used for deprovisioning and provisioning in seconds.",
@@ -383,7 +384,7 @@ impl Metrics {
 
     /// One pod's first scheduling decision, `wait` after the controller first saw it pending.
     pub fn pod_scheduling_decided(&self, wait: Duration) {
-        self.pod_scheduling_decision.with_label_values(&[] as &[&str]).observe(wait.as_secs_f64());
+        self.pod_scheduling_decision.observe(wait.as_secs_f64());
     }
 
     pub fn set_queue_depth(&self, controller: &'static str, pods: usize) {

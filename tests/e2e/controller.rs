@@ -206,7 +206,7 @@ impl Controller {
 
     /// The last `lines` lines of the controller's output.
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log_path).unwrap_or_else(|err| format!("(no log: {err})"));
+        let text = self.log();
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }
