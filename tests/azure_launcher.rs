@@ -369,6 +369,66 @@ async fn slow_provisioning_is_waited_for() {
     assert!(started.elapsed() >= Duration::from_millis(1400), "{:?}", started.elapsed());
 }
 
+/// The operation-status reads of VM creates so far.
+fn status_polls(h: &Harness) -> usize {
+    h.fake.requests().iter().filter(|r| r.method == "GET" && r.path.contains("/operations/")).count()
+}
+
+/// A provider of `h`'s fake that polls at most every `interval`, for at most `max_polls` intervals.
+fn polling_provider(h: &Harness, interval: Duration, max_polls: u32) -> AzureCloudProvider {
+    let launch = LaunchSettings { poll_interval: interval, max_polls, ..h.fake.launch_settings() };
+    let clients = ArmClients::new(&h.arm).expect("clients build");
+    AzureCloudProvider::new(clients, launch, h.cache.clone(), Arc::new(|| NOW))
+}
+
+#[tokio::test]
+async fn a_create_is_polled_as_often_as_arm_advises_within_the_interval() {
+    // ARM advises 200 ms; the production interval is 3 s: the create is seen done at the first advised
+    // poll after its 1 s, not at the first 3 s poll.
+    let h = harness(FakeArmConfig {
+        lro_retry_after: Duration::from_millis(200),
+        provisioning_delay: Duration::from_millis(1000),
+        ..FakeArmConfig::default()
+    })
+    .await;
+    let provider = polling_provider(&h, Duration::from_secs(3), 200);
+    let started = std::time::Instant::now();
+    let req = request("default-p1", vec![option("Standard_D2s_v5", &[on_demand("eastus-1")])]);
+    let instance = provider.create(&req).await.expect("the create succeeds");
+    assert_eq!(instance.state, "Succeeded");
+    assert!(status_polls(&h) >= 3, "{} status polls for a 1 s create advised every 200 ms", status_polls(&h));
+    assert!(started.elapsed() < Duration::from_millis(2900), "took {:?}", started.elapsed());
+
+    // ARM advises 10 s; the interval is 200 ms: the interval wins.
+    let h = harness(FakeArmConfig {
+        lro_retry_after: Duration::from_secs(10),
+        provisioning_delay: Duration::from_millis(1000),
+        ..FakeArmConfig::default()
+    })
+    .await;
+    let provider = polling_provider(&h, Duration::from_millis(200), 200);
+    let started = std::time::Instant::now();
+    provider.create(&request("default-p2", req.options.clone())).await.expect("the create succeeds");
+    assert!(status_polls(&h) >= 3, "{} status polls for a 1 s create at a 200 ms interval", status_polls(&h));
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn a_create_running_past_the_deadline_is_given_up_and_leaves_nothing() {
+    // 10 polls at 50 ms: given up after 500 ms however often ARM advises a poll.
+    let h = harness(FakeArmConfig { lro_retry_after: Duration::from_millis(10), ..FakeArmConfig::default() })
+        .await;
+    h.fake.inject(Fault::SlowProvisioning { delay_ms: 5_000, target: Target::default() });
+    let provider = polling_provider(&h, Duration::from_millis(50), 10);
+    let req = request("default-t1", vec![option("Standard_D2s_v5", &[on_demand("eastus-1")])]);
+    let started = std::time::Instant::now();
+    let error = provider.create(&req).await.expect_err("the create is given up");
+    assert!(error.to_string().contains("did not finish"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
+    h.fake.clear_faults();
+    assert_nothing_leaked(&h);
+}
+
 #[tokio::test]
 async fn spot_eviction_reads_as_not_found() {
     let h = harness(FakeArmConfig::default()).await;

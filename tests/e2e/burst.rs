@@ -147,7 +147,20 @@ async fn a_burst_of_1000_pending_pods_is_batched_into_nodeclaims_within_the_wind
     let last_claim_gap = signed_seconds(last_pod, last_claim);
     let last_pod_wall = pod_state.last_arrival_wall.expect("pods were seen");
     let decided = last_deciding_plan(&controller.log());
-    let gap = decided.map(|at| at.duration_since(last_pod_wall).as_secs_f64());
+    let since_last_pod = |at: Timestamp| at.duration_since(last_pod_wall).as_secs_f64();
+    let gap = decided.as_ref().map(|plan| since_last_pod(plan.done));
+    // Where the time went, for a miss: when the plan was made, how long its longest-waiting pod waited on
+    // the controller's clock (from the pod watch seeing it provisionable), and its snapshot and solve.
+    let plan_detail = decided.as_ref().map_or("no deciding plan in the log".to_string(), |plan| {
+        format!(
+            "the plan was logged {:.1} s after the last pod (snapshot and solve {} ms; its longest-waiting pod \
+             waited {:.1} s from the controller seeing it provisionable), its NodeClaims {:.1} s after it",
+            since_last_pod(plan.planned),
+            plan.solve_ms,
+            plan.longest_wait_ms as f64 / 1000.0,
+            since_last_pod(plan.done)
+        )
+    });
     let stamp_gap = claim_state.latest_created.zip(pod_state.latest_created).map(|(c, p)| c - p);
     let peak_mib = memory.peak_rss as f64 / 1024.0;
     println!(
@@ -162,7 +175,7 @@ async fn a_burst_of_1000_pending_pods_is_batched_into_nodeclaims_within_the_wind
     println!(
         "e2e burst: details: all pods created {:.1} s after the Deployment; by creationTimestamp last pod → \
          last NodeClaim {} s; last pod → last NodeClaim {last_claim_gap:.1} s; {claims_at_settle} NodeClaims when \
-         {}; controller RSS now {:.1} MiB (pid {})",
+         {}; {plan_detail}; controller RSS now {:.1} MiB (pid {})",
         all_pods_after.as_secs_f64(),
         stamp_gap.map_or("?".to_string(), |s| s.to_string()),
         if settled { "settled" } else { "the settle timeout passed" },
@@ -177,7 +190,7 @@ async fn a_burst_of_1000_pending_pods_is_batched_into_nodeclaims_within_the_wind
         Some(gap) if gap <= GAP_TARGET.as_secs_f64() => {}
         Some(gap) => missed.push(format!(
             "the NodeClaims of the plan deciding the last pods came {gap:.1} s after the last pod; the target is \
-             at most {} s (BATCH_MAX_DURATION {} s + 2 s)",
+             at most {} s (BATCH_MAX_DURATION {} s + 2 s); {plan_detail}",
             GAP_TARGET.as_secs(),
             BATCH_MAX.as_secs()
         )),
@@ -288,23 +301,48 @@ impl Tracker {
     }
 }
 
-/// When the controller logged the last NodeClaim created by the last plan that decided pods for the
-/// first time (or that plan itself, when it created none). The log is JSON lines in the order written;
-/// a round logs its plan, then its NodeClaims, before the next round starts.
-fn last_deciding_plan(log: &str) -> Option<Timestamp> {
-    let mut last = None;
+/// The last plan that decided pods for the first time, as the controller logged it.
+#[derive(Clone, Debug, PartialEq)]
+struct DecidingPlan {
+    /// When the plan was logged (after its snapshot and solve).
+    planned: Timestamp,
+    /// When its last NodeClaim was logged as created (the plan itself when it created none).
+    done: Timestamp,
+    /// Its `longest_decision_wait_ms`: the longest wait, on the controller's clock, from seeing one of
+    /// the pods it decided provisionable to this decision.
+    longest_wait_ms: u64,
+    /// Its `elapsed_ms`: snapshot and solve.
+    solve_ms: u64,
+}
+
+/// Finds the [`DecidingPlan`] in the controller's log: JSON lines in the order written; a round logs its
+/// plan, then its NodeClaims, before the next round starts.
+fn last_deciding_plan(log: &str) -> Option<DecidingPlan> {
+    let mut last: Option<DecidingPlan> = None;
     let mut in_deciding_round = false;
     for line in log.lines() {
         let Ok(entry) = serde_json::from_str::<Value>(line) else { continue };
-        let at = entry["timestamp"].as_str().and_then(|t| t.parse::<Timestamp>().ok());
-        match entry["fields"]["message"].as_str() {
+        let Some(at) = entry["timestamp"].as_str().and_then(|t| t.parse::<Timestamp>().ok()) else {
+            continue;
+        };
+        let fields = &entry["fields"];
+        match fields["message"].as_str() {
             Some("computed a scheduling plan") => {
-                in_deciding_round = entry["fields"]["first_decided"].as_u64().unwrap_or(0) > 0;
+                in_deciding_round = fields["first_decided"].as_u64().unwrap_or(0) > 0;
                 if in_deciding_round {
-                    last = at;
+                    last = Some(DecidingPlan {
+                        planned: at,
+                        done: at,
+                        longest_wait_ms: fields["longest_decision_wait_ms"].as_u64().unwrap_or(0),
+                        solve_ms: fields["elapsed_ms"].as_u64().unwrap_or(0),
+                    });
                 }
             }
-            Some("created nodeclaim") if in_deciding_round => last = at.or(last),
+            Some("created nodeclaim") if in_deciding_round => {
+                if let Some(plan) = &mut last {
+                    plan.done = at;
+                }
+            }
             _ => {}
         }
     }
@@ -419,8 +457,9 @@ fn left(deadline: Instant) -> Duration {
 #[test]
 fn the_deciding_plan_is_the_last_one_with_first_decisions_and_its_claims() {
     let line = |at: &str, message: &str, first: u64| {
+        let wait = first * 140;
         format!(
-            r#"{{"timestamp":"2026-12-02T10:00:{at}Z","fields":{{"message":"{message}","first_decided":{first}}}}}"#
+            r#"{{"timestamp":"2026-12-02T10:00:{at}Z","fields":{{"message":"{message}","first_decided":{first},"longest_decision_wait_ms":{wait},"elapsed_ms":35}}}}"#
         )
     };
     let log = [
@@ -435,6 +474,9 @@ fn the_deciding_plan_is_the_last_one_with_first_decisions_and_its_claims() {
         line("20.100", "created nodeclaim", 0),
     ]
     .join("\n");
-    assert_eq!(last_deciding_plan(&log), Some("2026-12-02T10:00:05.300Z".parse().unwrap()));
+    let plan = last_deciding_plan(&log).expect("a deciding plan");
+    assert_eq!(plan.planned, "2026-12-02T10:00:05Z".parse().unwrap());
+    assert_eq!(plan.done, "2026-12-02T10:00:05.300Z".parse().unwrap());
+    assert_eq!((plan.longest_wait_ms, plan.solve_ms), (4200, 35));
     assert_eq!(last_deciding_plan(""), None);
 }

@@ -201,8 +201,9 @@ impl ArmClients {
         read_json(response).await
     }
 
-    /// GETs an operation-status (or `Location`) URL ARM handed out, with a bearer token.
-    pub async fn get_json(&self, url: &str) -> Result<Value, ArmFailure> {
+    /// GETs an operation-status (or `Location`) URL ARM handed out, with a bearer token; also returns
+    /// ARM's advice on when to ask again (`lro::retry_after`).
+    pub async fn get_json_polled(&self, url: &str) -> Result<(Value, Option<Duration>), ArmFailure> {
         let token = self.credential.get_token(&[&self.scope]).await.map_err(|e| ArmFailure::from_sdk(&e))?;
         let response =
             self.http.get(url).bearer_auth(token.token.secret()).send().await.map_err(|e| ArmFailure {
@@ -210,7 +211,9 @@ impl ArmClients {
                 code: String::new(),
                 message: e.to_string(),
             })?;
-        read_json(response).await
+        let headers = response.headers();
+        let advice = super::lro::retry_after(|name| headers.get(name).and_then(|v| v.to_str().ok()));
+        Ok((read_json(response).await?, advice))
     }
 }
 

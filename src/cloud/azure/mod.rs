@@ -4,7 +4,8 @@
 //! - `naming`: `aks-<claim>` names and provider IDs.
 //! - `bootstrap`: the custom data that joins a VM to the cluster (the AKS node-bootstrap contract).
 //! - `network`: the load-balancer backend pools and NSG a NIC joins (listed, cached 2 h).
-//! - `nic`, `vm`: resource bodies, GET-before-PUT, polling of long-running operations.
+//! - `nic`, `vm`: resource bodies, GET-before-PUT, polling of long-running operations; `lro`: when to
+//!   poll again (ARM's `Retry-After` within the configured interval) and when to give up.
 //! - `errors`: ARM errors → unavailable-offerings marks and [`crate::cloud::CloudError`].
 //! - `imagefamily`: which gallery images a node class needs and which version of each (pure);
 //!   `subnet`: subnet IDs and the class-subnet rules (pure); `lookups`: the ARM reads behind them.
@@ -15,6 +16,7 @@ pub mod client;
 pub mod errors;
 pub mod imagefamily;
 pub mod lookups;
+pub mod lro;
 pub mod naming;
 pub mod network;
 pub mod nic;
@@ -30,15 +32,16 @@ pub use bootstrap::{BootstrapSettings, NodeClassBootstrap, Secret};
 pub use client::{ArmClients, ArmSettings, CredentialSource, RetrySettings};
 pub use provider::AzureCloudProvider;
 
-/// Upstream polls VM creates every 3 s (instance/poller.go).
+/// Upstream polls VM creates every 3 s (instance/poller.go); ours poll sooner when ARM advises it
+/// (`lro`).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(3);
-/// 200 polls × 3 s = 10 min, longer than any VM create Azure lets run before failing it.
+/// 200 polls × 3 s = 10 min: how long a create may run, longer than any Azure lets run before failing it.
 pub const DEFAULT_MAX_POLLS: u32 = 200;
 /// ARM allows roughly 1200 writes per hour per subscription and principal; a small in-flight limit keeps
 /// a burst of launches from turning into a throttling storm.
 pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 32;
 
-/// Cluster-wide launch settings (operator settings, reference §7.1).
+/// Cluster-wide launch settings (upstream `pkg/operator/options/options.go`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchSettings {
     /// `CLUSTER_NAME`, the value of the `karpenter.azure.com_cluster` tag.
@@ -60,7 +63,7 @@ pub struct LaunchSettings {
     pub bootstrap: BootstrapSettings,
     /// Interval between polls of a long-running operation.
     pub poll_interval: Duration,
-    /// Polls before a long-running operation is given up as timed out.
+    /// With `poll_interval`, how long a long-running operation may run: `poll_interval × max_polls`.
     pub max_polls: u32,
     /// ARM calls in flight at once.
     pub max_concurrent_calls: usize,

@@ -121,10 +121,16 @@ impl AzureCloudProvider {
             }
             _ => {
                 let s = &self.settings;
-                let doc =
-                    vm::wait_for_create(&self.clients, self.rg(), name, None, s.poll_interval, s.max_polls)
-                        .await
-                        .map_err(|f| errors::cloud_error(&f, "waiting for VM"))?;
+                let doc = vm::wait_for_create(
+                    &self.clients,
+                    self.rg(),
+                    name,
+                    &vm::SubmittedCreate::default(),
+                    s.poll_interval,
+                    s.max_polls,
+                )
+                .await
+                .map_err(|f| errors::cloud_error(&f, "waiting for VM"))?;
                 Ok(Some(self.instance(&doc)))
             }
         }
@@ -234,20 +240,14 @@ impl AzureCloudProvider {
         };
         m.vm_create_started(&labels);
         // Upstream's phases: `sync` when the PUT is refused, `async` when the operation fails.
-        let operation = self
+        let submitted = self
             .limited(vm::submit_create(&self.clients, self.rg(), &name, vm::vm_body(s, &spec)))
             .await
             .inspect_err(|f| m.vm_create_failed(&labels, "sync", errors::failure_label(f)))?;
-        let doc = vm::wait_for_create(
-            &self.clients,
-            self.rg(),
-            &name,
-            operation.as_deref(),
-            s.poll_interval,
-            s.max_polls,
-        )
-        .await
-        .inspect_err(|f| m.vm_create_failed(&labels, "async", errors::failure_label(f)))?;
+        let doc =
+            vm::wait_for_create(&self.clients, self.rg(), &name, &submitted, s.poll_interval, s.max_polls)
+                .await
+                .inspect_err(|f| m.vm_create_failed(&labels, "async", errors::failure_label(f)))?;
         Ok(self.instance(&doc))
     }
 

@@ -1,22 +1,23 @@
 //! The node VM: its ARM body, submit-and-poll create, force delete, and reading it back as an
 //! [`Instance`].
 //!
-//! Owns the VM shape of reference §3.1 step 7 (including `securityProfile`: encryption at host, trusted
-//! launch) and the tag rules (upstream launchtemplate/tags.go).
+//! Owns the VM shape of upstream's `pkg/providers/instance/instance.go` (including `securityProfile`:
+//! encryption at host, trusted launch) and the tag rules (upstream launchtemplate/tags.go).
 //! azure_mgmt_compute 0.21's `create_or_update(..).await` does not wait for the operation (it never finds
 //! the camelCase provisioning state), so creates are sent once and the `Azure-AsyncOperation` URL is
-//! polled here, a bounded number of times.
+//! polled here, as often as ARM advises within the configured interval, until a deadline (`lro`).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use azure_core::headers::HeaderName;
 use azure_mgmt_compute::package_2024_07_01 as compute;
 use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::client::ArmClients;
 use super::errors::ArmFailure;
-use super::{naming, LaunchSettings};
+use super::{lro, naming, LaunchSettings};
 use crate::catalog::NodeSecurity;
 use crate::cloud::{EphemeralOsDisk, InPlace, Instance};
 use crate::model::CapacityType;
@@ -173,12 +174,21 @@ pub async fn get_vm(clients: &ArmClients, rg: &str, name: &str) -> Result<Option
 }
 
 /// Sends the create once; returns the operation-status URL when ARM gave one.
+/// An accepted create: where its status is read, and when ARM advised reading it first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubmittedCreate {
+    /// The `Azure-AsyncOperation` URL, when ARM gave one.
+    pub operation: Option<String>,
+    /// ARM's `Retry-After` advice on the accepted PUT.
+    pub retry_after: Option<Duration>,
+}
+
 pub async fn submit_create(
     clients: &ArmClients,
     rg: &str,
     name: &str,
     body: Value,
-) -> Result<Option<String>, ArmFailure> {
+) -> Result<SubmittedCreate, ArmFailure> {
     let vm: compute::models::VirtualMachine = serde_json::from_value(body).map_err(|e| ArmFailure {
         status: 0,
         code: "InvalidBody".into(),
@@ -191,8 +201,11 @@ pub async fn submit_create(
         .send()
         .await
         .map_err(|e| sdk_failure(&e))?;
-    let raw = response.as_raw_response();
-    Ok(raw.headers().get_optional_str(&azure_core::headers::AZURE_ASYNCOPERATION).map(str::to_string))
+    let headers = response.as_raw_response().headers();
+    Ok(SubmittedCreate {
+        operation: headers.get_optional_str(&azure_core::headers::AZURE_ASYNCOPERATION).map(str::to_string),
+        retry_after: lro::retry_after(|name| headers.get_optional_str(&HeaderName::from(name.to_string()))),
+    })
 }
 
 pub fn provisioning_state(vm: &Value) -> &str {
@@ -200,19 +213,22 @@ pub fn provisioning_state(vm: &Value) -> &str {
 }
 
 /// Waits for a create to end: polls the operation status when there is one (it carries the failure's
-/// code), otherwise the VM itself. Returns the final VM document.
+/// code), otherwise the VM itself, at the cadence ARM advises (`lro`). Returns the final VM document.
 pub async fn wait_for_create(
     clients: &ArmClients,
     rg: &str,
     name: &str,
-    operation_url: Option<&str>,
+    submitted: &SubmittedCreate,
     poll_interval: Duration,
     max_polls: u32,
 ) -> Result<Value, ArmFailure> {
-    for _ in 0..max_polls.max(1) {
-        if let Some(url) = operation_url {
+    let give_up = Instant::now() + lro::deadline(poll_interval, max_polls);
+    let mut advised = submitted.retry_after;
+    loop {
+        if let Some(url) = submitted.operation.as_deref() {
             // A failed poll (e.g. a throttled status GET) just costs one poll.
-            if let Ok(status) = clients.get_json(url).await {
+            if let Ok((status, advice)) = clients.get_json_polled(url).await {
+                advised = advice.or(advised);
                 match status.get("status").and_then(Value::as_str).unwrap_or_default() {
                     "Succeeded" => return get_vm(clients, rg, name).await?.ok_or_else(|| vanished(name)),
                     "Failed" | "Canceled" => {
@@ -247,13 +263,16 @@ pub async fn wait_for_create(
                 _ => {}
             }
         }
-        tokio::time::sleep(poll_interval).await;
+        let wait = lro::next_wait(advised, poll_interval);
+        if Instant::now() + wait > give_up {
+            return Err(ArmFailure {
+                status: 0,
+                code: "OperationTimedOut".into(),
+                message: format!("creating VM {name} did not finish"),
+            });
+        }
+        tokio::time::sleep(wait).await;
     }
-    Err(ArmFailure {
-        status: 0,
-        code: "OperationTimedOut".into(),
-        message: format!("creating VM {name} did not finish"),
-    })
 }
 
 fn vanished(name: &str) -> ArmFailure {
