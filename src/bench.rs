@@ -2,8 +2,8 @@
 //! throughput, nodes, price against the lower bound, and peak memory.
 //!
 //! Two workloads, both generated without randomness so runs are comparable across commits:
-//! - [`upstream_input`]: upstream Karpenter's scheduling benchmark (`scheduling_benchmark_test.go`,
-//!   reference §6.1) — 400 synthetic types and five pod kinds — so pods/s compare with the published
+//! - [`upstream_input`]: upstream Karpenter's scheduling benchmark (`scheduling_benchmark_test.go`)
+//!   — 400 synthetic types and five pod kinds — so pods/s compare with the published
 //!   ~700–1,000 pods/s at 20,000 pods;
 //! - [`mixed_input`]: Deployment-like groups of varied shapes against the real eastus catalog, with a
 //!   DaemonSet, zonal spread, hostname anti-affinity and GPU pods.

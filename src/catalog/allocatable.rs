@@ -1,6 +1,6 @@
 //! Capacity, overhead and allocatable resources of an Azure VM size as an AKS node.
 //!
-//! Owns the AKS formulas (upstream provider instancetype.go, DESIGN.md §6): the hypervisor memory overhead,
+//! Owns the AKS formulas (upstream provider instancetype.go): the hypervisor memory overhead,
 //! the kube-reserved brackets for CPU and memory, the eviction threshold, ephemeral storage from the OS disk
 //! size and the max-pods default per network plugin. Pure: plain numbers in, `Resources` out.
 

@@ -1,7 +1,7 @@
 //! Building instance types: the VM sizes a region can launch, with labels, capacity, allocatable and
 //! offerings (the types themselves are `crate::model::instancetype`).
 //!
-//! Owns the global size filters, the well-known labels per size (reference §2), and the offerings per
+//! Owns the global size filters, the well-known labels per size (upstream provider `pkg/apis/v1beta1/labels.go`), and the offerings per
 //! zone and capacity type with their prices and availability. Pure: prices, the unavailable-offerings
 //! cache and `now` are passed in. Output is sorted cheapest first (then by name) so every consumer sees
 //! the same order.
@@ -168,7 +168,7 @@ pub fn instance_type(
     })
 }
 
-/// The well-known labels of a size (reference §2). Capability labels appear only where the data knows
+/// The well-known labels of a size (upstream provider `pkg/apis/v1beta1/labels.go`). Capability labels appear only where the data knows
 /// the capability; GPU name and manufacturer only for sizes with whole GPUs; GPU count always ("0" for
 /// non-GPU sizes, so `Lt`/`Gt` requirements work).
 pub fn labels_for(sku: &SkuRecord, region: &str) -> BTreeMap<String, String> {

@@ -1,5 +1,5 @@
-//! Node security of an AKSNodeClass — encryption at host and trusted launch (`spec.security`, reference
-//! §1.1) — and which VM sizes can honour it (reference §4.1, upstream `instancetypes.go`
+//! Node security of an AKSNodeClass — encryption at host and trusted launch (`spec.security`, upstream
+//! `pkg/apis/v1beta1/aksnodeclass.go`) — and which VM sizes can honour it (upstream `instancetypes.go`
 //! `isInstanceTypeSupportedByEncryptionAtHost` / `...ByTrustedLaunch`). Pure.
 //!
 //! What a size can do comes from the Resource SKUs API capabilities `EncryptionAtHostSupported` and

@@ -1,7 +1,7 @@
 //! The unavailable-offerings cache: which (capacity type, size, zone) Azure recently refused, and until when.
 //!
-//! Owns the TTL table of upstream provider cache/unavailableofferings.go and instance/offerings (reference
-//! §3.4) and the lookups the solver makes. Time is injected: every call takes `now` as a [`Timestamp`]
+//! Owns the TTL table of upstream provider cache/unavailableofferings.go and instance/offerings and the
+//! lookups the solver makes. Time is injected: every call takes `now` as a [`Timestamp`]
 //! (a `Duration` since any fixed epoch the caller picks — the controller uses wall time, the simulator its
 //! virtual clock); nothing here reads a clock.
 
@@ -23,7 +23,7 @@ pub const FAMILY_QUOTA_PARTIAL_TTL: Duration = Duration::from_secs(10 * 60);
 /// On-demand SkuNotAvailable is a regional capacity restriction that Azure lifts on the order of a day.
 pub const SKU_NOT_AVAILABLE_ON_DEMAND_TTL: Duration = Duration::from_secs(23 * 3600);
 
-/// The Azure error classes that mark offerings unavailable (reference §3.4).
+/// The Azure error classes that mark offerings unavailable (upstream provider instance/offerings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UnavailableReason {
     /// Unclassified capacity error for one offering.
@@ -118,7 +118,7 @@ impl UnavailableOfferings {
     }
 
     /// Records an Azure error for an attempt to launch `sku` in `zone` with `capacity_type`, marking the
-    /// scope the error class implies (reference §3.4).
+    /// scope the error class implies (upstream provider instance/offerings).
     pub fn mark(
         &mut self,
         reason: UnavailableReason,

@@ -216,7 +216,7 @@ pub struct EphemeralOsDisk {
 }
 
 impl EphemeralOsDisk {
-    /// Upstream preference NVMe > cache > resource disk (reference §2), among placements the SKU lists.
+    /// Upstream preference NVMe > cache > resource disk (upstream provider `instancetype.go`), among placements the SKU lists.
     pub fn for_sku(sku: &SkuRecord) -> Option<Self> {
         let max_size_gb = sku.ephemeral_os_disk_max_gb()?;
         let listed = |p: &str| {

@@ -1,8 +1,8 @@
 //! Classifying ARM errors: which become marks in the unavailable-offerings cache, and which
 //! [`CloudError`] each one is.
 //!
-//! Owns the code/message matching of reference §3.4 (upstream provider instance/offerings and the
-//! azure-sdk-for-go-extensions error matchers). Pure: takes the status, code and message, returns a
+//! Owns the code/message matching of upstream provider instance/offerings and the
+//! azure-sdk-for-go-extensions error matchers. Pure: takes the status, code and message, returns a
 //! classification; the provider applies the marks.
 
 use azure_core::error::ErrorKind;
@@ -61,7 +61,7 @@ const REGIONAL_QUOTA_MARKER: &str = "Total Regional Cores quota";
 /// Upstream keeps a family with zero quota blocked longer (1h instead of 10m).
 const ZERO_LIMIT_MARKER: &str = "Current Limit: 0,";
 
-/// Classifies a VM-create failure as a capacity error, if it is one (reference §3.4 table).
+/// Classifies a VM-create failure as a capacity error, if it is one (upstream provider instance/offerings).
 pub fn capacity_class(failure: &ArmFailure) -> Option<CapacityClass> {
     let code = failure.code.as_str();
     let message = failure.message.as_str();

@@ -1,7 +1,7 @@
 //! Which AKS node images an AKSNodeClass needs and which published version of each to use. Pure.
 //!
 //! Owns upstream's image-family table (provider `pkg/providers/imagefamily/ubuntu_2204.go`,
-//! `ubuntu_2404.go`, `azlinux.go`, `azlinux3.go`, `resolver.go`, reference §3.3) for the community
+//! `ubuntu_2404.go`, `azlinux.go`, `azlinux3.go`, `resolver.go`) for the community
 //! galleries AKS publishes to (the self-hosted path; the AKS-internal SIG path is not used):
 //! - the distro a family resolves to for a Kubernetes version (`Ubuntu`: 22.04 below 1.34, 24.04 from
 //!   1.34; `AzureLinux`: 2 below 1.32, 3 from 1.32);

@@ -1,4 +1,4 @@
-//! What a node's NIC joins besides its subnet (reference §3.1 steps 4–6): the backend pools of the
+//! What a node's NIC joins besides its subnet (upstream `pkg/providers/instance/instance.go`, `pkg/providers/loadbalancer`): the backend pools of the
 //! cluster's load balancers, which give the node outbound connectivity on a `loadBalancer` outbound
 //! cluster and put it behind Services of type LoadBalancer, and the cluster's network security group.
 //!

@@ -1,6 +1,6 @@
 //! The network interface of a node VM: its ARM body, create-if-missing and delete-and-wait.
 //!
-//! Owns the NIC shape of reference §3.1 step 6: primary dynamic IP configuration in the cluster subnet with
+//! Owns the NIC shape of upstream's `pkg/providers/instance/instance.go`: primary dynamic IP configuration in the cluster subnet with
 //! the load balancers' backend pools, the NSG where needed (see `network`), Azure CNI secondary IP
 //! configurations, accelerated networking when the size supports it, no IP forwarding, our tags.
 
