@@ -10,8 +10,10 @@
 
 use std::time::Duration;
 
-/// The shortest wait between two polls, whatever ARM advises.
-pub const MIN_POLL: Duration = Duration::from_millis(100);
+/// The shortest wait between two polls, whatever ARM advises: ARM's own unit is the second, and a burst
+/// of launches polls once per VM per wait, so a shorter advice would turn a burst into a flood of reads
+/// against the subscription's ARM read limit.
+pub const MIN_POLL: Duration = Duration::from_secs(1);
 
 /// ARM's advice on when to poll again, from a header lookup (`name` is lower-case; HTTP names are
 /// case-insensitive). Milliseconds win over seconds; an HTTP-date `Retry-After` is ignored.
@@ -59,12 +61,13 @@ mod tests {
     fn the_advice_is_followed_within_the_floor_and_the_interval() {
         let three = Duration::from_secs(3);
         assert_eq!(next_wait(None, three), three);
-        assert_eq!(next_wait(Some(Duration::from_millis(300)), three), Duration::from_millis(300));
+        assert_eq!(next_wait(Some(Duration::from_secs(2)), three), Duration::from_secs(2));
+        assert_eq!(next_wait(Some(Duration::from_millis(300)), three), MIN_POLL);
         assert_eq!(next_wait(Some(Duration::from_secs(60)), three), three);
         assert_eq!(next_wait(Some(Duration::ZERO), three), MIN_POLL);
         // A test's interval below the floor is kept.
         let fast = Duration::from_millis(30);
-        assert_eq!(next_wait(Some(Duration::from_millis(100)), fast), fast);
+        assert_eq!(next_wait(Some(Duration::from_secs(1)), fast), fast);
         assert_eq!(next_wait(Some(Duration::ZERO), fast), fast);
     }
 
