@@ -157,25 +157,44 @@ pub(super) fn now() -> Time {
     Time(Timestamp::now())
 }
 
-/// A merge patch of `metadata`, guarded by the resourceVersion the decision was made on.
+/// A merge patch of `metadata`, guarded by the resourceVersion the decision was made on: the claim as
+/// stored after the patch, or None when the claim changed meanwhile (see [`Written`]).
 pub(super) async fn patch_meta(
     api: &Api<NodeClaim>,
     claim: &NodeClaim,
     meta: serde_json::Value,
-) -> Result<(), ControllerError> {
+) -> Result<Option<NodeClaim>, ControllerError> {
     let mut meta = meta;
     meta["resourceVersion"] = json!(claim.resource_version());
-    api.patch(&claim.name_any(), &PatchParams::default(), &Patch::Merge(json!({ "metadata": meta }))).await?;
-    Ok(())
+    let patch = Patch::Merge(json!({ "metadata": meta }));
+    match api.patch(&claim.name_any(), &PatchParams::default(), &patch).await {
+        Ok(stored) => Ok(Some(stored)),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
+/// A merge patch of `status`, guarded like [`patch_meta`].
 pub(super) async fn patch_status(
     api: &Api<NodeClaim>,
-    name: &str,
+    claim: &NodeClaim,
     status: serde_json::Value,
-) -> Result<(), ControllerError> {
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({ "status": status }))).await?;
-    Ok(())
+) -> Result<Written, ControllerError> {
+    let patch = json!({ "metadata": { "resourceVersion": claim.resource_version() }, "status": status });
+    match api.patch_status(&claim.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await {
+        Ok(_) => Ok(Written::Yes),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Written::Stale),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether a guarded status write landed. The reflector can hand a reconcile a claim older than the
+/// last write (the watch event is still on its way); such a write is refused with a conflict, and
+/// the step is not counted, logged or reported again: the next reconcile sees the newer claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Written {
+    Yes,
+    Stale,
 }
 
 /// Sets one condition and writes the conditions back if anything changed.
@@ -189,7 +208,7 @@ pub(super) async fn set_condition(
 ) -> Result<(), ControllerError> {
     let mut list = claim.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
     if conditions::set(&mut list, type_, status, reason, message, claim.metadata.generation, &now()) {
-        patch_status(api, &claim.name_any(), json!({ "conditions": list })).await?;
+        patch_status(api, claim, json!({ "conditions": list })).await?;
     }
     Ok(())
 }
@@ -291,9 +310,14 @@ async fn launch<C: CloudProvider + 'static>(
         instance.zone.as_deref(),
         instance.capacity_type,
     );
-    if !labels.is_empty() {
-        patch_meta(api, claim, json!({ "labels": labels })).await?;
-    }
+    let launched = if labels.is_empty() {
+        claim.clone()
+    } else {
+        match patch_meta(api, claim, json!({ "labels": labels })).await? {
+            Some(stored) => stored,
+            None => return Ok(Action::requeue(WAIT_POLL)),
+        }
+    };
     let mut list = claim.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
     conditions::set(
         &mut list,
@@ -315,7 +339,9 @@ async fn launch<C: CloudProvider + 'static>(
         status["capacity"] = json!(resource_list(&t.capacity));
         status["allocatable"] = json!(resource_list(&t.allocatable));
     }
-    patch_status(api, &name, status).await?;
+    if patch_status(api, &launched, status).await? == Written::Stale {
+        return Ok(Action::requeue(WAIT_POLL));
+    }
     tracing::info!(
         nodeclaim = %name,
         provider_id = %instance.provider_id,
@@ -377,7 +403,9 @@ async fn finalize<C: CloudProvider + 'static>(
         }
     }
     let kept: Vec<&String> = claim.finalizers().iter().filter(|f| *f != FINALIZER_TERMINATION).collect();
-    patch_meta(api, claim, json!({ "finalizers": kept })).await?;
+    if patch_meta(api, claim, json!({ "finalizers": kept })).await?.is_none() {
+        return Ok(Action::requeue(WAIT_POLL));
+    }
     metrics::nodeclaim_terminated(metrics::get(), claim);
     tracing::info!(nodeclaim = %name, "terminated nodeclaim");
     Ok(Action::await_change())

@@ -11,7 +11,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::events;
-use super::lifecycle::{now, patch_status, set_condition, RESYNC, WAIT_POLL};
+use super::lifecycle::{now, patch_status, set_condition, Written, RESYNC, WAIT_POLL};
 use super::metrics;
 use super::{ControllerError, Shared};
 use crate::apis::conditions::{self, ConditionStatus};
@@ -96,7 +96,10 @@ pub(super) async fn register<C>(
         claim.metadata.generation,
         &now(),
     );
-    patch_status(api, &claim.name_any(), json!({ "nodeName": node_name, "conditions": list })).await?;
+    let status = json!({ "nodeName": node_name, "conditions": list });
+    if patch_status(api, claim, status).await? == Written::Stale {
+        return Ok(Action::requeue(WAIT_POLL));
+    }
     metrics::node_created(metrics::get(), claim);
     tracing::info!(
         nodeclaim = %claim.name_any(),
@@ -148,7 +151,9 @@ pub(super) async fn initialize<C>(
         &t,
     );
     conditions::set(&mut list, conditions::READY, ConditionStatus::True, "Ready", "", generation, &t);
-    patch_status(api, &claim.name_any(), json!({ "conditions": list })).await?;
+    if patch_status(api, claim, json!({ "conditions": list })).await? == Written::Stale {
+        return Ok(Action::requeue(WAIT_POLL));
+    }
     tracing::info!(nodeclaim = %claim.name_any(), node = %node_name, "initialized nodeclaim");
     Ok(Action::requeue(RESYNC))
 }

@@ -62,6 +62,7 @@ async fn thirty_pending_pods_become_nodeclaims_vms_and_nodes_and_all_run() {
         }
     }
     problems.extend(check_one_vm_per_claim(&claims, scenario.name, &controller));
+    problems.extend(check_each_step_once(&claims, &controller.log()));
     for pod in &pods {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
         if !our_nodes.contains(&node) {
@@ -395,6 +396,31 @@ fn check_one_vm_per_claim(claims: &[Value], pool: &str, controller: &Controller)
             "VMs tagged {TAG_NODEPOOL}={pool} {tagged:?} should be exactly the claims' VMs {expected:?}"
         )]
     }
+}
+
+/// Each claim is launched, registered and initialized once: a reconcile handed a claim older than the
+/// controller's last write (a Node event can overtake the claim's own) must not take the step again,
+/// which would count `karpenter_nodes_created_total` twice and report the claim twice.
+fn check_each_step_once(claims: &[Value], log: &str) -> Vec<String> {
+    let mut taken: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for line in log.lines() {
+        let Ok(entry) = serde_json::from_str::<Value>(line) else { continue };
+        let fields = &entry["fields"];
+        let (Some(message), Some(claim)) = (fields["message"].as_str(), fields["nodeclaim"].as_str()) else {
+            continue;
+        };
+        *taken.entry((claim.to_string(), message.to_string())).or_default() += 1;
+    }
+    let mut problems = Vec::new();
+    for claim in claims.iter().map(object_name) {
+        for step in ["launched nodeclaim", "registered nodeclaim", "initialized nodeclaim"] {
+            let n = taken.get(&(claim.to_string(), step.to_string())).copied().unwrap_or(0);
+            if n != 1 {
+                problems.push(format!("the log says {step:?} {n} times for {claim}, want once"));
+            }
+        }
+    }
+    problems
 }
 
 async fn list_nodes(client: &Client) -> Vec<Node> {
