@@ -158,7 +158,7 @@ pub(super) fn now() -> Time {
 }
 
 /// A merge patch of `metadata`, guarded by the resourceVersion the decision was made on: the claim as
-/// stored after the patch, or None when the claim changed meanwhile (see [`Written`]).
+/// stored after the patch, or None when the claim changed or went meanwhile (see [`Written`]).
 pub(super) async fn patch_meta(
     api: &Api<NodeClaim>,
     claim: &NodeClaim,
@@ -169,7 +169,7 @@ pub(super) async fn patch_meta(
     let patch = Patch::Merge(json!({ "metadata": meta }));
     match api.patch(&claim.name_any(), &PatchParams::default(), &patch).await {
         Ok(stored) => Ok(Some(stored)),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
@@ -183,14 +183,15 @@ pub(super) async fn patch_status(
     let patch = json!({ "metadata": { "resourceVersion": claim.resource_version() }, "status": status });
     match api.patch_status(&claim.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await {
         Ok(_) => Ok(Written::Yes),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Written::Stale),
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(Written::Stale),
         Err(e) => Err(e.into()),
     }
 }
 
-/// Whether a guarded status write landed. The reflector can hand a reconcile a claim older than the
-/// last write (the watch event is still on its way); such a write is refused with a conflict, and
-/// the step is not counted, logged or reported again: the next reconcile sees the newer claim.
+/// Whether a guarded write landed. The reflector can hand a reconcile a claim older than the last
+/// write (the watch event is still on its way); such a write is refused with a conflict (or a 404 once
+/// the claim is gone), and the step is neither retried with a backoff nor counted, logged or reported
+/// again: the watch event that follows brings the newer claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Written {
     Yes,

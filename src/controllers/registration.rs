@@ -85,7 +85,12 @@ pub(super) async fn register<C>(
         },
         "spec": { "taints": taints },
     });
-    nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(patch)).await?;
+    match nodes.patch(&node_name, &PatchParams::default(), &Patch::Merge(patch)).await {
+        Ok(_) => {}
+        // The Node changed since it was read (its kubelet, the node controllers): read it again soon.
+        Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Action::requeue(WAIT_POLL)),
+        Err(e) => return Err(e.into()),
+    }
     let mut list = claim.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
     conditions::set(
         &mut list,
