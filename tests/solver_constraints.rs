@@ -140,6 +140,25 @@ fn hostname_anti_affinity_puts_one_pod_per_node() {
 }
 
 #[test]
+fn the_bound_buys_a_node_per_pod_of_an_anti_affinity_group_of_several_sizes() {
+    // Twelve pods under one hostname anti-affinity, in three sizes: three classes of four. No two
+    // share a node, so every plan buys twelve nodes, and the cheapest node costs 0.2 $/h.
+    let mut web: Vec<_> = (0..12).map(|i| pod(&format!("web-{i}"), "web", 300 + 200 * (i % 3), GI)).collect();
+    web.iter_mut().for_each(|p| p.anti_affinity = vec![affinity_term("web", LABEL_HOSTNAME)]);
+    let plan = solved(&input(web, vec![pool("default", general())]));
+    assert_eq!(plan.nodeclaims.len(), 12);
+    assert!(plan.lower_bound_per_hour >= 12.0 * 0.2 - 1e-9, "bound {}", plan.lower_bound_per_hour);
+    assert!(plan.lower_bound_per_hour <= plan.price_per_hour + 1e-9);
+
+    // The same for a hostname spread of maxSkew 2 over the pods: at most two share a node.
+    let mut web: Vec<_> = (0..12).map(|i| pod(&format!("web-{i}"), "web", 300 + 200 * (i % 3), GI)).collect();
+    web.iter_mut().for_each(|p| p.topology_spread = vec![spread("web", LABEL_HOSTNAME, 2)]);
+    let plan = solved(&input(web, vec![pool("default", general())]));
+    assert!(plan.lower_bound_per_hour >= 6.0 * 0.2 - 1e-9, "bound {}", plan.lower_bound_per_hour);
+    assert!(plan.lower_bound_per_hour <= plan.price_per_hour + 1e-9);
+}
+
+#[test]
 fn zone_anti_affinity_uses_each_zone_once() {
     let mut web = pods("web", 4, 500, GI);
     web.iter_mut().for_each(|p| p.anti_affinity = vec![affinity_term("web", LABEL_ZONE)]);

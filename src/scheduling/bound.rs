@@ -10,7 +10,12 @@
 //! pods linked by sharing at least one template (NodePool × instance type): buy nodes (fractionally)
 //! so that, per resource, capacity after DaemonSets covers the demand minus existing free capacity;
 //! and for a class that may hold at most `k` of its pods on one node (hostname anti-affinity, hostname
-//! spread, host ports), buy at least `⌈n/k⌉` nodes that class can use, less the existing nodes.
+//! spread, host ports), buy at least `⌈n/k⌉` nodes that class can use, less the existing nodes. The
+//! same row is written for a *group* of classes that share one such rule (a hostname anti-affinity or
+//! spread over a selector that selects them all): at most `k` of the group's pods share a node, `k` the
+//! largest limit among the members, so its `n` pods need `⌈n/k⌉` nodes any member can use. A group of
+//! differently sized pods is split into many classes, whose own rows say little (1,000 pods under one
+//! anti-affinity need 1,000 nodes; each size's class alone needs only its own count).
 //! Components share no template, so no node of any plan serves two components and their optima add
 //! up. Within a component the resource rows are repeated per *template set*: the classes that can
 //! only use templates of a set must have their demand covered by nodes of that set (a 2-CPU pod
@@ -31,6 +36,13 @@ pub struct BoundClass<'a> {
     pub per_node: Option<u64>,
 }
 
+/// Classes (indices into the bound's classes) that count together against one per-node limit.
+pub struct NodeCountGroup {
+    pub members: Vec<usize>,
+    /// At most this many of the members' pods, together, share a node.
+    pub per_node: u64,
+}
+
 /// The bound and the pricing it implies.
 #[derive(Clone, Debug, Default)]
 pub struct Bound {
@@ -44,6 +56,7 @@ pub struct Bound {
 /// Computes the bound for `classes` given the free capacity and number of existing nodes.
 pub fn compute(
     classes: &[BoundClass],
+    node_count_groups: &[NodeCountGroup],
     templates: &[Template],
     free_existing: &[i64],
     existing_nodes: u64,
@@ -51,7 +64,14 @@ pub fn compute(
     let dims = free_existing.len();
     let mut bound =
         Bound { per_hour: 0.0, values: vec![0.0; classes.len()], resource_prices: vec![0.0; dims] };
-    for component in components(classes, templates.len()) {
+    let components = components(classes, templates.len());
+    let mut component_of = vec![0; classes.len()];
+    for (i, component) in components.iter().enumerate() {
+        for &c in component {
+            component_of[c] = i;
+        }
+    }
+    for (i, component) in components.iter().enumerate() {
         let mut columns: Vec<usize> =
             component.iter().flat_map(|&c| classes[c].templates.iter().copied()).collect();
         columns.sort_unstable();
@@ -59,11 +79,21 @@ pub fn compute(
         if columns.is_empty() {
             continue;
         }
-        let limited: Vec<usize> =
-            component.iter().copied().filter(|&c| classes[c].per_node.is_some()).collect();
-        let groups = demand_groups(classes, &component, templates.len());
-        // Rows: per group (a template set and the classes confined to it) and resource, then one
-        // node-count row per per-node-limited class.
+        // Node-count rows: one per limited class, then one per group of two or more classes of this
+        // component (a group's members in other components share no template with these, so the
+        // part of it here is a group of its own; splitting only weakens the row).
+        let mut limited: Vec<(Vec<usize>, u64)> =
+            component.iter().filter_map(|&c| classes[c].per_node.map(|k| (vec![c], k.max(1)))).collect();
+        for group in node_count_groups {
+            let members: Vec<usize> =
+                group.members.iter().copied().filter(|&c| component_of[c] == i).collect();
+            if members.len() > 1 {
+                limited.push((members, group.per_node.max(1)));
+            }
+        }
+        let groups = demand_groups(classes, component, templates.len());
+        // Rows: per group (a template set and the classes confined to it) and resource, then the
+        // node-count rows.
         let base = groups.len() * dims;
         let rows = base + limited.len();
         let mut demand = vec![0.0; rows];
@@ -79,12 +109,13 @@ pub fn compute(
         }
         // Which limited rows each template counts toward, gathered once rather than searched per column.
         let mut limited_rows_of: Vec<Vec<usize>> = vec![vec![]; templates.len()];
-        for (k, &c) in limited.iter().enumerate() {
-            let per_node = classes[c].per_node.unwrap_or(1).max(1);
-            let nodes = classes[c].count.div_ceil(per_node);
-            demand[base + k] = nodes.saturating_sub(existing_nodes) as f64;
-            for &t in &classes[c].templates {
-                limited_rows_of[t].push(base + k);
+        for (k, (members, per_node)) in limited.iter().enumerate() {
+            let pods: u64 = members.iter().map(|&c| classes[c].count).sum();
+            demand[base + k] = pods.div_ceil(*per_node).saturating_sub(existing_nodes) as f64;
+            for &t in members.iter().flat_map(|&c| &classes[c].templates) {
+                if limited_rows_of[t].last() != Some(&(base + k)) {
+                    limited_rows_of[t].push(base + k);
+                }
             }
         }
         let lp_columns = columns
@@ -113,8 +144,10 @@ pub fn compute(
                 bound.values[c] += classes[c].demand.iter().zip(y).map(|(d, y)| *d as f64 * y).sum::<f64>();
             }
         }
-        for (k, &c) in limited.iter().enumerate() {
-            bound.values[c] += result.duals[base + k] / classes[c].per_node.unwrap_or(1).max(1) as f64;
+        for (k, (members, per_node)) in limited.iter().enumerate() {
+            for &c in members {
+                bound.values[c] += result.duals[base + k] / *per_node as f64;
+            }
         }
         // A unit of a resource on a node is worth at most the sum of its prices over the groups.
         for r in 0..dims {

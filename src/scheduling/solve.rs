@@ -371,10 +371,30 @@ impl Solver<'_> {
                 }
             })
             .collect();
+        let groups = self.node_count_groups(ids);
         let existing = self.input().nodes.len() as u64;
-        let bound = bound::compute(&bound_classes, self.templates(), &free, existing);
+        let bound = bound::compute(&bound_classes, &groups, self.templates(), &free, existing);
         self.remember_bound(key, bound.clone());
         (bound, free)
+    }
+
+    /// The classes of `ids` (as positions in `ids`) that share a hostname anti-affinity or hostname
+    /// spread over a selector selecting each of them: per rule, at most the largest limit among the
+    /// members of their pods share a node (a member adding itself to a node checks its own limit).
+    fn node_count_groups(&self, ids: &[usize]) -> Vec<bound::NodeCountGroup> {
+        let mut by_rule: BTreeMap<(bool, usize), bound::NodeCountGroup> = BTreeMap::new();
+        for (k, &c) in ids.iter().enumerate() {
+            for (anti, selector, limit) in self.classes()[c].traits.self_limits() {
+                let group = by_rule
+                    .entry((anti, selector))
+                    .or_insert_with(|| bound::NodeCountGroup { members: vec![], per_node: 0 });
+                if group.members.last() != Some(&k) {
+                    group.members.push(k);
+                }
+                group.per_node = group.per_node.max(limit);
+            }
+        }
+        by_rule.into_values().filter(|g| g.members.len() > 1).collect()
     }
 
     /// Free capacity summed over existing nodes before this solve placed anything.
