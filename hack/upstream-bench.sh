@@ -9,6 +9,8 @@
 #                                                   scheduler (no upstream.json): for timing our solver alone
 #   hack/upstream-bench.sh versions                 print the pinned version, the cache key and the binary
 #
+# UPSTREAM_BENCH_SEED=<n> draws the pods with another seed than the benchmark's 42 (run, input).
+#
 # The version is pinned by hack/upstream-bench/go.mod (+ go.sum). The only Go source of ours is
 # hack/upstream-bench/zz_dump_test.go, added to upstream's scheduling test package at build time with
 # `go test -overlay`. The binary is cached outside the repository in

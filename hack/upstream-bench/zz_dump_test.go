@@ -50,9 +50,10 @@ const (
 	dumpEnvPods   = "UPSTREAM_BENCH_PODS"       // pod count, as in BenchmarkScheduling<N>
 	dumpEnvRepeat = "UPSTREAM_BENCH_REPEAT"     // extra timed Solve calls on the same input (the benchmark's b.N loop)
 	dumpEnvInput  = "UPSTREAM_BENCH_INPUT_ONLY" // "1": write the input files only; upstream's scheduler does not run
+	dumpEnvSeed   = "UPSTREAM_BENCH_SEED"       // another seed for `r` (default: the benchmark's own, dumpSeed)
 
 	// The seed of the benchmark's package-level generator `r` (scheduling_benchmark_test.go).
-	dumpSeed = 42
+	dumpSeed int64 = 42
 	// How many pending pods upstream.json shows with their errors.
 	dumpPendingExamples = 10
 	// The node class our simulator reads; upstream's test NodePool points at its fake test class.
@@ -79,14 +80,20 @@ func TestDumpUpstreamBenchmark(t *testing.T) {
 			t.Fatalf("%s=%q: want a count of 0 or more", dumpEnvRepeat, s)
 		}
 	}
+	seed := dumpSeed
+	if s := os.Getenv(dumpEnvSeed); s != "" {
+		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
+			t.Fatalf("%s=%q: want an integer seed", dumpEnvSeed, s)
+		}
+	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
 
 	// 1. Upstream's input. `go test -bench '^BenchmarkScheduling<N>$'` starts from a fresh `r`, so its
 	// first makeDiversePods(N) call sees seed 42 from the start; resetting `r` gives exactly that input
-	// whatever ran before in this process.
-	r = rand.New(rand.NewSource(dumpSeed)) //nolint:gosec
+	// whatever ran before in this process. Another seed draws other pods from the same helpers.
+	r = rand.New(rand.NewSource(seed)) //nolint:gosec
 	pods := makeDiversePods(n)
 	if len(pods) != n {
 		t.Fatalf("makeDiversePods(%d) returned %d pods", n, len(pods))
@@ -152,7 +159,7 @@ func TestDumpUpstreamBenchmark(t *testing.T) {
 	report := dumpReport{
 		KarpenterVersion: dumpModuleVersion("sigs.k8s.io/karpenter"),
 		GoVersion:        runtime.Version(),
-		Benchmark:        fmt.Sprintf("BenchmarkScheduling%d (makeDiversePods(%d), seed %d, fake.InstanceTypes(400))", n, n, dumpSeed),
+		Benchmark:        fmt.Sprintf("BenchmarkScheduling%d (makeDiversePods(%d), seed %d, fake.InstanceTypes(400))", n, n, seed),
 		Pods:             n,
 		PodKinds:         kinds,
 		InstanceTypes:    len(instanceTypes),
