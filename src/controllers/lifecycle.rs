@@ -158,7 +158,12 @@ pub(super) fn now() -> Time {
 }
 
 /// A merge patch of `metadata`, guarded by the resourceVersion the decision was made on: the claim as
-/// stored after the patch, or None when the claim changed or went meanwhile (see [`Written`]).
+/// stored after the patch, or None when the claim changed or went meanwhile.
+///
+/// The reflector can hand a reconcile a claim older than the last write (the watch event is still on
+/// its way); such a write is refused with a conflict (or a 404 once the claim is gone), and the step
+/// is neither retried with a backoff nor counted, logged or reported again: the watch event that
+/// follows brings the newer claim.
 pub(super) async fn patch_meta(
     api: &Api<NodeClaim>,
     claim: &NodeClaim,
@@ -167,11 +172,7 @@ pub(super) async fn patch_meta(
     let mut meta = meta;
     meta["resourceVersion"] = json!(claim.resource_version());
     let patch = Patch::Merge(json!({ "metadata": meta }));
-    match api.patch(&claim.name_any(), &PatchParams::default(), &patch).await {
-        Ok(stored) => Ok(Some(stored)),
-        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(None),
-        Err(e) => Err(e.into()),
-    }
+    unless_stale(api.patch(&claim.name_any(), &PatchParams::default(), &patch).await)
 }
 
 /// A merge patch of `status`, guarded like [`patch_meta`].
@@ -179,23 +180,18 @@ pub(super) async fn patch_status(
     api: &Api<NodeClaim>,
     claim: &NodeClaim,
     status: serde_json::Value,
-) -> Result<Written, ControllerError> {
+) -> Result<Option<NodeClaim>, ControllerError> {
     let patch = json!({ "metadata": { "resourceVersion": claim.resource_version() }, "status": status });
-    match api.patch_status(&claim.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await {
-        Ok(_) => Ok(Written::Yes),
-        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(Written::Stale),
-        Err(e) => Err(e.into()),
-    }
+    unless_stale(api.patch_status(&claim.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await)
 }
 
-/// Whether a guarded write landed. The reflector can hand a reconcile a claim older than the last
-/// write (the watch event is still on its way); such a write is refused with a conflict (or a 404 once
-/// the claim is gone), and the step is neither retried with a backoff nor counted, logged or reported
-/// again: the watch event that follows brings the newer claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Written {
-    Yes,
-    Stale,
+/// A guarded write's stored claim, or None when it was refused because the claim changed or went.
+fn unless_stale(written: Result<NodeClaim, kube::Error>) -> Result<Option<NodeClaim>, ControllerError> {
+    match written {
+        Ok(stored) => Ok(Some(stored)),
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Sets one condition and writes the conditions back if anything changed.
@@ -340,7 +336,7 @@ async fn launch<C: CloudProvider + 'static>(
         status["capacity"] = json!(resource_list(&t.capacity));
         status["allocatable"] = json!(resource_list(&t.allocatable));
     }
-    if patch_status(api, &launched, status).await? == Written::Stale {
+    if patch_status(api, &launched, status).await?.is_none() {
         return Ok(Action::requeue(WAIT_POLL));
     }
     tracing::info!(

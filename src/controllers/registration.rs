@@ -11,7 +11,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::events;
-use super::lifecycle::{now, patch_status, set_condition, Written, RESYNC, WAIT_POLL};
+use super::lifecycle::{now, patch_status, set_condition, RESYNC, WAIT_POLL};
 use super::metrics;
 use super::{ControllerError, Shared};
 use crate::apis::conditions::{self, ConditionStatus};
@@ -102,7 +102,7 @@ pub(super) async fn register<C>(
         &now(),
     );
     let status = json!({ "nodeName": node_name, "conditions": list });
-    if patch_status(api, claim, status).await? == Written::Stale {
+    if patch_status(api, claim, status).await?.is_none() {
         return Ok(Action::requeue(WAIT_POLL));
     }
     metrics::node_created(metrics::get(), claim);
@@ -156,7 +156,7 @@ pub(super) async fn initialize<C>(
         &t,
     );
     conditions::set(&mut list, conditions::READY, ConditionStatus::True, "Ready", "", generation, &t);
-    if patch_status(api, claim, json!({ "conditions": list })).await? == Written::Stale {
+    if patch_status(api, claim, json!({ "conditions": list })).await?.is_none() {
         return Ok(Action::requeue(WAIT_POLL));
     }
     tracing::info!(nodeclaim = %claim.name_any(), node = %node_name, "initialized nodeclaim");

@@ -151,21 +151,17 @@ impl Solver<'_> {
 
     /// The groups of `classes` that count together against one per-node limit (see
     /// [`anchors::LimitedGroup`]): per selector, the classes holding a hostname anti-affinity or
-    /// hostname spread over it that the selector selects; and each class with host ports alone.
+    /// hostname spread over it that the selector selects, with the smallest of their limits; and each
+    /// class with host ports alone.
     pub(crate) fn limited_groups(&self, classes: &[usize]) -> Vec<anchors::LimitedGroup> {
-        let mut by_rule: BTreeMap<(bool, usize), anchors::LimitedGroup> = BTreeMap::new();
-        for &c in classes {
-            for (anti, selector, per_node) in self.classes()[c].traits.self_limits() {
-                let group = by_rule
-                    .entry((anti, selector))
-                    .or_insert_with(|| anchors::LimitedGroup { members: vec![], per_node });
-                group.per_node = group.per_node.min(per_node);
-                if !group.members.contains(&c) {
-                    group.members.push(c);
-                }
-            }
-        }
-        let mut groups: Vec<anchors::LimitedGroup> = by_rule.into_values().collect();
+        let mut groups: Vec<anchors::LimitedGroup> = self
+            .self_limit_rules(classes)
+            .into_iter()
+            .map(|rule| anchors::LimitedGroup {
+                members: rule.members.iter().map(|&k| classes[k]).collect(),
+                per_node: rule.fewest,
+            })
+            .collect();
         groups.extend(
             classes
                 .iter()
@@ -173,6 +169,28 @@ impl Solver<'_> {
                 .map(|&c| anchors::LimitedGroup { members: vec![c], per_node: 1 }),
         );
         groups
+    }
+
+    /// Per hostname anti-affinity or hostname spread rule (kind and selector), the positions in
+    /// `classes` of the classes holding it that its selector selects, in order, and the smallest and
+    /// largest per-node limit among them.
+    pub(crate) fn self_limit_rules(&self, classes: &[usize]) -> Vec<SelfLimitRule> {
+        let mut by_rule: BTreeMap<(bool, usize), SelfLimitRule> = BTreeMap::new();
+        for (k, &c) in classes.iter().enumerate() {
+            for (anti, selector, limit) in self.classes()[c].traits.self_limits() {
+                let rule = by_rule.entry((anti, selector)).or_insert(SelfLimitRule {
+                    members: vec![],
+                    fewest: limit,
+                    most: limit,
+                });
+                if rule.members.last() != Some(&k) {
+                    rule.members.push(k);
+                }
+                rule.fewest = rule.fewest.min(limit);
+                rule.most = rule.most.max(limit);
+            }
+        }
+        by_rule.into_values().collect()
     }
 
     pub(crate) fn bootstraps(&self, c: usize) -> bool {
@@ -238,4 +256,13 @@ impl Solver<'_> {
         }
         state
     }
+}
+
+/// One hostname anti-affinity or hostname spread rule and the classes it limits together.
+pub(crate) struct SelfLimitRule {
+    /// Positions in the classes asked about.
+    pub members: Vec<usize>,
+    /// The smallest and largest per-node limit among the members.
+    pub fewest: u64,
+    pub most: u64,
 }

@@ -382,19 +382,11 @@ impl Solver<'_> {
     /// spread over a selector selecting each of them: per rule, at most the largest limit among the
     /// members of their pods share a node (a member adding itself to a node checks its own limit).
     fn node_count_groups(&self, ids: &[usize]) -> Vec<bound::NodeCountGroup> {
-        let mut by_rule: BTreeMap<(bool, usize), bound::NodeCountGroup> = BTreeMap::new();
-        for (k, &c) in ids.iter().enumerate() {
-            for (anti, selector, limit) in self.classes()[c].traits.self_limits() {
-                let group = by_rule
-                    .entry((anti, selector))
-                    .or_insert_with(|| bound::NodeCountGroup { members: vec![], per_node: 0 });
-                if group.members.last() != Some(&k) {
-                    group.members.push(k);
-                }
-                group.per_node = group.per_node.max(limit);
-            }
-        }
-        by_rule.into_values().filter(|g| g.members.len() > 1).collect()
+        self.self_limit_rules(ids)
+            .into_iter()
+            .filter(|rule| rule.members.len() > 1)
+            .map(|rule| bound::NodeCountGroup { members: rule.members, per_node: rule.most })
+            .collect()
     }
 
     /// Free capacity summed over existing nodes before this solve placed anything.

@@ -9,6 +9,7 @@
 //! bootstrap-token Secret and the two ClusterRoleBindings that let `system:bootstrappers` request node
 //! client certificates and have them approved.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -117,7 +118,7 @@ async fn joiner_node(
     kubelet: &TlsBootstrapKubelet,
 ) -> String {
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), namespace);
-    let recreated = std::sync::atomic::AtomicUsize::new(0);
+    let recreated = AtomicUsize::new(0);
     controller
         .wait_until("the pod to run on the joined node", STAGE, || async {
             let found = match pods.get_opt("joiner").await {
@@ -127,8 +128,8 @@ async fn joiner_node(
             let Some(found) = found else {
                 let events = pod_events(client, namespace).await;
                 let evicted = events.matches("TaintManagerEviction").count();
-                if evicted > recreated.load(std::sync::atomic::Ordering::SeqCst) && evicted <= 2 {
-                    recreated.store(evicted, std::sync::atomic::Ordering::SeqCst);
+                if evicted > recreated.load(Ordering::SeqCst) && evicted <= 2 {
+                    recreated.store(evicted, Ordering::SeqCst);
                     println!("e2e join: the pod was evicted by a stale taint; created again ({events})");
                     objects::apply(client, pod).await.map_err(|e| format!("creating the pod again: {e}"))?;
                 }
