@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Upstream's node custom data, rendered by upstream's own generator (the Azure provider's
-# pkg/providers/imagefamily/bootstrap, aksscriptless mode), for tests/bootstrap_oracle.rs.
+# pkg/providers/imagefamily/bootstrap, aksscriptless mode), for tests/oracle/bootstrap_oracle.rs.
 #
 #   hack/aks-bootstrap.sh build            build (or reuse) the cached helper; prints its path
 #   hack/aks-bootstrap.sh path             print the helper's path if it is built, else exit 1

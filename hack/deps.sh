@@ -10,9 +10,9 @@
 #   target x86_64-unknown-linux-musl   tests/container_image.rs (the Dockerfile's static build)
 #   musl-tools (x86_64-linux-musl-gcc) the same build: ring compiles C for the musl target
 #   prometheus (prometheus, promtool)  tests/e2e/metrics.rs (promtool lints the page, Prometheus scrapes it)
-#   chromium (headless browser)        tests/timeline_report_browser.rs (renders the timeline's HTML report)
+#   chromium (headless browser)        tests/integration/timeline_report_browser.rs (renders the timeline's HTML report)
 #   the control plane                  tests/e2e: hack/e2e-cluster.sh build (about 10 minutes cold)
-#   upstream's bootstrap renderer      tests/bootstrap_oracle.rs: hack/aks-bootstrap.sh build (minutes cold)
+#   upstream's bootstrap renderer      tests/oracle/bootstrap_oracle.rs: hack/aks-bootstrap.sh build (minutes cold)
 # Debian packages need root (sudo is used when not root) and `apt-get update` runs only when one is missing.
 set -euo pipefail
 

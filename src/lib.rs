@@ -8,7 +8,7 @@
 //!
 //! An arrow points from a lower layer to the modules that may use it; a module never uses one above
 //! it, catalog and scheduling never use each other, and controllers may use cloud (not the reverse).
-//! `bench`, `bench_disruption` and the binary sit on top. `tests/layering.rs` checks this, and that the
+//! `bench`, `bench_disruption` and the binary sit on top. `tests/integration/layering.rs` checks this, and that the
 //! pure modules (`model`, `scheduling`, `disruption`) name no I/O, async runtime, client or clock.
 //!
 //! - `model`: labels, the requirements algebra, resources, instance types and offerings, selection.

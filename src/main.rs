@@ -47,7 +47,7 @@ enum Command {
         /// The Azure region, such as eastus.
         #[arg(long, default_value = "eastus")]
         region: String,
-        /// A JSON list of instance types that replaces the Azure catalog (schema in the README).
+        /// A JSON list of instance types that replaces the Azure catalog (schema in docs/simulate.md).
         #[arg(long)]
         catalog: Option<PathBuf>,
         /// table or json.

@@ -1,5 +1,5 @@
 // aks-bootstrap renders node custom data with upstream's own generator, so that karpenter-azure's
-// renderer can be compared with it variable by variable (tests/bootstrap_oracle.rs).
+// renderer can be compared with it variable by variable (tests/oracle/bootstrap_oracle.rs).
 //
 // It reads a JSON array of cases on stdin, calls bootstrap.AKS.Script() of the pinned
 // github.com/Azure/karpenter-provider-azure (see go.mod) for each, decodes the base64 result and writes

@@ -8,7 +8,7 @@
 //! - `selection`: which instance types and offerings a set of requirements allows.
 //!
 //! The crate is layered model ← apis ← {catalog, scheduling, disruption} ← state ← {cloud, controllers,
-//! sim}; `tests/layering.rs` checks that no module imports one above it.
+//! sim}; `tests/integration/layering.rs` checks that no module imports one above it.
 
 pub mod instancetype;
 pub mod labels;

@@ -1,5 +1,5 @@
 //! `simulate --catalog FILE`: a JSON list of instance types that replaces the embedded Azure catalog,
-//! for private sizes, what-if prices and benchmarks. The schema (documented in the README):
+//! for private sizes, what-if prices and benchmarks. The schema (documented in docs/simulate.md):
 //!
 //! ```json
 //! [{"name": "Custom_D4", "labels": {"karpenter.azure.com/sku-family": "D"},

@@ -1,5 +1,5 @@
 //! What `simulate` prints: a readable table (new NodeClaims, pods placed on existing nodes,
-//! unschedulable pods with reasons, totals, warnings) or the JSON contract documented in the README.
+//! unschedulable pods with reasons, totals, warnings) or the JSON contract documented in docs/simulate.md.
 //! Pure formatting of a [`Plan`] and the input it was computed from.
 
 use k8s_openapi::jiff::Timestamp;

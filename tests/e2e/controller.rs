@@ -23,7 +23,7 @@ use tokio::sync::MutexGuard;
 
 use super::cluster::Cluster;
 use super::identity;
-use crate::fake_arm::{FakeArm, FakeArmConfig, KubeNodeRegistrar};
+use fake_azure::arm::{FakeArm, FakeArmConfig, KubeNodeRegistrar};
 
 /// The `CLUSTER_NAME` of every controller started here; the value of the VMs' cluster tag.
 pub const CLUSTER_NAME: &str = "e2e-cluster";
@@ -92,7 +92,7 @@ impl Controller {
         client: &kube::Client,
         name: &str,
         extra_env: &[(&'static str, String)],
-        registrar: Arc<dyn crate::fake_arm::NodeRegistrar>,
+        registrar: Arc<dyn fake_azure::arm::NodeRegistrar>,
     ) -> Controller {
         let exclusive = ONE_AT_A_TIME.lock().await;
         let config = FakeArmConfig {

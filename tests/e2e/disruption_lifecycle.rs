@@ -12,7 +12,7 @@ use super::disruption::events;
 use super::disruption_watch::{self as watch, fast_disruption_env, pool_nodes};
 use super::lookups::{self, claims_of, condition_is_true, is_running};
 use super::{cleanup, cluster, crds, manifests, objects, prometheus};
-use crate::fake_arm::{Fault, Target};
+use fake_azure::arm::{Fault, Target};
 
 const APP: &str = "web";
 const REPLACEMENT_FOR: &str = "karpenter.azure.com/replacement-for";

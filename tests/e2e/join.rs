@@ -5,7 +5,7 @@
 //! NodeRestriction. A wrong CA, an unknown token or an expired one leaves the VM without a Node, and
 //! the NodeClaim ends in the registration timeout with a clear event.
 //!
-//! The cluster side is what an AKS cluster (or a self-hosted one following the README) has: the
+//! The cluster side is what an AKS cluster (or a self-hosted one following docs/install-aks.md) has: the
 //! bootstrap-token Secret and the two ClusterRoleBindings that let `system:bootstrappers` request node
 //! client certificates and have them approved.
 
@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use super::controller::Controller;
 use super::lookups::{condition_is_true, nodeclaims};
 use super::{cleanup, cluster, crds, manifests, objects};
-use crate::fake_arm::TlsBootstrapKubelet;
+use fake_azure::arm::TlsBootstrapKubelet;
 
 const STAGE: Duration = Duration::from_secs(60);
 const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";

@@ -11,7 +11,7 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::wait;
-use crate::fake_arm::{BootedVm, KubeNodeRegistrar, NodeRegistrar};
+use fake_azure::arm::{BootedVm, KubeNodeRegistrar, NodeRegistrar};
 
 /// How long kwok and the controllers get for one step; generous for a loaded 2-core machine.
 pub const STEP: Duration = Duration::from_secs(60);

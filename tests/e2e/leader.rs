@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::controller::Controller;
 use super::lookups::{claims_of, condition_is_true, get_json, is_running, list_pods};
 use super::{cleanup, cluster, crds, manifests, objects, prometheus, wait};
-use crate::fake_arm::{Fault, Target};
+use fake_azure::arm::{Fault, Target};
 
 const NAME: &str = "e2e-leader";
 const APP: &str = "web";

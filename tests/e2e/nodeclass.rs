@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 use super::controller::Controller;
 use super::lookups::{claims_of, get_json};
 use super::{cleanup, cluster, crds, manifests, objects};
-use crate::fake_arm::gallery::{DEFAULT_NEWEST_VERSION, UBUNTU_GALLERY};
-use crate::fake_arm::FakeSubnet;
+use fake_azure::arm::gallery::{DEFAULT_NEWEST_VERSION, UBUNTU_GALLERY};
+use fake_azure::arm::FakeSubnet;
 
 const STAGE: Duration = Duration::from_secs(60);
 const READY: Duration = Duration::from_secs(30);
@@ -188,11 +188,11 @@ async fn a_class_with_encryption_at_host_and_trusted_launch_launches_secure_vms(
     let vm = controller.fake().vm(vm_name).unwrap_or_else(|| panic!("VM {vm_name} in the fake ARM"));
     let sku = karpenter_azure::catalog::embedded_sku(&vm.vm_size).unwrap();
     assert!(
-        crate::fake_arm::skus::encryption_at_host_supported(sku),
+        fake_azure::arm::skus::encryption_at_host_supported(sku),
         "{} supports encryption at host",
         vm.vm_size
     );
-    assert!(!crate::fake_arm::skus::trusted_launch_disabled(sku), "{} allows trusted launch", vm.vm_size);
+    assert!(!fake_azure::arm::skus::trusted_launch_disabled(sku), "{} allows trusted launch", vm.vm_size);
     let props = &vm.document["properties"];
     assert_eq!(
         props["securityProfile"],

@@ -1,6 +1,5 @@
-//! Live prices end to end: the controller reads the Retail Prices API (a fake one, `tests/support/
-//! fake_retail.rs`) at start and then on its refresh interval, and the next plan uses what it read. A
-//! seed-like NodePool (spot and on-demand, three zones) launches on-demand while spot is dearer, and spot
+//! Live prices end to end: the controller reads the Retail Prices API (a fake one, `fake_azure::retail`)
+//! at start and then on its refresh interval, and the next plan uses what it read. A seed-like NodePool (spot and on-demand, three zones) launches on-demand while spot is dearer, and spot
 //! once a refresh has made spot cheaper; the price-age gauge says the prices are live.
 
 use std::collections::BTreeMap;
@@ -14,7 +13,7 @@ use super::controller::Controller;
 use super::lookups::{claims_of, condition_is_true, get_json};
 use super::manifests::{node_class, pod_spec};
 use super::{cleanup, cluster, crds, objects, prometheus};
-use crate::fake_retail::{FakeRetail, Price};
+use fake_azure::retail::{FakeRetail, Price};
 
 const NAME: &str = "e2e-live-prices";
 const STAGE: Duration = Duration::from_secs(60);

@@ -23,7 +23,7 @@ use super::controller::{Controller, CLUSTER_NAME};
 use super::lookups::{claims_of, condition_is_true, get_json, is_running, list_pods};
 use super::manifests::Scenario;
 use super::{cleanup, cluster, crds, objects};
-use crate::fake_arm::{CreateError, Delivery, FakeArm, Fault, Target};
+use fake_azure::arm::{CreateError, Delivery, FakeArm, Fault, Target};
 
 /// How long the Deployment's pods may take to run, faults included. Generous: azure_core's exponential
 /// retry policy backs off past Retry-After, so a call hit by a whole burst waits tens of seconds.

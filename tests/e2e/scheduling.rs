@@ -11,7 +11,7 @@ use kube::Api;
 use serde_json::{json, Value};
 
 use super::{cluster, kwok, objects, wait};
-use crate::fake_arm::{FakeArm, FakeArmConfig, KubeNodeRegistrar};
+use fake_azure::arm::{FakeArm, FakeArmConfig, KubeNodeRegistrar};
 
 const NAMESPACE: &str = "e2e-scheduling";
 const VM: &str = "aks-e2e-sched-1";

@@ -4,7 +4,7 @@
 //! The node image (VHD) ships `/opt/azure/containers/provision_start.sh`, which reads about a hundred
 //! shell variables. The custom data sets them all and starts it, as the Azure provider's
 //! pkg/providers/imagefamily/bootstrap/cse_cmd.sh.gtpl does, with the values of its aksbootstrap.go and
-//! staticvalues.go. `tests/bootstrap_oracle.rs` compares this renderer, variable by variable, with
+//! staticvalues.go. `tests/oracle/bootstrap_oracle.rs` compares this renderer, variable by variable, with
 //! upstream's own generator (hack/aks-bootstrap.sh).
 //!
 //! - [`kubelet`]: `KUBELET_FLAGS` and `KUBELET_NODE_LABELS`;

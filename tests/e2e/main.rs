@@ -1,0 +1,56 @@
+//! End-to-end tests against a real Kubernetes control plane: etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler and kwok, built from pinned Go modules by
+//! `hack/e2e-cluster.sh build` (run `make e2e`, which builds them first) and started once for this test
+//! binary. Nothing on the Kubernetes side is mocked; Azure is the fake ARM of the `fake-azure`
+//! crate (`crates/fake-azure`).
+//!
+//! Without the built binaries every test fails and says to run `hack/e2e-cluster.sh build`.
+//!
+//! Harness: `cluster` (start/stop, one cluster per test binary), `objects` (apply/create manifests),
+//! `wait` (polling with deadlines), `crds` (install `crds/` once), `kwok` (nodes and pods),
+//! `controller` (the `karpenter-azure controller` binary against the cluster and a fake ARM, its VMs joining
+//! through the kwok registrar or a TLS-bootstrapping kubelet), `helm` (the
+//! helm runner), `identity` (the chart's ServiceAccount token the controller runs with), `prometheus` (its
+//! metrics read over HTTP, by promtool and by a real Prometheus server), `health` (what the drain,
+//! repair and interruption tests share, including a Node made NotReady).
+
+pub mod cleanup;
+pub mod cluster;
+pub mod controller;
+pub mod crds;
+pub mod disruption_watch;
+pub mod health;
+pub mod helm;
+pub mod identity;
+pub mod kwok;
+pub mod lookups;
+pub mod manifests;
+pub mod objects;
+pub mod prometheus;
+pub mod wait;
+
+mod burst;
+mod chart;
+mod chart_settings;
+mod disruption;
+mod disruption_lifecycle;
+mod disruption_scale;
+mod drain;
+mod drift;
+mod events;
+mod eviction;
+mod inputs;
+mod interruption;
+mod join;
+mod leader;
+mod metrics;
+mod nodeclass;
+mod pricing;
+mod provisioning;
+mod rbac;
+mod repair;
+mod resilience;
+mod scheduling;
+mod termination;
+mod validation;
+mod validation_cases;

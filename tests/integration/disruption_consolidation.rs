@@ -1,0 +1,255 @@
+//! Consolidation as an optimiser: M→1 and M→K moves, the threshold that weighs savings against
+//! disruption (with upstream's aws#7146 churn as a case), spot-to-spot rules, and property tests over
+//! random clusters (deterministic, within budgets, never more $/h, feasible after the command).
+
+use crate::support::disruption_fixtures as cluster;
+use crate::support::solver_fixtures as fixtures;
+
+use cluster::*;
+use fixtures::{instance_type, GI};
+use karpenter_azure::apis::nodepool::ConsolidationPolicy;
+use karpenter_azure::apis::nodepool::DisruptionReason;
+use karpenter_azure::disruption::{decide, BlockReason, Budget, Decisions, Method, Options, Snapshot};
+use karpenter_azure::model::CapacityType::{OnDemand, Spot};
+use karpenter_azure::model::InstanceType;
+use proptest::prelude::*;
+
+fn decided_with(snapshot: &Snapshot, options: &Options) -> Decisions {
+    decided_with_at(snapshot, options, now())
+}
+
+fn any_saving() -> Options {
+    Options { consolidation_threshold: 0.0, ..Options::default() }
+}
+
+#[test]
+fn three_lightly_used_nodes_fold_into_one() {
+    let mut s = cluster();
+    for i in 0..3 {
+        add_node(&mut s, "general", &format!("n{i}"), "c4", OnDemand, vec![workload(&format!("p{i}"), 1000)]);
+    }
+    let d = decided_with(&s, &Options::default());
+    let c = &d.commands[0];
+    assert_eq!((c.method, c.reason), (Method::MultiNodeConsolidation, DisruptionReason::Underutilized));
+    assert_eq!(c.candidates, vec!["n0", "n1", "n2"]);
+    assert!(c.replacements.len() < 3, "{c:#?}");
+    let replacement_price: f64 = c.replacements.iter().map(|r| r.price_per_hour).sum();
+    assert!((replacement_price - 0.4).abs() < 1e-9, "four cores of capacity for three: {c:#?}");
+    assert!((c.savings_per_hour - 0.8).abs() < 1e-9, "{c:#?}");
+    assert_eq!(c.disruption_cost, 6.0);
+    assert_eq!(c.moves.len(), 3);
+    assert!((d.cluster_price_per_hour - 1.2).abs() < 1e-9);
+    assert!((d.repack_lower_bound_per_hour - 0.3).abs() < 0.1 + 1e-9, "3 cores at 0.1 $/core: {d:#?}");
+    assert!(d.repack_ratio() > 1.0);
+}
+
+#[test]
+fn three_nodes_become_two_which_upstream_cannot_do() {
+    // Six 2.5-core pods on three 8-core nodes: a c8 holds three, so two c8 replace three.
+    let mut s = cluster();
+    for i in 0..3 {
+        let pods = vec![workload(&format!("a{i}"), 2500), workload(&format!("b{i}"), 2500)];
+        add_node(&mut s, "general", &format!("n{i}"), "c8", OnDemand, pods);
+    }
+    let d = decided_with(&s, &any_saving());
+    let c = &d.commands[0];
+    let after = d.cluster_price_per_hour - c.savings_per_hour;
+    assert!((after - 1.6).abs() < 1e-9, "two c8 remain: {c:#?}");
+    assert!(c.replacements.len() < c.candidates.len(), "K < M: {c:#?}");
+    assert!(c.candidates.len() >= 2 && c.replacements.len() + (3 - c.candidates.len()) == 2, "{c:#?}");
+}
+
+#[test]
+fn a_marginal_replacement_is_not_worth_its_disruption_aws_7146() {
+    // aws/karpenter-provider-aws#7146: a node replaced to save $0.006/h, its pods restarted. Four
+    // nodes each run a 3-core pod; a 4-core type 0.006 $/h cheaper exists.
+    let types: Vec<InstanceType> = vec![
+        fixtures::zonal_type("d4", 4000, 16 * GI, 0.400),
+        fixtures::zonal_type("d4b", 4000, 16 * GI, 0.394),
+    ];
+    let mut s =
+        Snapshot { nodepools: vec![policy("general", types, &[api_budget("100%")])], ..Snapshot::default() };
+    for i in 0..4 {
+        add_node(&mut s, "general", &format!("n{i}"), "d4", OnDemand, vec![workload(&format!("p{i}"), 3000)]);
+    }
+    let d = decided_with(&s, &Options::default());
+    assert!(d.commands.is_empty(), "{d:#?}");
+    match reason_of(&d, "n0") {
+        BlockReason::NotWorthIt { savings_per_hour, required_per_hour } => {
+            assert!((savings_per_hour - 0.006).abs() < 1e-9);
+            // λ = 0.5 × 1.6 $/h ÷ 8 disruption = 0.1 $/h per unit; the node's disruption is 2.
+            assert!((required_per_hour - 0.2).abs() < 1e-9);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(reason_of(&d, "n0").to_string().contains("$0.0060/h"), "{}", reason_of(&d, "n0"));
+    // Threshold 0 restores upstream's "any saving": the churn comes back.
+    let d = decided_with(&s, &any_saving());
+    let c = &d.commands[0];
+    assert_eq!(
+        (c.method, c.candidates.len(), c.replacements[0].instance_type.as_str()),
+        (Method::SingleNodeConsolidation, 1, "d4b")
+    );
+    // So does a pool with upstream's default policy, WhenEmptyOrUnderutilized, whatever the
+    // threshold: only `Balanced` pools weigh savings against disruption, as upstream.
+    s.nodepools[0].consolidation_policy = ConsolidationPolicy::WhenEmptyOrUnderutilized;
+    let d = decided_with(&s, &Options::default());
+    assert_eq!(d.commands.len(), 1, "{d:#?}");
+    assert_eq!(d.commands[0].replacements[0].instance_type, "d4b");
+}
+
+#[test]
+fn the_threshold_scales_with_the_disruption_of_the_pods() {
+    // The same move, once with ordinary pods and once with pods that are expensive to restart, in a
+    // pool whose other (full, protected) nodes run ordinary pods.
+    let build = |deletion_cost: i32| {
+        let mut s = cluster();
+        for i in 0..3 {
+            let mut p = workload(&format!("p{i}"), 1000);
+            p.deletion_cost = deletion_cost;
+            add_node(&mut s, "general", &format!("n{i}"), "c4", OnDemand, vec![p]);
+        }
+        for i in 0..4 {
+            let pods = (0..4).map(|j| workload(&format!("f{i}-{j}"), 1900)).collect();
+            add_node(&mut s, "general", &format!("full{i}"), "c8", OnDemand, pods);
+            node(&mut s, &format!("full{i}")).do_not_disrupt = true;
+        }
+        s
+    };
+    assert_eq!(decided_with(&build(0), &Options::default()).commands.len(), 1);
+    let d = decided_with(&build(i32::MAX), &Options::default());
+    // Each pod now costs 10 to restart: the three nodes hold 33 of the pool's 53 units of disruption
+    // for 0.8 of its 4.4 $/h, below the 0.5 score.
+    assert!(d.commands.is_empty(), "{d:#?}");
+    assert!(matches!(reason_of(&d, "n0"), BlockReason::NotWorthIt { .. }), "{d:#?}");
+}
+
+fn spot_and_od(name: &str, cores: i64, od: f64, spot: f64) -> InstanceType {
+    instance_type(name, cores * 1000, cores * 4 * GI, &[("z-1", OnDemand, od), ("z-1", Spot, spot)])
+}
+
+#[test]
+fn spot_to_spot_needs_the_gate_and_fifteen_cheaper_types() {
+    let few = vec![spot_and_od("s2", 2, 0.2, 0.06), spot_and_od("s8", 8, 0.8, 0.24)];
+    let mut s =
+        Snapshot { nodepools: vec![policy("general", few, &[api_budget("100%")])], ..Snapshot::default() };
+    add_node(&mut s, "general", "n", "s8", Spot, vec![workload("p", 1000)]);
+    let off = decided_with(&s, &Options::default());
+    assert_eq!(reason_of(&off, "n"), BlockReason::SpotToSpotDisabled);
+    let on = Options { spot_to_spot_consolidation: true, ..Options::default() };
+    let d = decided_with(&s, &on);
+    assert_eq!(reason_of(&d, "n"), BlockReason::SpotFlexibility { cheaper_options: 1, needed: 15 });
+
+    let mut many: Vec<InstanceType> =
+        (0..20).map(|i| spot_and_od(&format!("t{i:02}"), 2, 0.2, 0.05 + 0.001 * f64::from(i))).collect();
+    many.push(spot_and_od("s8", 8, 0.8, 0.24));
+    let mut s =
+        Snapshot { nodepools: vec![policy("general", many, &[api_budget("100%")])], ..Snapshot::default() };
+    add_node(&mut s, "general", "n", "s8", Spot, vec![workload("p", 1000)]);
+    let d = decided_with(&s, &on);
+    let c = &d.commands[0];
+    assert_eq!(c.replacements.len(), 1);
+    assert_eq!(c.replacements[0].capacity_type, Spot);
+    assert_eq!(c.replacements[0].instance_type, "t00");
+    assert_eq!(
+        c.replacements[0].instance_type_options.len(),
+        15,
+        "the 15 cheapest: {:?}",
+        c.replacements[0].instance_type_options
+    );
+}
+
+#[test]
+fn spot_nodes_may_still_be_deleted_without_the_gate_and_on_demand_may_go_to_spot() {
+    let types = vec![spot_and_od("s2", 2, 0.2, 0.06), spot_and_od("s8", 8, 0.8, 0.24)];
+    let mut s =
+        Snapshot { nodepools: vec![policy("general", types, &[api_budget("100%")])], ..Snapshot::default() };
+    add_node(&mut s, "general", "od", "s8", OnDemand, vec![workload("a", 4000)]);
+    add_node(&mut s, "general", "spot", "s8", Spot, vec![workload("b", 1000)]);
+    node(&mut s, "od").do_not_disrupt = true;
+    let d = decided_with(&s, &any_saving());
+    let c = &d.commands[0];
+    assert_eq!(
+        (c.candidates.clone(), c.replacements.len()),
+        (vec!["spot".to_string()], 0),
+        "b moves onto od: {c:#?}"
+    );
+
+    let mut s = Snapshot { nodepools: s.nodepools.clone(), ..Snapshot::default() };
+    add_node(&mut s, "general", "od", "s8", OnDemand, vec![workload("a", 1000)]);
+    let d = decided_with(&s, &any_saving());
+    let c = &d.commands[0];
+    assert_eq!(c.replacements[0].capacity_type, Spot, "{c:#?}");
+    assert_eq!(c.replacements[0].instance_type, "s2");
+}
+
+#[test]
+fn nodes_inside_their_consolidate_after_window_receive_no_moved_pods() {
+    let mut s = cluster();
+    add_node(&mut s, "general", "fresh", "c8", OnDemand, vec![workload("a", 1000)]);
+    add_node(&mut s, "general", "n", "c4", OnDemand, vec![workload("p", 1000)]);
+    s.nodepools[0].consolidate_after =
+        karpenter_azure::apis::duration::NillableDuration::After(std::time::Duration::from_secs(1800));
+    node(&mut s, "fresh").last_pod_event = Some(ago(5));
+    let d = decided_with(&s, &any_saving());
+    let c = &d.commands[0];
+    assert_eq!(c.candidates, vec!["n"]);
+    assert!(c.moves.iter().all(|m| m.to != "fresh"), "{c:#?}");
+    assert_eq!(c.replacements[0].instance_type, "c2");
+}
+
+prop_compose! {
+    fn arb_cluster()(
+        nodes in prop::collection::vec((0usize..3, prop::collection::vec(0usize..5, 0..4), prop::bool::ANY), 1..7),
+        budget in prop::sample::select(vec!["1", "2", "50%", "100%"]),
+        drift_one in prop::bool::ANY,
+    ) -> Snapshot {
+        let sizes = ["c2", "c4", "c8"];
+        let capacity = [2000i64, 4000, 8000];
+        let cpu = [250i64, 500, 1000, 1500, 2500];
+        let mut s = cluster();
+        s.nodepools[0].budgets = Budget::parse_all(&[api_budget(budget)]).unwrap();
+        for (i, (size, pods, protected)) in nodes.into_iter().enumerate() {
+            let mut used = 0;
+            let mut list = vec![];
+            for (j, p) in pods.into_iter().enumerate() {
+                if used + cpu[p] <= capacity[size] {
+                    used += cpu[p];
+                    let mut w = workload(&format!("p{i}-{j}"), cpu[p]);
+                    if protected && j == 0 {
+                        w.do_not_disrupt = karpenter_azure::disruption::DoNotDisrupt::Always;
+                    }
+                    list.push(w);
+                }
+            }
+            add_node(&mut s, "general", &format!("n{i}"), sizes[size], OnDemand, list);
+        }
+        if drift_one {
+            s.nodes[0].drifted = Some(karpenter_azure::disruption::Drifted { reason: "NodePoolDrifted".into(), since: ago(5) });
+        }
+        s
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn decisions_are_deterministic_within_budgets_and_never_cost_more(s in arb_cluster(), threshold in prop::sample::select(vec![0.0, 0.5])) {
+        let options = Options { consolidation_threshold: threshold, ..Options::default() };
+        let first = decided_with(&s, &options);
+        let second = decide(&s, now(), &options);
+        prop_assert_eq!(format!("{first:?}"), format!("{second:?}"));
+        let mut seen = std::collections::BTreeSet::new();
+        for c in &first.commands {
+            for n in &c.candidates {
+                prop_assert!(seen.insert(n.clone()), "node {} in two commands", n);
+            }
+            if c.reason == DisruptionReason::Underutilized {
+                prop_assert!(c.savings_per_hour > 0.0);
+                prop_assert!(c.replacements.len() <= 1 || c.replacements.len() < c.candidates.len());
+            }
+        }
+        prop_assert_eq!(first.blocked.len() + seen.len(), s.nodes.len(), "every node is acted on or explained");
+    }
+}
