@@ -7,7 +7,9 @@
 //! - `batch`: the provisioning batch window (pure, time passed in).
 //! - `provisioning`: batch → synced → snapshot → solve → create NodeClaims.
 //! - `nodeclaim`: NodeClaim objects built from a plan, and launch requests built from NodeClaims (pure).
-//! - `lifecycle`: the NodeClaim reconciler; `registration`: its registration and initialization steps.
+//! - `lifecycle`: the NodeClaim reconciler, with its launch, registration, initialization, liveness and
+//!   termination steps.
+//! - `writes`: every write guarded by what its writer read, and what a conflict means for it.
 //! - `termination`: draining a deleted claim's Node (taint, evictions, terminationGracePeriod); `drain`:
 //!   its decisions (pure).
 //! - `status`: AKSNodeClass and NodePool status; `nodeclass`: the image and subnet lookups behind the
@@ -41,12 +43,12 @@ pub mod nodeclass;
 pub mod nodeclass_status;
 pub mod provisioning;
 pub mod recheck;
-pub mod registration;
 pub mod repair;
 pub mod start;
 pub mod status;
 pub mod termination;
 pub mod watch;
+pub mod writes;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;

@@ -28,7 +28,7 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::{events, ControllerError, Shared};
+use super::{events, writes, ControllerError, Shared};
 use crate::apis::conditions::{self, Condition, ConditionStatus};
 use crate::apis::duration::{parse_nillable, NillableDuration};
 use crate::apis::{AKSNodeClass, NodeClaim, NodePool};
@@ -368,14 +368,10 @@ async fn write<C: CloudProvider>(
     if let Some(t) = &last_pod_event {
         status["lastPodEventTime"] = json!(t);
     }
-    let patch = Patch::Merge(json!({ "metadata": { "resourceVersion": version }, "status": status }));
-    let patched = match api.patch_status(name, &PatchParams::default(), &patch).await {
-        Ok(p) => p,
-        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
-            tracing::debug!(nodeclaim = %name, code = e.code, "nodeclaim changed meanwhile; next sweep");
-            return Ok(false);
-        }
-        Err(e) => return Err(e.into()),
+    let Some(patched) = writes::patch_status_at(&api, name, version, json!({ "status": status })).await?
+    else {
+        tracing::debug!(nodeclaim = %name, "nodeclaim changed or went meanwhile; next sweep");
+        return Ok(false);
     };
     shared.cluster().apply(&patched);
     match update.drifted {

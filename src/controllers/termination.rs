@@ -33,7 +33,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, EvictParams, ListParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -41,7 +41,7 @@ use super::drain::{
     eviction_outcome, pending_attachments, plan, termination_deadline, Attachment, DrainPlan, DrainPod,
     EvictionOutcome,
 };
-use super::{events, ControllerError, Shared};
+use super::{events, writes, ControllerError, Shared};
 use crate::apis::NodeClaim;
 use crate::cloud::{CloudError, CloudProvider};
 use crate::model::labels::TAINT_DISRUPTED;
@@ -118,8 +118,13 @@ pub async fn drain<C: CloudProvider + 'static>(
             tracing::info!(nodeclaim = %claim_name, node = %node_name, "node not ready and its VM is gone; not draining");
             continue;
         }
-        if taint(&nodes, &node).await? {
-            shared.events.on_claim(claim, events::terminating(std::slice::from_ref(node_name))).await;
+        match taint(&nodes, &node).await? {
+            Some(true) => {
+                shared.events.on_claim(claim, events::terminating(std::slice::from_ref(node_name))).await
+            }
+            Some(false) => {}
+            // The Node changed since it was read: taint the one as it is now, on the next pass.
+            None => return Ok(Some(DRAIN_POLL)),
         }
         let now = Timestamp::now();
         let list = Api::<Pod>::all(shared.client.clone())
@@ -232,12 +237,14 @@ async fn instance_gone<C: CloudProvider + 'static>(
 
 /// Adds `karpenter.sh/disrupted:NoSchedule` (and the load-balancer exclusion label) unless present;
 /// true when it did.
-async fn taint(nodes: &Api<Node>, node: &Node) -> Result<bool, ControllerError> {
+/// Taints the Node `karpenter.sh/disrupted:NoSchedule` and takes it out of load balancers: whether it
+/// did so now (false: it already was), or None when the Node changed since it was read.
+async fn taint(nodes: &Api<Node>, node: &Node) -> Result<Option<bool>, ControllerError> {
     let mut taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
     let tainted = taints.iter().any(|t| t.key == TAINT_DISRUPTED && t.effect == "NoSchedule");
     let labelled = node.labels().get(LABEL_EXCLUDE_FROM_LB).is_some_and(|v| v == "true");
     if tainted && labelled {
-        return Ok(false);
+        return Ok(Some(false));
     }
     if !tainted {
         taints.push(k8s_openapi::api::core::v1::Taint {
@@ -247,15 +254,14 @@ async fn taint(nodes: &Api<Node>, node: &Node) -> Result<bool, ControllerError> 
         });
     }
     let patch = json!({
-        "metadata": {
-            "resourceVersion": node.resource_version(),
-            "labels": { LABEL_EXCLUDE_FROM_LB: "true" },
-        },
+        "metadata": { "labels": { LABEL_EXCLUDE_FROM_LB: "true" } },
         "spec": { "taints": taints },
     });
-    nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await?;
+    if writes::patch(nodes, node, patch).await?.is_none() {
+        return Ok(None);
+    }
     tracing::info!(node = %node.name_any(), taint = TAINT_DISRUPTED, "tainted node for termination");
-    Ok(true)
+    Ok(Some(true))
 }
 
 /// One eviction with a UID precondition, so a replacement pod of the same name is never evicted.

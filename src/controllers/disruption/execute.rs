@@ -12,13 +12,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::{reason_label, report, Disrupting, Shared};
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::NodeClaim;
+use crate::controllers::writes::{self, Part, Updated};
 use crate::controllers::{nodeclaim, ControllerError};
 use crate::disruption::{command::reason_str, Command, Expired, Snapshot};
 use crate::model::labels::{ANNOTATION_REPLACEMENT_FOR, TAINT_DISRUPTED};
@@ -29,8 +30,6 @@ use crate::operator::metrics as operator_metrics;
 pub const REPLACEMENT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// How often [`finish`] looks at the replacements.
 const POLL: Duration = Duration::from_secs(1);
-/// Optimistic-concurrency retries of a taint or condition update.
-const UPDATE_ATTEMPTS: usize = 4;
 
 /// A command whose candidates are tainted and whose replacements exist.
 pub struct Started {
@@ -237,43 +236,33 @@ pub async fn untaint<C>(shared: &Shared<C>, node: &str) -> Result<(), Controller
     .await
 }
 
-/// Read, change, write with the resourceVersion read, retried on conflict.
+/// Changes the Node's taints with [`writes::update_on_conflict`]; `change` says whether it changed them.
 async fn update_taints<C>(
     shared: &Shared<C>,
     node: &str,
     change: impl Fn(&mut Vec<Taint>) -> bool,
 ) -> Result<(), ControllerError> {
     let api: Api<Node> = Api::all(shared.client.clone());
-    for attempt in 1..=UPDATE_ATTEMPTS {
-        let Some(current) = api.get_opt(node).await? else { return Ok(()) };
+    let updated = writes::update_on_conflict(&api, Part::Object, node, |current: &Node| {
         let mut taints = current.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
-        if !change(&mut taints) {
-            return Ok(());
-        }
-        let patch = json!({
-            "metadata": { "resourceVersion": current.resource_version() },
-            "spec": { "taints": taints },
-        });
-        match api.patch(node, &PatchParams::default(), &Patch::Merge(patch)).await {
-            Ok(updated) => {
-                shared.cluster().apply(&updated);
-                return Ok(());
-            }
-            Err(kube::Error::Api(e)) if e.code == 409 && attempt < UPDATE_ATTEMPTS => continue,
-            Err(e) => return Err(e.into()),
-        }
+        change(&mut taints).then(|| json!({ "spec": { "taints": taints } }))
+    })
+    .await?;
+    if let Updated::Written(stored) = updated {
+        shared.cluster().apply(&stored);
     }
     Ok(())
 }
 
+/// Sets the claim's `DisruptionReason` condition to `reason`, or removes it, with
+/// [`writes::update_on_conflict`].
 async fn set_disruption_reason<C>(
     shared: &Shared<C>,
     claim: &str,
     reason: Option<&str>,
 ) -> Result<(), ControllerError> {
     let api: Api<NodeClaim> = Api::all(shared.client.clone());
-    for attempt in 1..=UPDATE_ATTEMPTS {
-        let Some(current) = api.get_opt(claim).await? else { return Ok(()) };
+    let updated = writes::update_on_conflict(&api, Part::Status, claim, |current: &NodeClaim| {
         let mut list = current.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
         let changed = match reason {
             Some(reason) => conditions::set(
@@ -291,21 +280,11 @@ async fn set_disruption_reason<C>(
                 list.len() != before
             }
         };
-        if !changed {
-            return Ok(());
-        }
-        let patch = json!({
-            "metadata": { "resourceVersion": current.resource_version() },
-            "status": { "conditions": list },
-        });
-        match api.patch_status(claim, &PatchParams::default(), &Patch::Merge(patch)).await {
-            Ok(updated) => {
-                shared.cluster().apply(&updated);
-                return Ok(());
-            }
-            Err(kube::Error::Api(e)) if e.code == 409 && attempt < UPDATE_ATTEMPTS => continue,
-            Err(e) => return Err(e.into()),
-        }
+        changed.then(|| json!({ "status": { "conditions": list } }))
+    })
+    .await?;
+    if let Updated::Written(stored) = updated {
+        shared.cluster().apply(&stored);
     }
     Ok(())
 }
