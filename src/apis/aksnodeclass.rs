@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::apis::common::NodeSelectorRequirementWithMinValues;
 use crate::apis::conditions::Condition;
+use crate::apis::hash::{self, hash_value, HashError};
 use crate::apis::sysctls::SysctlConfiguration;
 use crate::apis::validation::{self, DURATION_PATTERN, QUANTITY_PATTERN};
 
@@ -346,4 +347,21 @@ pub struct NodeImage {
     /// The requirements (arch, Hyper-V generation) a size must meet to use the image.
     #[serde(default)]
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
+}
+
+/// The format of `karpenter.azure.com/aksnodeclass-hash`; our own for the same reason (upstream
+/// provider `pkg/apis/v1beta1/aksnodeclass.go` is at "v3" with a hashstructure hash).
+pub const NODECLASS_HASH_VERSION: &str = "karpenter-azure-v1";
+
+impl AKSNodeClass {
+    /// The AKSNodeClass's hash: its spec without `tags`, which are reconciled on the VMs in place
+    /// rather than by replacing nodes (upstream provider `AKSNodeClass.Hash`, drift.go).
+    pub fn hash(&self) -> Result<String, HashError> {
+        let object = format!("AKSNodeClass {}", self.metadata.name.as_deref().unwrap_or_default());
+        let mut spec = hash::to_value(&self.spec, &object)?;
+        if let Some(spec) = spec.as_object_mut() {
+            spec.remove("tags");
+        }
+        Ok(hash_value(&spec))
+    }
 }

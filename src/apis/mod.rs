@@ -8,6 +8,7 @@ pub mod common;
 pub mod conditions;
 pub mod crdgen;
 pub mod duration;
+pub mod hash;
 pub mod manifest;
 pub mod nodeclaim;
 pub mod nodepool;

@@ -6,9 +6,11 @@ use std::collections::BTreeMap;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::apis::common::{NodeClassReference, NodeSelectorRequirementWithMinValues, ResourceList, Taint};
 use crate::apis::conditions::Condition;
+use crate::apis::hash::{self, hash_value, HashError};
 use crate::apis::validation::{
     self, BUDGET_DURATION_PATTERN, BUDGET_NODES_PATTERN, CRON_PATTERN, DURATION_OR_NEVER_PATTERN,
     DURATION_PATTERN,
@@ -206,4 +208,27 @@ pub struct NodePoolStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// The format of `karpenter.sh/nodepool-hash`. Upstream is at "v3" (core `pkg/apis/v1/nodepool.go`),
+/// but our hash is computed differently (FNV-1a over canonical JSON, not Go's hashstructure), so a
+/// claim stamped by upstream Karpenter must not be compared with ours: a different version makes the
+/// comparison skip it and the controller re-stamp it, which is what upstream's version bumps are for.
+/// Reusing "v3" would mark every node of a cluster migrated from upstream as drifted at once.
+pub const NODEPOOL_HASH_VERSION: &str = "karpenter-azure-v1";
+
+impl NodePool {
+    /// The NodePool's hash: `spec.template` without its requirements (judged on labels instead) and
+    /// resources. Labels, annotations, taints, startup taints, nodeClassRef, expireAfter and
+    /// terminationGracePeriod count; budgets, limits, weight and the disruption block are outside the
+    /// template, so they never drift nodes (upstream `NodePool.Hash`, fields tagged `hash:"ignore"`).
+    pub fn hash(&self) -> Result<String, HashError> {
+        let object = format!("NodePool {}", self.metadata.name.as_deref().unwrap_or_default());
+        let mut template = hash::to_value(&self.spec.template, &object)?;
+        if let Some(spec) = template.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.remove("requirements");
+            spec.remove("resources");
+        }
+        Ok(hash_value(&template))
+    }
 }

@@ -9,13 +9,13 @@ use kube::Resource;
 use crate::apis::aksnodeclass::DEFAULT_OS_DISK_SIZE_GB;
 use crate::apis::common::{Operator, Quantity, ResourceList};
 use crate::apis::conditions::{self, Condition, ConditionStatus};
+use crate::apis::hash;
 use crate::apis::nodeclaim::ResourceRequirements;
 use crate::apis::{AKSNodeClass, NodeClaim, NodeClaimSpec, NodePool};
 use crate::catalog::{embedded_sku, NodeSecurity, SkuRecord};
 use crate::cloud::azure::bootstrap::{kubelet_config_flags, NodeClassBootstrap};
 use crate::cloud::azure::imagefamily::image_for;
 use crate::cloud::{allocation, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice};
-use crate::disruption::drift;
 use crate::model::labels::{self, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
 use crate::model::resources::Resources;
 use crate::model::selection::{allowed_offerings, offering_labels, type_allowed};
@@ -47,7 +47,7 @@ pub fn build(planned: &NewNodeClaim, pool: &NodePool, class: Option<&AKSNodeClas
     }
     labels.insert(LABEL_NODEPOOL.to_string(), planned.nodepool.clone());
     let mut annotations = template.metadata.as_ref().map(|m| m.annotations.clone()).unwrap_or_default();
-    annotations.extend(drift::hash_annotations(pool, class).unwrap_or_default());
+    annotations.extend(hash::annotations(pool, class).unwrap_or_default());
     let annotations = Some(annotations).filter(|a| !a.is_empty());
     let owner = OwnerReference {
         api_version: NodePool::api_version(&()).to_string(),

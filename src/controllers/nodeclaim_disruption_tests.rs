@@ -5,6 +5,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 
 use super::*;
+use crate::apis::hash;
 use crate::model::labels::{ANNOTATION_NODEPOOL_HASH, ANNOTATION_NODEPOOL_HASH_VERSION};
 
 const POOL: &str = "
@@ -64,7 +65,7 @@ status:
 }
 
 fn stamped() -> BTreeMap<String, String> {
-    drift::hash_annotations(&pool(), Some(&class())).unwrap()
+    hash::annotations(&pool(), Some(&class())).unwrap()
 }
 
 fn record(claim: &NodeClaim) -> NodeClaimRecord {

@@ -139,10 +139,13 @@ fn the_nodeclaim_carries_the_hashes_drift_compares() {
     };
     let claim = build(&planned(), &pool(), Some(&class()));
     let annotations = claim.metadata.annotations.unwrap();
-    assert_eq!(annotations[ANNOTATION_NODEPOOL_HASH], drift::nodepool_hash(&pool()).unwrap());
-    assert_eq!(annotations[ANNOTATION_NODEPOOL_HASH_VERSION], drift::NODEPOOL_HASH_VERSION);
-    assert_eq!(annotations[ANNOTATION_NODECLASS_HASH], drift::nodeclass_hash(&class()).unwrap());
-    assert_eq!(annotations[ANNOTATION_NODECLASS_HASH_VERSION], drift::NODECLASS_HASH_VERSION);
+    assert_eq!(annotations[ANNOTATION_NODEPOOL_HASH], pool().hash().unwrap());
+    assert_eq!(annotations[ANNOTATION_NODEPOOL_HASH_VERSION], crate::apis::nodepool::NODEPOOL_HASH_VERSION);
+    assert_eq!(annotations[ANNOTATION_NODECLASS_HASH], class().hash().unwrap());
+    assert_eq!(
+        annotations[ANNOTATION_NODECLASS_HASH_VERSION],
+        crate::apis::aksnodeclass::NODECLASS_HASH_VERSION
+    );
     let without_class = build(&planned(), &pool(), None).metadata.annotations.unwrap();
     assert_eq!(without_class.len(), 2, "only the NodePool's hash when the class is missing");
 }

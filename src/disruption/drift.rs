@@ -1,6 +1,6 @@
-//! Drift detection, pure: the stable hashes a NodeClaim is stamped with at creation (its NodePool's
-//! template and its AKSNodeClass's spec), the reason a launched NodeClaim no longer matches what its
-//! NodePool and AKSNodeClass ask for now, and whether a NodeClaim is `Consolidatable`.
+//! Drift detection, pure: the reason a launched NodeClaim no longer matches what its NodePool and
+//! AKSNodeClass ask for now (judged partly on the hashes it was stamped with at creation,
+//! [`crate::apis::hash`]), and whether a NodeClaim is `Consolidatable`.
 //!
 //! The checks run in upstream's order and the first hit wins: core's static, requirements and
 //! instance-type checks (upstream `pkg/controllers/nodeclaim/disruption/drift.go`), then the Azure
@@ -13,11 +13,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use serde::Serialize;
-use serde_json::Value;
 
+use crate::apis::aksnodeclass::NODECLASS_HASH_VERSION;
 use crate::apis::conditions;
 use crate::apis::duration::NillableDuration;
+use crate::apis::hash::HashError;
+use crate::apis::nodepool::NODEPOOL_HASH_VERSION;
 use crate::apis::{AKSNodeClass, NodePool};
 use crate::model::labels::{
     ANNOTATION_NODECLASS_HASH, ANNOTATION_NODECLASS_HASH_VERSION, ANNOTATION_NODEPOOL_HASH,
@@ -25,16 +26,6 @@ use crate::model::labels::{
 };
 use crate::model::requirements::Requirements;
 use crate::model::InstanceType;
-
-/// The format of `karpenter.sh/nodepool-hash`. Upstream is at "v3" (core `pkg/apis/v1/nodepool.go`),
-/// but our hash is computed differently (FNV-1a over canonical JSON, not Go's hashstructure), so a
-/// claim stamped by upstream Karpenter must not be compared with ours: a different version makes the
-/// comparison skip it and the controller re-stamp it, which is what upstream's version bumps are for.
-/// Reusing "v3" would mark every node of a cluster migrated from upstream as drifted at once.
-pub const NODEPOOL_HASH_VERSION: &str = "karpenter-azure-v1";
-/// The format of `karpenter.azure.com/aksnodeclass-hash`; our own for the same reason (upstream
-/// provider `pkg/apis/v1beta1/aksnodeclass.go` is at "v3" with a hashstructure hash).
-pub const NODECLASS_HASH_VERSION: &str = "karpenter-azure-v1";
 
 /// Instance-type drift is only looked for once a claim is this old: the offerings come from the
 /// provider, not the user, so a late answer is fine (upstream drift.go: one hour).
@@ -104,8 +95,8 @@ impl std::fmt::Display for DriftReason {
 /// A NodePool or AKSNodeClass drift cannot be judged against.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DriftError {
-    #[error("{object}: cannot be serialised for hashing: {message}")]
-    Hash { object: String, message: String },
+    #[error(transparent)]
+    Hash(#[from] HashError),
     #[error("NodePool {pool}: spec.template.spec.requirements: {message}")]
     Requirements { pool: String, message: String },
 }
@@ -113,127 +104,10 @@ pub enum DriftError {
 impl DriftError {
     pub fn category(&self) -> &'static str {
         match self {
-            DriftError::Hash { .. } => "Hash",
+            DriftError::Hash(_) => "Hash",
             DriftError::Requirements { .. } => "InvalidRequirements",
         }
     }
-}
-
-// --- Hashes --------------------------------------------------------------------------------------
-
-/// FNV-1a, 64 bits: stable across runs, processes and platforms (std's hasher is randomly keyed).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes.iter().fold(OFFSET, |h, b| (h ^ u64::from(*b)).wrapping_mul(PRIME))
-}
-
-/// Whether a value counts as unset: null, `""`, `[]` and `{}` hash as if the field were absent, so
-/// adding a field to the API (or writing an empty list) does not drift existing nodes (upstream
-/// hashes with hashstructure's `IgnoreZeroValue` and `ZeroNil`). `false` and `0` are kept: an
-/// explicit `false` differs from an unset field whose default is `true`.
-fn is_unset(value: &Value) -> bool {
-    match value {
-        Value::Null => true,
-        Value::String(s) => s.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
-        _ => false,
-    }
-}
-
-/// A canonical text for a JSON value: object keys sorted, unset fields dropped, and arrays as sets
-/// (their elements' canonical texts sorted), as upstream hashes slices (`SlicesAsSets`): reordering
-/// taints or sysctls is not a change.
-fn canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Array(items) => {
-            let mut texts: Vec<String> = items
-                .iter()
-                .map(|v| {
-                    let mut s = String::new();
-                    canonical(v, &mut s);
-                    s
-                })
-                .collect();
-            texts.sort();
-            out.push('[');
-            out.push_str(&texts.join(","));
-            out.push(']');
-        }
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().filter(|(_, v)| !is_unset(v)).collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (key, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                canonical(v, out);
-            }
-            out.push('}');
-        }
-        other => out.push_str(&other.to_string()),
-    }
-}
-
-/// The stable hash of a JSON value, as the decimal text upstream's hash annotations hold.
-pub fn hash_value(value: &Value) -> String {
-    let mut text = String::new();
-    canonical(value, &mut text);
-    fnv1a(text.as_bytes()).to_string()
-}
-
-/// The stable hash of any serialisable value (see [`hash_value`]).
-pub fn stable_hash<T: Serialize>(value: &T, object: &str) -> Result<String, DriftError> {
-    let value = serde_json::to_value(value)
-        .map_err(|e| DriftError::Hash { object: object.to_string(), message: e.to_string() })?;
-    Ok(hash_value(&value))
-}
-
-/// The NodePool's hash: `spec.template` without its requirements (judged on labels instead) and
-/// resources. Labels, annotations, taints, startup taints, nodeClassRef, expireAfter and
-/// terminationGracePeriod count; budgets, limits, weight and the disruption block are outside the
-/// template, so they never drift nodes (upstream `NodePool.Hash`, fields tagged `hash:"ignore"`).
-pub fn nodepool_hash(pool: &NodePool) -> Result<String, DriftError> {
-    let object = format!("NodePool {}", pool.metadata.name.as_deref().unwrap_or_default());
-    let mut template = serde_json::to_value(&pool.spec.template)
-        .map_err(|e| DriftError::Hash { object: object.clone(), message: e.to_string() })?;
-    if let Some(spec) = template.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.remove("requirements");
-        spec.remove("resources");
-    }
-    Ok(hash_value(&template))
-}
-
-/// The AKSNodeClass's hash: its spec without `tags`, which are reconciled on the VMs in place
-/// rather than by replacing nodes (upstream provider `AKSNodeClass.Hash`, drift.go).
-pub fn nodeclass_hash(class: &AKSNodeClass) -> Result<String, DriftError> {
-    let object = format!("AKSNodeClass {}", class.metadata.name.as_deref().unwrap_or_default());
-    let mut spec = serde_json::to_value(&class.spec)
-        .map_err(|e| DriftError::Hash { object: object.clone(), message: e.to_string() })?;
-    if let Some(spec) = spec.as_object_mut() {
-        spec.remove("tags");
-    }
-    Ok(hash_value(&spec))
-}
-
-/// The four hash annotations a NodeClaim is created with; the class's two only when it exists.
-pub fn hash_annotations(
-    pool: &NodePool,
-    class: Option<&AKSNodeClass>,
-) -> Result<BTreeMap<String, String>, DriftError> {
-    let mut out = BTreeMap::from([
-        (ANNOTATION_NODEPOOL_HASH.to_string(), nodepool_hash(pool)?),
-        (ANNOTATION_NODEPOOL_HASH_VERSION.to_string(), NODEPOOL_HASH_VERSION.to_string()),
-    ]);
-    if let Some(class) = class {
-        out.insert(ANNOTATION_NODECLASS_HASH.to_string(), nodeclass_hash(class)?);
-        out.insert(ANNOTATION_NODECLASS_HASH_VERSION.to_string(), NODECLASS_HASH_VERSION.to_string());
-    }
-    Ok(out)
 }
 
 // --- Inputs --------------------------------------------------------------------------------------
@@ -253,7 +127,7 @@ impl PoolDrift {
                 pool: pool.metadata.name.clone().unwrap_or_default(),
                 message: e.to_string(),
             })?;
-        Ok(PoolDrift { hash: nodepool_hash(pool)?, requirements })
+        Ok(PoolDrift { hash: pool.hash()?, requirements })
     }
 }
 
@@ -277,7 +151,7 @@ impl ClassDrift {
             .filter(|v| !v.is_empty() && ready(conditions::KUBERNETES_VERSION_READY));
         let images: Vec<String> = status.images.iter().map(|i| i.id.clone()).collect();
         let images = (ready(conditions::IMAGES_READY) && !images.is_empty()).then_some(images);
-        Ok(ClassDrift { hash: nodeclass_hash(class)?, kubernetes_version, images })
+        Ok(ClassDrift { hash: class.hash()?, kubernetes_version, images })
     }
 }
 

@@ -4,6 +4,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use super::*;
+use crate::apis::hash::{annotations as hash_annotations, fnv1a, hash_value};
 use crate::model::resources::Resources;
 use crate::model::{CapacityType, Offering};
 
@@ -323,7 +324,7 @@ fn hashes_are_stable_and_ignore_unset_fields() {
     assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
     assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
     assert_ne!(hash_value(&serde_json::json!({"a": false})), hash_value(&serde_json::json!({})));
-    assert_eq!(nodepool_hash(&pool()).unwrap(), nodepool_hash(&pool()).unwrap());
+    assert_eq!(pool().hash().unwrap(), pool().hash().unwrap());
     let a = hash_annotations(&pool(), Some(&class())).unwrap();
     assert_eq!(a.len(), 4);
     assert_eq!(a[ANNOTATION_NODEPOOL_HASH_VERSION], NODEPOOL_HASH_VERSION);

@@ -38,7 +38,7 @@ pub struct NodeRecord {
     pub ready_at: Timestamp,
     pub last_pod_event: Timestamp,
     /// The hash annotations the NodeClaim was stamped with at launch
-    /// ([`crate::disruption::drift::hash_annotations`]), for drift.
+    /// ([`crate::apis::hash::annotations`]), for drift.
     pub annotations: BTreeMap<String, String>,
     /// A disruption command or an expiration is taking it away.
     pub disrupting: bool,

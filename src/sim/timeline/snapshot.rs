@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
 use super::cluster::{node_of, pod_id, VirtualCluster};
+use crate::apis::hash;
 use crate::apis::nodepool::NodePool;
 use crate::apis::AKSNodeClass;
 use crate::disruption::drift::{self, ClaimFacts, ClassDrift, PoolDrift};
@@ -24,10 +25,10 @@ use crate::sim::load::Sourced;
 use crate::sim::managed::{self, ManagedError};
 
 /// The hash annotations a node's NodeClaim is stamped with at launch, as the controller stamps them
-/// ([`drift::hash_annotations`]); empty when the pool is gone or cannot be hashed.
+/// ([`hash::annotations`]); empty when the pool is gone or cannot be hashed.
 pub fn launch_hashes(cluster: &VirtualCluster, nodepool: &str) -> BTreeMap<String, String> {
     let Some(pool) = find_pool(cluster, nodepool) else { return BTreeMap::new() };
-    drift::hash_annotations(pool, find_class(cluster, pool)).unwrap_or_default()
+    hash::annotations(pool, find_class(cluster, pool)).unwrap_or_default()
 }
 
 fn find_pool<'a>(cluster: &'a VirtualCluster, name: &str) -> Option<&'a NodePool> {
