@@ -28,10 +28,11 @@
 //! 3. Snapshot: `state/snapshot.rs` turns the index into a `scheduling::SolveInput`, with instance types
 //!    from `catalog/instancetype.rs`.
 //! 4. Solve: `scheduling/solve.rs` (working state in `scheduling/working.rs`) returns a `Plan`.
-//! 5. NodeClaim: `controllers/provisioning.rs` creates one NodeClaim per planned claim, built by
-//!    `controllers/nodeclaim.rs`.
-//! 6. Launch: `controllers/lifecycle.rs` turns the NodeClaim into a launch request for the cloud
-//!    provider, `cloud/azure/provider.rs` (NIC and VM over ARM).
+//! 5. NodeClaim: `controllers/provisioning/` creates one NodeClaim per planned claim
+//!    (`controllers/nodeclaim/create.rs`), built by `controllers/nodeclaim/build.rs`.
+//! 6. Launch: `controllers/nodeclaim/lifecycle/` (`phase.rs` decides, `launch.rs` acts) turns the
+//!    NodeClaim into a launch request for the cloud provider, `cloud/azure/provider.rs` (NIC and VM
+//!    over ARM).
 
 #![forbid(unsafe_code)]
 

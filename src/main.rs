@@ -167,7 +167,7 @@ async fn start_controller(validated: karpenter_azure::operator::Validated) -> an
     use anyhow::Context as _;
     use karpenter_azure::controllers::{self, start};
     let config = kube::Config::infer().await.context("reading the Kubernetes client configuration")?;
-    let evictions = controllers::termination::eviction_client(config.clone())
+    let evictions = controllers::node::termination::eviction_client(config.clone())
         .context("connecting to the Kubernetes API server")?;
     let ca_bundle = start::cluster_ca_bundle(&validated, config.root_cert.as_deref())?;
     let client = kube::Client::try_from(config).context("connecting to the Kubernetes API server")?;

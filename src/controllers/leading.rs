@@ -18,8 +18,9 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 
+use super::nodeclaim::{gc, inplace, lifecycle};
 use super::provisioning::{self, Trigger};
-use super::{disruption, gc, inplace, lifecycle, nodeclaim_disruption, repair, status, Shared};
+use super::{disruption, node::repair, status, Shared};
 use crate::cloud::CloudProvider;
 use crate::operator::leader::Elector;
 use crate::operator::metrics;
@@ -92,7 +93,7 @@ fn spawn_writers<C: CloudProvider + 'static>(
     tasks.spawn(lifecycle::run(shared.clone()));
     tasks.spawn(status::run(shared.clone()));
     tasks.spawn(gc::run(shared.clone()));
-    tasks.spawn(nodeclaim_disruption::run(shared.clone()));
+    tasks.spawn(super::nodeclaim::disruption::run(shared.clone()));
     tasks.spawn(disruption::run(shared.clone()));
     tasks.spawn(inplace::run(shared.clone()));
     if shared.settings.node_repair {

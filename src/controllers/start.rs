@@ -172,12 +172,15 @@ pub fn settings(v: &Validated) -> Settings {
         region: v.azure.location.clone(),
         batch_idle: v.batch_idle_duration,
         batch_max: v.batch_max_duration,
-        gc_interval: env_duration(GC_INTERVAL_ENV, super::gc::DEFAULT_INTERVAL),
-        gc_grace: env_duration(GC_GRACE_ENV, super::gc::DEFAULT_GRACE),
+        gc_interval: env_duration(GC_INTERVAL_ENV, super::nodeclaim::gc::DEFAULT_INTERVAL),
+        gc_grace: env_duration(GC_GRACE_ENV, super::nodeclaim::gc::DEFAULT_GRACE),
         ports: Ports { metrics: v.metrics_port, health: v.health_probe_port },
         cluster_subnet_id: v.network.vnet_subnet_id.clone(),
         node_resource_group: v.azure.node_resource_group.clone(),
-        registration_timeout: env_duration(REGISTRATION_TIMEOUT_ENV, super::lifecycle::REGISTRATION_TIMEOUT),
+        registration_timeout: env_duration(
+            REGISTRATION_TIMEOUT_ENV,
+            super::nodeclaim::lifecycle::REGISTRATION_TIMEOUT,
+        ),
         disruption: crate::disruption::Options {
             spot_to_spot_consolidation: v.feature_gates.spot_to_spot_consolidation,
             ..crate::disruption::Options::default()

@@ -5,7 +5,7 @@
 //! The checks run in upstream's order and the first hit wins: core's static, requirements and
 //! instance-type checks (upstream `pkg/controllers/nodeclaim/disruption/drift.go`), then the Azure
 //! provider's node-class, Kubernetes-version and image checks (upstream provider
-//! `pkg/cloudprovider/drift.go`). The controller (`controllers/nodeclaim_disruption.rs`) and the
+//! `pkg/cloudprovider/drift.go`). The controller (`controllers/nodeclaim/disruption.rs`) and the
 //! simulator (`sim/timeline/snapshot.rs`) both call these functions, so they agree on what drifted.
 //! No I/O, no clock: `now` is passed in.
 

@@ -14,8 +14,8 @@ use karpenter_azure::cloud::azure::subnet::SubnetId;
 use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, RetrySettings};
 use karpenter_azure::cloud::{CloudError, CloudProvider};
 use karpenter_azure::controllers::nodeclaim::launch_request;
-use karpenter_azure::controllers::nodeclass::NodeClassChecks;
-use karpenter_azure::controllers::nodeclass_status::{nodeclass_status, ImagesCheck, SubnetCheck};
+use karpenter_azure::controllers::status::nodeclass::NodeClassChecks;
+use karpenter_azure::controllers::status::nodeclass_status::{nodeclass_status, ImagesCheck, SubnetCheck};
 use karpenter_azure::model::InstanceType;
 
 async fn harness(config: FakeArmConfig) -> (FakeArm, AzureCloudProvider) {

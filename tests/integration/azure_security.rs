@@ -18,8 +18,8 @@ use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, RetrySetting
 use karpenter_azure::cloud::{CloudProvider, LaunchRequest};
 use karpenter_azure::controllers::catalog::Catalog;
 use karpenter_azure::controllers::nodeclaim::launch_request;
-use karpenter_azure::controllers::nodeclass::NodeClassChecks;
-use karpenter_azure::controllers::nodeclass_status::{nodeclass_status, ImagesCheck};
+use karpenter_azure::controllers::status::nodeclass::NodeClassChecks;
+use karpenter_azure::controllers::status::nodeclass_status::{nodeclass_status, ImagesCheck};
 use karpenter_azure::model::InstanceType;
 
 const KUBERNETES_VERSION: &str = "1.34.4";

@@ -16,8 +16,8 @@ use karpenter_azure::catalog::{instance_types, CapacityOptions, PriceTable, Unav
 use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, RetrySettings};
 use karpenter_azure::cloud::CloudProvider;
 use karpenter_azure::controllers::nodeclaim::{build, launch_request};
-use karpenter_azure::controllers::nodeclass::NodeClassChecks;
-use karpenter_azure::controllers::nodeclass_status::nodeclass_status;
+use karpenter_azure::controllers::status::nodeclass::NodeClassChecks;
+use karpenter_azure::controllers::status::nodeclass_status::nodeclass_status;
 use karpenter_azure::model::labels::{LABEL_CAPACITY_TYPE, LABEL_SKU_FAMILY, LABEL_ZONE};
 use karpenter_azure::model::requirements::Requirement;
 use karpenter_azure::model::{CapacityType, InstanceType};

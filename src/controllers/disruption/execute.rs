@@ -8,19 +8,21 @@
 //! termination drains and deletes them. If a replacement fails to launch or initialize within
 //! [`REPLACEMENT_TIMEOUT`], the command is rolled back: candidates untainted, conditions cleared.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::{reason_label, report, Disrupting, Shared};
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::NodeClaim;
+use crate::controllers::nodeclaim::{self, CreateError};
 use crate::controllers::writes::{self, Part, Updated};
-use crate::controllers::{nodeclaim, ControllerError};
+use crate::controllers::ControllerError;
 use crate::disruption::{command::reason_str, Command, Expired, Snapshot};
 use crate::model::labels::{ANNOTATION_REPLACEMENT_FOR, TAINT_DISRUPTED};
 use crate::operator::metrics as operator_metrics;
@@ -143,27 +145,14 @@ async fn create_replacements<C>(
     shared: &Shared<C>,
     command: &Command,
 ) -> Result<Vec<String>, ControllerError> {
-    let api: Api<NodeClaim> = Api::all(shared.client.clone());
     let mut names = vec![];
     for planned in &command.replacements {
-        let (pool, class) = {
-            let cluster = shared.cluster();
-            let pool = cluster.nodepool(&planned.nodepool).cloned();
-            let class = pool
-                .as_ref()
-                .and_then(|p| cluster.nodeclass(&p.spec.template.spec.node_class_ref.name).cloned());
-            (pool, class)
-        };
-        let pool =
-            pool.ok_or_else(|| ControllerError::Invalid(format!("NodePool {} is gone", planned.nodepool)))?;
-        let mut object = nodeclaim::build(planned, &pool, class.as_ref());
-        object
-            .metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(ANNOTATION_REPLACEMENT_FOR.to_string(), command.candidates.join(","));
-        let created = api.create(&PostParams::default(), &object).await?;
-        shared.cluster().apply(&created);
+        let annotations =
+            BTreeMap::from([(ANNOTATION_REPLACEMENT_FOR.to_string(), command.candidates.join(","))]);
+        let created = nodeclaim::create(shared, planned, annotations).await.map_err(|e| match e {
+            CreateError::PoolGone(_) => ControllerError::Invalid(e.to_string()),
+            CreateError::Kube(e) => e.into(),
+        })?;
         operator_metrics::get().nodeclaim_created_for(reason_label(command.reason), &planned.nodepool);
         tracing::info!(nodeclaim = %created.name_any(), nodepool = %planned.nodepool, instance_type = %planned.instance_type, zone = %planned.zone, capacity_type = planned.capacity_type.as_str(), price_per_hour = planned.price_per_hour, "created replacement nodeclaim");
         names.push(created.name_any());

@@ -1,5 +1,5 @@
 //! Termination of a NodeClaim being deleted (upstream core `nodeclaim/termination`): its Node is drained
-//! ([`crate::controllers::termination`]: taint, evictions, terminationGracePeriod), then the VM is
+//! ([`crate::controllers::node::termination`]: taint, evictions, terminationGracePeriod), then the VM is
 //! deleted, then the Node (our finalizer removed first), then the claim's finalizer.
 
 use k8s_openapi::api::core::v1::Node;
@@ -10,7 +10,8 @@ use serde_json::json;
 use super::phase::WAIT_POLL;
 use crate::apis::NodeClaim;
 use crate::cloud::{CloudError, CloudProvider};
-use crate::controllers::{metrics, termination, writes, ControllerError, Shared};
+use crate::controllers::node::termination;
+use crate::controllers::{metrics, writes, ControllerError, Shared};
 use crate::model::labels::FINALIZER_TERMINATION;
 
 /// Drains the Node(s), then deletes the VM, then the Node, then the claim's finalizer; each pass does

@@ -15,10 +15,10 @@ use kube::api::{Patch, PatchParams};
 use kube::Api;
 use serde_json::json;
 
-use super::Shared;
 use crate::apis::hash::hash_value;
 use crate::apis::NodeClaim;
 use crate::cloud::{CloudError, CloudProvider, InPlace};
+use crate::controllers::Shared;
 
 /// How often the claims are compared with their class.
 pub const INTERVAL: Duration = Duration::from_secs(10);

@@ -28,11 +28,11 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::{events, writes, ControllerError, Shared};
 use crate::apis::conditions::{self, Condition, ConditionStatus};
 use crate::apis::duration::{parse_nillable, NillableDuration};
 use crate::apis::{AKSNodeClass, NodeClaim, NodePool};
 use crate::cloud::CloudProvider;
+use crate::controllers::{events, writes, ControllerError, Shared};
 use crate::disruption::drift::{self, ClaimFacts, ClassDrift, DriftReason, NodeFacts, PoolDrift};
 use crate::model::InstanceType;
 use crate::operator::metrics::in_controller;
@@ -391,5 +391,5 @@ async fn write<C: CloudProvider>(
 }
 
 #[cfg(test)]
-#[path = "nodeclaim_disruption_tests.rs"]
+#[path = "disruption_tests.rs"]
 mod tests;

@@ -1,11 +1,11 @@
 //! Termination (upstream core `node/termination` and `terminator`): a NodeClaim's Node is drained, and
 //! its volumes detached, before its VM is deleted.
 //!
-//! Called from the NodeClaim finalizer in [`super::lifecycle`] (a Node deleted by someone else gets its
+//! Called from the NodeClaim finalizer in [`crate::controllers::nodeclaim::lifecycle`] (a Node deleted by someone else gets its
 //! claim deleted there, so both paths come through here). Each call is one non-blocking pass:
 //!
 //! 1. taint the Node `karpenter.sh/disrupted:NoSchedule` (and exclude it from external load balancers);
-//! 2. list its pods and decide, with [`super::drain`] (pure, `now` passed in), which to evict and which
+//! 2. list its pods and decide, with [`crate::controllers::node::drain`] (pure, `now` passed in), which to evict and which
 //!    to delete: one tier at a time (non-critical pods, non-critical DaemonSet pods, critical pods,
 //!    critical DaemonSet pods), pods under an active `karpenter.sh/do-not-disrupt` waited for but never
 //!    evicted;
@@ -37,13 +37,13 @@ use kube::api::{DeleteParams, EvictParams, ListParams, Preconditions};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use super::drain::{
+use crate::apis::NodeClaim;
+use crate::cloud::{CloudError, CloudProvider};
+use crate::controllers::node::drain::{
     eviction_outcome, pending_attachments, plan, termination_deadline, Attachment, DrainPlan, DrainPod,
     EvictionOutcome,
 };
-use super::{events, writes, ControllerError, Shared};
-use crate::apis::NodeClaim;
-use crate::cloud::{CloudError, CloudProvider};
+use crate::controllers::{events, writes, ControllerError, Shared};
 use crate::model::labels::TAINT_DISRUPTED;
 use crate::operator::metrics::{controller, in_controller};
 

@@ -7,6 +7,10 @@
 //! NodePool: NodeClassReady and Ready from its class, `resources` and `nodes` in use from the index.
 //! Provisioning only sees NodePools whose Ready is True, so this writer must run for anything to launch.
 
+pub mod nodeclass;
+pub mod nodeclass_status;
+pub mod recheck;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,13 +21,13 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::nodeclaim::resource_list;
-use super::nodeclass::NodeClassChecks;
-use super::nodeclass_status::nodeclass_status;
-use super::{ControllerError, Shared};
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::{AKSNodeClass, NodePool};
 use crate::cloud::CloudProvider;
+use crate::controllers::nodeclaim::resource_list;
+use crate::controllers::{ControllerError, Shared};
+use nodeclass::NodeClassChecks;
+use nodeclass_status::nodeclass_status;
 
 /// Status is recomputed at least this often (node counts and the Kubernetes version change without a
 /// NodePool or AKSNodeClass event).

@@ -6,21 +6,22 @@
 //! launch through the synced gate) even before the watch delivers them. Each pod's wait from the pod
 //! watch first seeing it provisionable to its first decision is recorded (`batch::DecisionClock`).
 
-use std::collections::HashSet;
+pub mod batch;
+
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::api::PostParams;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
 
-use super::batch::{DecisionClock, Window};
-use super::events::{self, Nomination};
-use super::{metrics, nodeclaim, ControllerError, Shared};
-use crate::apis::NodeClaim;
+use crate::controllers::events::{self, Nomination};
+use crate::controllers::nodeclaim::{self, CreateError};
+use crate::controllers::{metrics, ControllerError, Shared};
 use crate::operator::metrics::controller::PROVISIONER;
 use crate::scheduling::{self, Plan, PodId, SolveOptions};
+use batch::{DecisionClock, Window};
 
 /// Upstream requeues a provisionable pod every 10 s while it stays provisionable; a periodic batch
 /// does the same for pods left pending by a deleted claim or a pool that became Ready.
@@ -159,29 +160,14 @@ async fn provision<C: Send + Sync + 'static>(
         tracing::info!(pod = %u.pod, reason = %u.reason, "pod cannot be scheduled");
     }
     let mut nominations = Vec::new();
-    let api: Api<NodeClaim> = Api::all(shared.client.clone());
-    let creates = plan.nodeclaims.iter().filter_map(|planned| {
-        let (pool, class) = {
-            let cluster = shared.cluster();
-            let pool = cluster.nodepool(&planned.nodepool).cloned();
-            let class = pool
-                .as_ref()
-                .and_then(|p| cluster.nodeclass(&p.spec.template.spec.node_class_ref.name).cloned());
-            (pool, class)
-        };
-        let Some(pool) = pool else {
-            tracing::warn!(nodepool = %planned.nodepool, "NodePool vanished before its claim was created");
-            return None;
-        };
-        let object = nodeclaim::build(planned, &pool, class.as_ref());
-        let api = api.clone();
-        Some(async move { (planned, api.create(&PostParams::default(), &object).await) })
-    });
+    let creates = plan
+        .nodeclaims
+        .iter()
+        .map(|planned| async move { (planned, nodeclaim::create(shared, planned, BTreeMap::new()).await) });
     let mut failed = None;
     for (planned, result) in futures::future::join_all(creates).await {
         match result {
             Ok(created) => {
-                shared.cluster().apply(&created);
                 let claim = created.name_any();
                 nominations.extend(planned.pods.iter().map(|p| (p.clone(), Target::Claim(claim.clone()))));
                 m.nodeclaim_created(&planned.nodepool);
@@ -197,7 +183,10 @@ async fn provision<C: Send + Sync + 'static>(
                     "created nodeclaim"
                 );
             }
-            Err(error) => {
+            Err(CreateError::PoolGone(_)) => {
+                tracing::warn!(nodepool = %planned.nodepool, "NodePool vanished before its claim was created");
+            }
+            Err(CreateError::Kube(error)) => {
                 tracing::warn!(nodepool = %planned.nodepool, %error, "creating a nodeclaim failed");
                 failed = Some(error);
             }

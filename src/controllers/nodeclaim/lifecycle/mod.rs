@@ -9,10 +9,10 @@
 //!   finalizer;
 //! - [`initialization`]: the Node is Ready and its startup taints are gone;
 //! - liveness: the launch and registration timeouts delete the claim (decided in [`phase`]);
-//! - [`finalize`]: on deletion, the Node is drained ([`super::termination`]), then the VM, the Node
+//! - [`finalize`]: on deletion, the Node is drained ([`crate::controllers::node::termination`]), then the VM, the Node
 //!   and the claim's finalizer go.
 //!
-//! Every write goes through [`super::writes`]: guarded by the resourceVersion the step decided on, and a
+//! Every write goes through [`crate::controllers::writes`]: guarded by the resourceVersion the step decided on, and a
 //! step refused as stale is looked at again after [`phase::WAIT_POLL`] without a backoff.
 
 mod finalize;
@@ -34,14 +34,12 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::events;
-use super::metrics;
-use super::writes::{self, Deleted};
-use super::{ControllerError, Shared};
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::NodeClaim;
 use crate::cloud::azure::naming;
 use crate::cloud::{CloudError, CloudProvider};
+use crate::controllers::writes::{self, Deleted};
+use crate::controllers::{events, metrics, ControllerError, Shared};
 use crate::model::labels::FINALIZER_TERMINATION;
 use crate::operator::metrics::{controller, in_controller};
 use phase::{Phase, Timeouts, RESYNC, WAIT_POLL};
@@ -135,7 +133,7 @@ async fn step<C: CloudProvider + 'static>(
             // Azure's node manager deletes the Node of a VM that is gone: for a spot VM, an eviction.
             let reason = match shared.cloud.get(&provider_id).await {
                 Err(CloudError::NotFound(_)) => {
-                    let (reason, event) = super::gc::vanished(claim, &provider_id);
+                    let (reason, event) = crate::controllers::nodeclaim::gc::vanished(claim, &provider_id);
                     shared.events.on_claim(claim, event).await;
                     reason
                 }

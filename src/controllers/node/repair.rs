@@ -24,11 +24,11 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Resource};
 use serde_json::json;
 
-use super::drain::ANNOTATION_TERMINATION_TIMESTAMP;
-use super::start::{env_duration, REPAIR_INTERVAL_ENV, REPAIR_TOLERATION_ENV};
-use super::{events, metrics, ControllerError, Shared};
 use crate::apis::NodeClaim;
 use crate::cloud::CloudProvider;
+use crate::controllers::node::drain::ANNOTATION_TERMINATION_TIMESTAMP;
+use crate::controllers::start::{env_duration, REPAIR_INTERVAL_ENV, REPAIR_TOLERATION_ENV};
+use crate::controllers::{events, metrics, ControllerError, Shared};
 use crate::disruption::repair::{self, NodeHealth, RepairPlan};
 
 /// How often the nodes are looked at when none is about to reach its toleration.

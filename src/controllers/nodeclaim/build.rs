@@ -272,5 +272,5 @@ impl LabelsMap for NodeClaim {
 }
 
 #[cfg(test)]
-#[path = "nodeclaim_tests.rs"]
+#[path = "build_tests.rs"]
 mod tests;

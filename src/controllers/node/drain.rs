@@ -1,6 +1,6 @@
 //! The drain's decisions (pure, `now` passed in): which pods of a terminating Node to evict, in which
 //! order, which to delete at the termination deadline, which to leave, which VolumeAttachments still
-//! hold the VM, and what an Eviction API answer means. [`super::termination`] does the calls.
+//! hold the VM, and what an Eviction API answer means. [`crate::controllers::node::termination`] does the calls.
 //!
 //! As upstream `pkg/controllers/node/termination/terminator/terminator.go`:
 //! - the drain waits for every non-terminal pod except mirror pods, pods tolerating

@@ -1,8 +1,8 @@
 //! Garbage collection (upstream azure `nodeclaim/garbagecollection` and core `nodeclaim/garbagecollection`).
 //!
-//! Every [`Settings::gc_interval`](super::Settings) (2 minutes in production) one sweep:
+//! Every [`Settings::gc_interval`](crate::controllers::Settings) (2 minutes in production) one sweep:
 //! - VMs tagged for this cluster that no NodeClaim owns (neither by providerID nor by the name
-//!   `aks-<claim>`) and that are older than [`Settings::gc_grace`](super::Settings) (5 minutes) are deleted
+//!   `aks-<claim>`) and that are older than [`Settings::gc_grace`](crate::controllers::Settings) (5 minutes) are deleted
 //!   with their NIC, and so is a Node with their providerID that no NodeClaim owns;
 //! - NICs `aks-<x>` tagged for this cluster with no VM `aks-<x>` and no NodeClaim `<x>` are deleted once
 //!   they were found orphaned by two sweeps in a row (a NIC has no creation time; the second look covers a
@@ -27,10 +27,10 @@ use kube::api::DeleteParams;
 use kube::runtime::events::Event;
 use kube::{Api, ResourceExt};
 
-use super::{events, metrics, ControllerError, Shared};
 use crate::apis::NodeClaim;
 use crate::cloud::azure::naming;
 use crate::cloud::{CloudError, CloudProvider, Instance};
+use crate::controllers::{events, metrics, ControllerError, Shared};
 use crate::model::labels::{CAPACITY_TYPE_SPOT, LABEL_CAPACITY_TYPE};
 use crate::operator::metrics::{controller, in_controller};
 

@@ -1,0 +1,124 @@
+//! What the controllers share: the settings they run with, their error type, and [`Shared`] — the
+//! API client, the cluster index, the catalog, the cloud provider and the coordination between the
+//! writers (status changes, nominations, backoff counts, leadership, work in flight).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::cloud::CloudError;
+use crate::controllers::node::termination::Termination;
+use crate::controllers::{events, provisioning, Catalog};
+use crate::operator::server::{Ports, ServerError};
+use crate::state::Cluster;
+
+/// What the controllers need from the operator settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `LOCATION`.
+    pub region: String,
+    /// `BATCH_IDLE_DURATION`.
+    pub batch_idle: Duration,
+    /// `BATCH_MAX_DURATION`.
+    pub batch_max: Duration,
+    /// How often garbage collection sweeps ([`gc::DEFAULT_INTERVAL`]).
+    pub gc_interval: Duration,
+    /// How old an unowned VM must be before it is collected ([`gc::DEFAULT_GRACE`]).
+    pub gc_grace: Duration,
+    /// `METRICS_PORT` and `HEALTH_PROBE_PORT`.
+    pub ports: Ports,
+    /// `VNET_SUBNET_ID`: the subnet of classes without their own, and the VNet theirs must be in.
+    pub cluster_subnet_id: String,
+    /// `AZURE_NODE_RESOURCE_GROUP`: tells an AKS-managed VNet (no custom subnets) from the user's.
+    pub node_resource_group: String,
+    /// How long a launched claim waits for its Node ([`lifecycle::REGISTRATION_TIMEOUT`]).
+    pub registration_timeout: Duration,
+    /// The disruption decisions' settings: feature gate `SpotToSpotConsolidation` (upstream default off:
+    /// consolidation may replace spot nodes with cheaper spot nodes), the Balanced threshold, solve caps.
+    pub disruption: crate::disruption::Options,
+    /// Between disruption passes that found nothing to do (upstream: 10 s).
+    pub disruption_interval: Duration,
+    /// Between deciding a consolidation or emptiness command and validating it (upstream: 15 s).
+    pub disruption_validation_delay: Duration,
+    /// Feature gate `NodeRepair` (upstream default off): [`repair`] replaces nodes that stay unhealthy.
+    pub node_repair: bool,
+}
+
+/// Why a controller step failed. `category` is the bounded label for logs, metrics and events.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("cloud: {0}")]
+    Cloud(#[from] CloudError),
+    #[error("node class not ready: {0}")]
+    NodeClassNotReady(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Server(#[from] ServerError),
+}
+
+impl ControllerError {
+    pub fn category(&self) -> &'static str {
+        match self {
+            ControllerError::Kube(_) => "KubernetesAPI",
+            ControllerError::Cloud(e) => e.category(),
+            ControllerError::NodeClassNotReady(_) => "NodeClassNotReady",
+            ControllerError::Invalid(_) => "Invalid",
+            ControllerError::Server(e) => e.category(),
+        }
+    }
+}
+
+/// State every controller shares.
+pub struct Shared<C> {
+    pub client: kube::Client,
+    pub cluster: Mutex<Cluster>,
+    pub catalog: Catalog,
+    pub cloud: Arc<C>,
+    pub settings: Settings,
+    /// Wakes the status writer when a NodePool or AKSNodeClass changed.
+    pub status_changed: Notify,
+    /// Consecutive failed reconciles per NodeClaim, for the lifecycle's backoff.
+    pub failures: Mutex<BTreeMap<String, u32>>,
+    /// The drain's eviction client (no retry layer) and its backoff.
+    pub termination: Termination,
+    /// Kubernetes Events; publishing never fails a reconcile.
+    pub events: events::Events,
+    /// True while this replica leads; the watches queue provisioning triggers only then.
+    pub leading: AtomicBool,
+    /// Nodes and NodeClaims the provisioner planned pods onto, and when: disruption leaves them alone
+    /// for [`provisioning::NOMINATION_WINDOW`] (upstream's nomination), so a node about to receive
+    /// pending pods is not removed as empty in the meantime.
+    pub nominations: Mutex<BTreeMap<String, std::time::Instant>>,
+    /// Held (shared) by every unit of leader work, so shutdown can wait for in-flight work to finish
+    /// (exclusive) before it releases the lease; see [`leading`].
+    pub in_flight: tokio::sync::RwLock<()>,
+}
+
+impl<C> Shared<C> {
+    /// The index; a panic while holding the lock cannot leave it half-updated in a way later reads
+    /// cannot cope with (every update replaces whole records), so a poisoned lock is used as is.
+    pub fn cluster(&self) -> MutexGuard<'_, Cluster> {
+        self.cluster.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Names (Nodes or NodeClaims) nominated within [`provisioning::NOMINATION_WINDOW`]; older
+    /// nominations are dropped.
+    pub fn nominated(&self) -> std::collections::BTreeSet<String> {
+        let mut map = self.nominations.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, at| at.elapsed() < provisioning::NOMINATION_WINDOW);
+        map.keys().cloned().collect()
+    }
+
+    /// Marks a unit of leader work (a reconcile, a provisioning round, a sweep) as in flight until the
+    /// guard drops. Once shutdown has begun waiting, new units wait too (tokio's lock is fair), and
+    /// the task is aborted before it starts.
+    pub async fn begin_work(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.in_flight.read().await
+    }
+}
