@@ -20,11 +20,11 @@ test:
 	CARGO=$(CARGO) hack/test.sh
 
 unit:
-	$(CARGO) test --lib
+	$(CARGO) test --workspace --lib
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets --test container_image -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --test container_image -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all

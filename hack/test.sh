@@ -6,7 +6,8 @@
 # Stages:
 #   deps         hack/deps.sh: installs what the tests need (quick when present)
 #   lint         rustfmt and clippy with warnings denied
-#   build        the debug test binaries
+#   build        the debug test binaries: the unit tests of the core crate (crates/core) and of the
+#                main crate, and tests/integration, tests/e2e and tests/oracle
 #   image-build  started in the background after `deps`: the Dockerfile's release build for the musl
 #                target (about 14 minutes cold), at the lowest CPU priority so it takes only the CPU the
 #                other stages leave idle (link steps, the e2e tests waiting on the cluster); the image
@@ -50,7 +51,7 @@ record() { # <name> <start time> <exit status>
 lint() {
   "$CARGO" fmt --all -- --check &&
     # --all-targets leaves out test targets with `test = false` (the image test); name it too.
-    "$CARGO" clippy --all-targets --test container_image -- -D warnings
+    "$CARGO" clippy --workspace --all-targets --test container_image -- -D warnings
 }
 
 # The Dockerfile's `RUN cargo build ...` arguments: the image test runs the same line, and reads it
@@ -75,9 +76,11 @@ image_pid=$!
 log "stage image-build: started in the background (log: $IMAGE_LOG)"
 
 stage lint lint
-stage build "$CARGO" test --all-targets --no-run
-stage test "$CARGO" test --all-targets --no-fail-fast
-stage doc "$CARGO" test --doc
+# --tests: every crate's unit tests and the test binaries (integration, e2e, oracle); the binary and
+# the fakes' crate have none (`test = false`), and the image test waits for its build below.
+stage build "$CARGO" test --workspace --tests --no-run
+stage test "$CARGO" test --workspace --tests --no-fail-fast
+stage doc "$CARGO" test --workspace --doc
 
 log "waiting for the image build ..."
 wait "$image_pid"

@@ -8,8 +8,10 @@
 //!
 //! An arrow points from a lower layer to the modules that may use it; a module never uses one above
 //! it, catalog and scheduling never use each other, and controllers may use cloud (not the reverse).
-//! `bench`, `bench_disruption` and the binary sit on top. `tests/integration/layering.rs` checks this, and that the
-//! pure modules (`model`, `scheduling`, `disruption`) name no I/O, async runtime, client or clock.
+//! `bench`, `bench_disruption` and the binary sit on top. `model`, `apis`, `scheduling` and
+//! `disruption` are the pure core crate (`crates/core`, `karpenter_azure_core`), re-exported here under
+//! the same names; its manifest has no dependency that does I/O. `tests/integration/layering.rs`
+//! checks the layers, and that the pure modules name no I/O, async runtime, client or clock.
 //!
 //! - `model`: labels, the requirements algebra, resources, instance types and offerings, selection.
 //! - `apis`: the CRD types, their validation and their requirements in the model's terms; crdgen.
@@ -27,7 +29,8 @@
 //! 2. State index: `state/cluster.rs` keeps compact records (`state/records.rs`) of what decisions read.
 //! 3. Snapshot: `state/snapshot.rs` turns the index into a `scheduling::SolveInput`, with instance types
 //!    from `catalog/instancetype.rs`.
-//! 4. Solve: `scheduling/solve.rs` (working state in `scheduling/working.rs`) returns a `Plan`.
+//! 4. Solve: `scheduling/solve.rs` (working state in `scheduling/working.rs`, both in `crates/core`)
+//!    returns a `Plan`.
 //! 5. NodeClaim: `controllers/provisioning/` creates one NodeClaim per planned claim
 //!    (`controllers/nodeclaim/create.rs`), built by `controllers/nodeclaim/build.rs`.
 //! 6. Launch: `controllers/nodeclaim/lifecycle/` (`phase.rs` decides, `launch.rs` acts) turns the
@@ -37,14 +40,14 @@
 #![forbid(unsafe_code)]
 
 pub mod apis;
+// The pure core, re-exported so that `crate::model`, `crate::scheduling` and `crate::disruption` read
+// the same in both crates.
+pub use karpenter_azure_core::{disruption, model, scheduling};
 pub mod bench;
 pub mod bench_disruption;
 pub mod catalog;
 pub mod cloud;
 pub mod controllers;
-pub mod disruption;
-pub mod model;
 pub mod operator;
-pub mod scheduling;
 pub mod sim;
 pub mod state;

@@ -1,25 +1,8 @@
-//! The Kubernetes API types of the project: `NodePool` and `NodeClaim` (karpenter.sh/v1) and
-//! `AKSNodeClass` (karpenter.azure.com/v1beta1), their validation, the conversion of their requirements
-//! to the model's requirements algebra, and the CRD manifests generated from them (`karpenter-azure
-//! crdgen`).
+//! The Kubernetes API types: the pure ones (types, validation, requirements, hashes) are the core
+//! crate's [`karpenter_azure_core::apis`], re-exported here; this module adds what does I/O with them:
+//! reading manifests from files (`manifest`) and writing the CRD manifests (`crdgen`).
 
-pub mod aksnodeclass;
-pub mod common;
-pub mod conditions;
+pub use karpenter_azure_core::apis::*;
+
 pub mod crdgen;
-pub mod duration;
-pub mod hash;
 pub mod manifest;
-pub mod nodeclaim;
-pub mod nodepool;
-pub mod requirements;
-pub mod sysctls;
-pub mod validate;
-pub mod validation;
-
-pub use aksnodeclass::{AKSNodeClass, AKSNodeClassSpec, AKSNodeClassStatus};
-pub use common::{
-    NodeClassReference, NodeSelectorRequirementWithMinValues, Operator, Quantity, Taint, TaintEffect,
-};
-pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
-pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};

@@ -2,7 +2,7 @@
 //!
 //! Each case is a small valid object with one change. Every refused case has an accepted neighbour
 //! nearby (the same field at a valid value), so a rule that refuses everything fails the suite as surely
-//! as a rule that refuses nothing. The messages are the ones in `src/apis/` (CEL rules) or the API
+//! as a rule that refuses nothing. The messages are the ones in `crates/core/src/apis/` (CEL rules) or the API
 //! server's own wording for OpenAPI patterns, enums and bounds.
 
 use serde_json::{json, Value};

@@ -2,7 +2,7 @@
 //! Field-for-field compatible with upstream Karpenter v1. The spec is immutable once created.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +20,7 @@ fn default_expire_after() -> String {
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "karpenter.sh",
     version = "v1",
     kind = "NodeClaim",

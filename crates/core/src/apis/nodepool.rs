@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -26,6 +26,7 @@ pub const DEFAULT_BUDGET_NODES: &str = "10%";
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "karpenter.sh",
     version = "v1",
     kind = "NodePool",

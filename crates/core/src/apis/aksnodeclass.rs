@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +28,7 @@ const TRUSTED_LAUNCH: &str = "(has(self.security) && has(self.security.trustedLa
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
+    crates(kube_core = "::kube_core"),
     group = "karpenter.azure.com",
     version = "v1beta1",
     kind = "AKSNodeClass",
