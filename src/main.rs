@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use karpenter_azure::catalog::command::{self as catalog_command, CatalogArgs};
 use karpenter_azure::catalog::OutputFormat;
+use karpenter_azure::sim::catalog_command::{self, CatalogArgs};
 
 /// Exit code for bad input: unknown flags, invalid files, unknown regions.
 const EXIT_USAGE: u8 = 2;

@@ -7,15 +7,16 @@
 //!   type (pure).
 //! - `pricing`: price tables, the static fallback, Retail API row classification (pure).
 //! - `regions`: every Azure region with its zones, and what offline output assumes about one (pure).
-//! - `retail`: the Retail Prices API client and the refreshing price provider (I/O).
+//! - `retail`: the prices in effect: static, then live rows laid over them, with their age (pure, time
+//!   injected; the Azure provider's `cloud::azure::retail` fetches and refreshes them).
 //! - `unavailable`: the TTL cache of offerings Azure recently refused (pure, time injected).
 //! - `security`: an AKSNodeClass's encryption at host / trusted launch and the sizes that honour them
 //!   (pure).
-//! - `cli`: table/JSON rendering for the `catalog` command; `command`: the command itself (reads files).
+//! - `cli`: table/JSON rendering for the `catalog` command (the command itself, which reads files, is
+//!   `sim::catalog_command`).
 
 pub mod allocatable;
 pub mod cli;
-pub mod command;
 pub mod instancetype;
 pub mod pricing;
 pub mod regions;
@@ -28,7 +29,7 @@ pub use allocatable::{CapacityOptions, NetworkPlugin};
 pub use cli::{render, OutputFormat};
 pub use instancetype::{instance_types, known_regions, region_zones, CatalogError};
 pub use pricing::{PriceTable, SkuPrice};
-pub use retail::{PriceSource, PricingProvider, RetailError, RetailPricesClient};
+pub use retail::{PriceSource, PricingProvider};
 pub use security::{NodeSecurity, SecurityError, UefiSettings};
 pub use sku::{embedded_sku, embedded_skus, Arch, GpuVendor, SkuRecord};
 pub use unavailable::{Timestamp, UnavailableOfferings, UnavailableReason};

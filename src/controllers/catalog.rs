@@ -15,12 +15,13 @@ use std::time::Duration;
 use crate::apis::aksnodeclass::NodeImage;
 use crate::apis::AKSNodeClass;
 use crate::catalog::{
-    self, embedded_sku, CapacityOptions, CatalogError, NodeSecurity, PriceTable, PricingProvider,
-    RetailPricesClient, SkuRecord, UnavailableOfferings,
+    self, embedded_sku, CapacityOptions, CatalogError, NodeSecurity, PriceTable, PricingProvider, SkuRecord,
+    UnavailableOfferings,
 };
 use crate::cloud::azure::bootstrap::{labels::class_labels, NodeClassBootstrap};
 use crate::cloud::azure::client::ArmClients;
 use crate::cloud::azure::imagefamily::image_for;
+use crate::cloud::azure::retail::{self, wall_time, RetailPricesClient};
 use crate::cloud::azure::skus::{list_region_skus, RegionSku};
 use crate::cloud::Clock;
 use crate::model::InstanceType;
@@ -63,7 +64,7 @@ impl Catalog {
         Ok(Catalog {
             region: region.to_string(),
             options,
-            pricing: PricingProvider::with_static(pricing),
+            pricing: PricingProvider::with_static(pricing, wall_time()),
             unavailable,
             clock,
             memo: Mutex::new(BTreeMap::new()),
@@ -85,7 +86,7 @@ impl Catalog {
         client: RetailPricesClient,
         interval: Duration,
     ) -> tokio::task::JoinHandle<()> {
-        self.pricing.spawn_refresh_loop(client, interval)
+        retail::spawn_refresh_loop(&self.pricing, client, interval)
     }
 
     /// The facts of a size: the Resource SKUs API's record once it has answered (it knows sizes newer
@@ -320,7 +321,7 @@ mod tests {
         assert_eq!(spot_of(&catalog.types_for(None)), Some(0.192), "spot priced as on-demand until live");
         let mut live = PriceTable::new("eastus");
         live.set_spot("Standard_D4s_v5", 0.03);
-        catalog.pricing().install(&live);
+        catalog.pricing().install(&live, wall_time());
         assert_eq!(spot_of(&catalog.types_for(None)), Some(0.03));
     }
 
@@ -341,7 +342,7 @@ mod tests {
         assert!(types[0].offerings.iter().all(|o| o.zone.is_empty()), "listed without zones: regional");
         let mut live = PriceTable::new("eastus");
         live.set_on_demand("Standard_D4s_v9", 0.15);
-        catalog.pricing().install(&live);
+        catalog.pricing().install(&live, wall_time());
         let types = catalog.types_for(None);
         assert_eq!(names(&types), ["Standard_D4s_v9", "Standard_E4s_v5"]);
         assert_eq!(catalog.sku_record("Standard_D4s_v9"), Some(new_size), "the live record, for the launch");

@@ -7,8 +7,9 @@ use std::time::Duration;
 use super::{Catalog, Settings};
 use crate::catalog::regions::FALLBACK_PRICE_REGION;
 use crate::catalog::retail::REFRESH_INTERVAL;
-use crate::catalog::{CatalogError, PriceTable, RetailError, RetailPricesClient, UnavailableOfferings};
+use crate::catalog::{CatalogError, PriceTable, UnavailableOfferings};
 use crate::cloud::azure::client::ClientError;
+use crate::cloud::azure::retail::{RetailError, RetailPricesClient};
 use crate::cloud::azure::{
     ArmClients, ArmSettings, AzureCloudProvider, BootstrapSettings, CredentialSource, LaunchSettings,
     RetrySettings, DEFAULT_MAX_CONCURRENT_CALLS, DEFAULT_MAX_POLLS, DEFAULT_POLL_INTERVAL,

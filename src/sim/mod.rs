@@ -8,10 +8,13 @@
 //! - `managed`: the managed nodes of a snapshot as the disruption decisions see them.
 //! - `catalog_file`: the `--catalog` JSON list of instance types.
 //! - `report`: table and JSON output; `command`: the command itself. `demo.yaml`: the built-in demo.
+//! - `catalog_command`: the `karpenter-azure catalog` command, which reads a NodePool and AKSNodeClass
+//!   from files (the catalog itself is pure).
 //! - `upstream_bench`: `bench-upstream`, our solver next to upstream Karpenter's on upstream's benchmark
 //!   input, both plans checked for feasibility; `growth`: solve time against pods, judged against
 //!   `n log n`, for `bench` and `bench-upstream`.
 
+pub mod catalog_command;
 pub mod catalog_file;
 pub mod command;
 pub mod growth;

@@ -3,7 +3,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use karpenter_azure::catalog::{PriceSource, PriceTable, PricingProvider, RetailError, RetailPricesClient};
+use karpenter_azure::catalog::{PriceSource, PriceTable, PricingProvider};
+use karpenter_azure::cloud::azure::retail::{wall_time, RetailError, RetailPricesClient};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -136,12 +137,12 @@ async fn follows_next_page_link_and_classifies_rows() {
 #[tokio::test]
 async fn refresh_installs_live_prices_over_static() {
     let api = start(SecondPage::Good).await;
-    let provider = PricingProvider::new("eastus");
+    let provider = PricingProvider::new("eastus", wall_time());
     assert_eq!(provider.current().on_demand("Standard_D4s_v5"), Some(0.192));
     assert_eq!((provider.version(), provider.updated()), (0, None), "static until refreshed");
     let far = std::time::Duration::from_secs(u64::from(u32::MAX) * 4);
     assert_eq!(provider.age(far).0, PriceSource::Static);
-    let summary = provider.refresh(&client(&api)).await.unwrap();
+    let summary = client(&api).refresh(&provider).await.unwrap();
     let current = provider.current();
     assert_eq!(summary.priced, current.len());
     assert_eq!(summary.spot, 2, "D4s_v5 and E8s_v5 have live spot prices");
@@ -160,12 +161,12 @@ async fn failing_second_page_keeps_old_prices() {
     for (second, category) in [(SecondPage::ServerError, "HTTPStatus"), (SecondPage::InvalidJson, "Decode")] {
         let good = start(SecondPage::Good).await;
         let broken = start(second).await;
-        let provider = PricingProvider::new("eastus");
-        provider.refresh(&client(&good)).await.unwrap();
+        let provider = PricingProvider::new("eastus", wall_time());
+        client(&good).refresh(&provider).await.unwrap();
         let before = provider.current();
         let (version, updated) = (provider.version(), provider.updated());
 
-        let err = provider.refresh(&client(&broken)).await.unwrap_err();
+        let err = client(&broken).refresh(&provider).await.unwrap_err();
         assert_eq!(err.category(), category, "{err}");
         assert_eq!(*provider.current(), *before, "a failed refresh changes nothing");
         assert_eq!((provider.version(), provider.updated()), (version, updated));
@@ -183,8 +184,8 @@ async fn static_only_provider_survives_unreachable_api() {
     };
     let client =
         RetailPricesClient::new(reqwest::Client::new(), &format!("http://127.0.0.1:{port}/prices")).unwrap();
-    let provider = PricingProvider::new("eastus");
-    let err = provider.refresh(&client).await.unwrap_err();
+    let provider = PricingProvider::new("eastus", wall_time());
+    let err = client.refresh(&provider).await.unwrap_err();
     assert!(matches!(err, RetailError::Transport { .. }), "{err}");
     assert_eq!(*provider.current(), PriceTable::static_for_region("eastus"));
 }

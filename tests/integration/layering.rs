@@ -38,8 +38,9 @@ const LAYERS: &[(&str, &[&str])] = &[
 /// Entries of `src/` above every layer (they may use anything).
 const TOP: &[&str] = &["lib.rs", "main.rs", "bench.rs", "bench_disruption.rs"];
 
-/// Modules that must stay free of I/O and the clock.
-const PURE: &[&str] = &["model", "scheduling", "disruption"];
+/// Modules that must stay free of I/O and the clock: the core crate's decision layers, and the catalog
+/// and the cluster index, whose fetching and watching are the Azure provider's and the controllers'.
+const PURE: &[&str] = &["model", "scheduling", "disruption", "catalog", "state"];
 
 /// Path prefixes a pure module may not name, with why.
 const FORBIDDEN_PREFIXES: &[(&[&str], &str)] = &[
@@ -296,7 +297,9 @@ fn check_source(module: &str, depth: usize, pure: bool, source: &str) -> Vec<Vio
                     });
                 }
             }
-            if seg(0).is_some_and(|s| s.starts_with("azure_")) {
+            // A path into an Azure SDK crate (`azure_core::…`), not an item that merely starts with
+            // the word (`azure_regions()`).
+            if path.len() > 1 && seg(0).is_some_and(|s| s.starts_with("azure_")) {
                 violations.push(Violation {
                     line,
                     path: text.clone(),
@@ -452,9 +455,46 @@ fn the_core_crate_is_the_pure_layers_and_depends_on_nothing_that_does_io() {
             "the core crate depends on {name}, which does I/O: {line}"
         );
     }
-    for pure in PURE {
-        assert!(modules.iter().any(|m| m == pure), "{pure} is pure and belongs in the core crate");
+    for decision_layer in ["model", "scheduling", "disruption"] {
+        assert!(
+            PURE.contains(&decision_layer),
+            "{decision_layer} is in the core crate and must be checked as pure"
+        );
     }
+}
+
+/// The controllers files that still name the Azure provider's internals (`crate::cloud::azure::…`)
+/// rather than the `CloudProvider` boundary, each with what it takes from there. Start-up wiring
+/// belongs here for good; the others are to move behind the boundary, and the list may only shrink.
+const AZURE_IN_CONTROLLERS: &[(&str, &str)] = &[
+    ("controllers/start.rs", "wiring: builds the ARM clients and the Azure provider from the settings"),
+    ("controllers/catalog.rs", "the SKU and price refreshers, bootstrap labels and images per class"),
+    ("controllers/status/nodeclass.rs", "image and subnet lookups for the AKSNodeClass status"),
+    ("controllers/status/nodeclass_status.rs", "node-class bootstrap problems and images for the status"),
+    ("controllers/status/nodeclass_tests.rs", "the gallery names its tests use"),
+    ("controllers/nodeclaim/build.rs", "the launch request: bootstrap, image and kubelet flags"),
+    ("controllers/nodeclaim/build_tests.rs", "the images its tests use"),
+    ("controllers/nodeclaim/lifecycle/mod.rs", "the claim of a Node from its VM name"),
+    ("controllers/nodeclaim/gc.rs", "the claim of a VM from its name"),
+];
+
+#[test]
+fn controllers_name_the_azure_provider_only_where_listed() {
+    let mut files = vec![];
+    rust_files(&src().join("controllers"), &mut files);
+    let mut naming = vec![];
+    for file in files {
+        let code = strip_comments_and_strings(&std::fs::read_to_string(&file).unwrap());
+        if paths(&code).iter().any(|(_, p)| p.starts_with(&["crate".into(), "cloud".into(), "azure".into()]))
+        {
+            naming.push(file.strip_prefix(src()).unwrap().display().to_string());
+        }
+    }
+    let listed: Vec<&str> = AZURE_IN_CONTROLLERS.iter().map(|(f, _)| *f).collect();
+    let unlisted: Vec<&String> = naming.iter().filter(|f| !listed.contains(&f.as_str())).collect();
+    assert!(unlisted.is_empty(), "controllers that name cloud::azure without a row in AZURE_IN_CONTROLLERS (use the CloudProvider trait): {unlisted:?}");
+    let stale: Vec<&&str> = listed.iter().filter(|f| !naming.iter().any(|n| n == **f)).collect();
+    assert!(stale.is_empty(), "no longer name cloud::azure, remove their rows: {stale:?}");
 }
 
 // The checker itself, on small sources: it must catch what it is for, and only that.
@@ -519,6 +559,7 @@ fn comments_strings_and_lookalikes_are_not_code() {
         "fn f<'a>(x: &'a str) -> char { let _ = '\"'; 'x' }",
         "use kube::core::ObjectMeta;",
         "use std::time::Duration;",
+        "fn f() { let _ = azure_regions(); }",
     ] {
         assert!(
             rules("scheduling", source).is_empty(),

@@ -21,6 +21,7 @@ pub mod naming;
 pub mod network;
 pub mod nic;
 pub mod provider;
+pub mod retail;
 pub mod skus;
 pub mod subnet;
 pub mod vm;
