@@ -6,7 +6,7 @@
 //! until none pays off. Right-sizing a single node to the cheapest size that still holds its pods is
 //! done when NodeClaims are written ([`crate::scheduling::claims`]).
 
-use crate::scheduling::solve::Cancelled;
+use crate::scheduling::cancel::Cancelled;
 use crate::scheduling::working::Solver;
 
 /// How many of the least-used new nodes the pairwise search looks at (it is quadratic).

@@ -4,6 +4,7 @@
 
 mod anchors;
 pub mod bound;
+mod cancel;
 mod claims;
 mod colgen;
 mod explain;
@@ -27,6 +28,7 @@ pub mod topology;
 pub mod topology_keys;
 mod working;
 
+pub use cancel::{Cancelled, ShouldCancel};
 pub use input::{ExistingNode, NodePoolInput, Pod, PodId, SolveInput, SolveOptions};
 pub use plan::{NewNodeClaim, Plan, Unschedulable};
-pub use solve::{solve, solve_with_cancel, Cancelled, ShouldCancel};
+pub use solve::{solve, solve_with_cancel};

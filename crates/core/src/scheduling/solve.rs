@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_ZONE};
 use crate::model::requirements::{Requirement, Requirements};
 use crate::scheduling::bound::{self, BoundClass};
+use crate::scheduling::cancel::{Cancelled, ShouldCancel};
 use crate::scheduling::claims;
 use crate::scheduling::explain;
 use crate::scheduling::improve;
@@ -45,22 +46,6 @@ type PendingPod = (usize, usize, usize);
 type Failure = (usize, usize, usize, String);
 /// A shape's constraints at one level: effective rules, the term chosen, eligible zones and capacity types.
 type ShapeAtLevel = (crate::scheduling::shapes::Effective, usize, EligibleDomains);
-
-/// Asked at the solver's safe points whether to stop. Any `Fn() -> bool` is one.
-pub trait ShouldCancel {
-    fn should_cancel(&self) -> bool;
-}
-
-impl<F: Fn() -> bool> ShouldCancel for F {
-    fn should_cancel(&self) -> bool {
-        self()
-    }
-}
-
-/// The cancel hook stopped the solve; there is no partial plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the solve was cancelled")]
-pub struct Cancelled;
 
 /// Solves one batch. Pure and deterministic.
 pub fn solve(input: &SolveInput) -> Plan {

@@ -19,11 +19,11 @@ use std::ops::Range;
 use crate::model::labels::LABEL_HOSTNAME;
 use crate::model::requirements::Requirements;
 use crate::scheduling::bound::Bound;
+use crate::scheduling::cancel::{Cancelled, ShouldCancel};
 use crate::scheduling::input::{SolveInput, Toleration};
 use crate::scheduling::node::{NodeState, PodTraits};
 use crate::scheduling::pack::{PackClass, Packer, Pattern};
 use crate::scheduling::shapes::{build_shapes, fits, Dims, Rule, Scope, Selector, Selectors, Shape};
-use crate::scheduling::solve::{Cancelled, ShouldCancel};
 use crate::scheduling::templates::{self, OfferingDomains, Template};
 use crate::scheduling::topology::{Assignment, Domains, EligibleDomains};
 
