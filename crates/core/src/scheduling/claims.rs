@@ -13,7 +13,7 @@ use crate::scheduling::templates::TemplateOffering;
 use crate::scheduling::working::{Slot, Solver};
 
 /// Builds the plan; `unschedulable` comes from the relaxation rounds.
-pub(crate) fn build_plan(solver: &mut Solver, mut unschedulable: Vec<Unschedulable>) -> Plan {
+pub(crate) fn build_plan(solver: &Solver, mut unschedulable: Vec<Unschedulable>) -> Plan {
     let mut placed = vec![0u64; solver.classes().len()];
     for slot in solver.slots() {
         for &(c, n) in slot.classes() {
@@ -23,7 +23,6 @@ pub(crate) fn build_plan(solver: &mut Solver, mut unschedulable: Vec<Unschedulab
     let configuration_bound = crate::scheduling::colgen::certified_bound(solver, &placed);
     let ids: Vec<usize> = (0..solver.classes().len()).collect();
     let (resource_bound, _) = solver.bound_for(&ids, &placed);
-    let solver: &Solver = solver;
     let mut plan = Plan::default();
     let mut cursor = vec![0usize; solver.classes().len()];
     let mut per_pool = vec![0usize; solver.input().nodepools.len()];

@@ -43,12 +43,7 @@ struct Generated {
 }
 
 /// Runs column generation for `classes` with `demand` pods each over `templates`.
-fn generate(
-    solver: &mut Solver,
-    classes: &[usize],
-    templates: &[usize],
-    demand: &[u64],
-) -> Option<Generated> {
+fn generate(solver: &Solver, classes: &[usize], templates: &[usize], demand: &[u64]) -> Option<Generated> {
     let mut worth: Vec<f64> = vec![0.0; solver.classes().len()];
     let (bound, _) = solver.bound_for(classes, demand);
     for (k, &c) in classes.iter().enumerate() {
@@ -102,7 +97,7 @@ fn column_counts(p: &Pattern, classes: &[usize]) -> Vec<f64> {
 
 /// Whole copies of LP patterns to open, `(pattern, copies)`, leaving the remainder to the greedy (or
 /// to another round of column generation on what remains).
-pub(crate) fn plan(solver: &mut Solver, order: &[usize], remaining: &[u64]) -> Vec<(Pattern, u64)> {
+pub(crate) fn plan(solver: &Solver, order: &[usize], remaining: &[u64]) -> Vec<(Pattern, u64)> {
     let classes: Vec<usize> = eligible_classes(solver, order, remaining)
         .into_iter()
         .filter(|&c| !solver.candidates(c).is_empty())
@@ -160,7 +155,7 @@ pub(crate) fn plan(solver: &mut Solver, order: &[usize], remaining: &[u64]) -> V
 /// knapsack, the worths are scaled until no template's best node is worth more than it costs, and
 /// weak duality then bounds any plan placing `counts` pods of each class. `None` when column
 /// generation does not apply.
-pub(crate) fn certified_bound(solver: &mut Solver, counts: &[u64]) -> Option<f64> {
+pub(crate) fn certified_bound(solver: &Solver, counts: &[u64]) -> Option<f64> {
     let all: Vec<usize> = (0..solver.classes().len()).collect();
     let classes = eligible_classes(solver, &all, counts);
     let total: u64 = counts.iter().sum();
@@ -231,7 +226,7 @@ type PricingPlan = (usize, Vec<(usize, u64)>, Vec<usize>);
 /// whose knapsack bound says a better node may exist, the LP's fractional pattern rounded down and
 /// topped up greedily by worth per unit of the scarcest resource.
 fn price_columns(
-    solver: &mut Solver,
+    solver: &Solver,
     classes: &[usize],
     templates: &[usize],
     worth: &[f64],

@@ -57,7 +57,7 @@ fn least_used_new_slots(solver: &Solver) -> Vec<usize> {
 }
 
 /// The cheapest template that holds both slots' pods, if it costs less than the two together.
-fn merge_option(solver: &mut Solver, i: usize, j: usize) -> Option<(usize, u32, f64)> {
+fn merge_option(solver: &Solver, i: usize, j: usize) -> Option<(usize, u32, f64)> {
     let (ti, tj) = (solver.slots()[i].template()?, solver.slots()[j].template()?);
     let tier = solver.templates()[ti].tier;
     if solver.templates()[tj].tier != tier {

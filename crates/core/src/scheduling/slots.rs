@@ -37,7 +37,7 @@ impl Solver<'_> {
         }
     }
 
-    pub(crate) fn slot_accepts(&mut self, i: usize, c: usize) -> bool {
+    pub(crate) fn slot_accepts(&self, i: usize, c: usize) -> bool {
         match (self.slots()[i].existing(), self.slots()[i].template()) {
             (Some(n), _) => {
                 let node = &self.input().nodes[n];

@@ -80,7 +80,7 @@ fn solve_supported(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan
     let unschedulable = solver.run()?;
     improve::merge_nodes(&mut solver)?;
     solver.check_cancel()?;
-    Ok(claims::build_plan(&mut solver, unschedulable))
+    Ok(claims::build_plan(&solver, unschedulable))
 }
 
 impl Solver<'_> {
@@ -229,7 +229,7 @@ impl Solver<'_> {
 
     /// The effective constraints of a shape at a level, the required term chosen, and the zones and
     /// capacity types its pods may be assigned to.
-    fn effective_for(&mut self, s: usize, level: usize) -> ShapeAtLevel {
+    fn effective_for(&self, s: usize, level: usize) -> ShapeAtLevel {
         let pod = &self.input().pods[self.shapes()[s].pods[0]];
         let terms = pod.required_terms.len().max(1);
         let mut chosen = None;
@@ -332,11 +332,11 @@ impl Solver<'_> {
     }
 
     /// The bound over `ids` with `counts` pods each.
-    pub(crate) fn bound_for(&mut self, ids: &[usize], counts: &[u64]) -> (bound::Bound, Vec<i64>) {
+    pub(crate) fn bound_for(&self, ids: &[usize], counts: &[u64]) -> (bound::Bound, Vec<i64>) {
         let free = self.existing_free();
         let key = (free.clone(), ids.iter().map(|&c| (c, counts[c])).collect());
         if let Some(bound) = self.remembered_bound(&key) {
-            return (bound.clone(), free);
+            return (bound, free);
         }
         let bound_classes: Vec<BoundClass> = ids
             .iter()

@@ -11,15 +11,19 @@
 //!   `release_domain`);
 //! - classes are never changed once added, so the memos keyed by class stay valid.
 //!
+//! The memos and the cancel latch are cells: filling a memo or latching a stop changes no answer the
+//! state gives, so the phases that only read take `&Solver`.
+//!
 //! The rest of the solver reads through the accessors and orchestrates.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 
 use crate::model::labels::LABEL_HOSTNAME;
 use crate::model::requirements::Requirements;
 use crate::scheduling::bound::Bound;
-use crate::scheduling::cancel::{Cancelled, ShouldCancel};
+use crate::scheduling::cancel::{CancelLatch, Cancelled, ShouldCancel};
 use crate::scheduling::input::{SolveInput, Toleration};
 use crate::scheduling::node::{NodeState, PodTraits};
 use crate::scheduling::pack::{PackClass, Packer, Pattern};
@@ -129,14 +133,12 @@ pub(crate) struct Solver<'a> {
     /// The least any class asks of each dimension (a node with less free is full).
     smallest_demand: Vec<i64>,
     /// Offering masks before size, per requirements and tolerations ([`templates::offering_masks`]).
-    compat_memo: HashMap<Requirements, Vec<MasksForTolerations>>,
+    compat_memo: RefCell<HashMap<Requirements, Vec<MasksForTolerations>>>,
     /// Lower bounds already solved, by the existing nodes' free capacity and `(class, pods)`: a
     /// batch placed in one round asks for the same bound when it is packed and when the plan is
     /// reported.
-    bound_memo: HashMap<BoundKey, Bound>,
-    cancel: &'a dyn ShouldCancel,
-    /// Latched once the hook has said stop, so every later safe point stops too.
-    cancelled: bool,
+    bound_memo: RefCell<HashMap<BoundKey, Bound>>,
+    cancel: CancelLatch<'a>,
 }
 
 impl<'a> Solver<'a> {
@@ -176,10 +178,9 @@ impl<'a> Solver<'a> {
             group_of: vec![],
             group_compatible: vec![],
             smallest_demand,
-            compat_memo: HashMap::new(),
-            bound_memo: HashMap::new(),
-            cancel,
-            cancelled: false,
+            compat_memo: RefCell::default(),
+            bound_memo: RefCell::default(),
+            cancel: CancelLatch::new(cancel),
         };
         solver.matching_anywhere = vec![0; solver.selectors.list.len()];
         solver.init_existing();
@@ -223,20 +224,13 @@ impl<'a> Solver<'a> {
     }
 
     /// Whether to stop at this safe point: asks the caller's hook until it once says yes.
-    pub fn cancel_requested(&mut self) -> bool {
-        if !self.cancelled && self.cancel.should_cancel() {
-            self.cancelled = true;
-        }
-        self.cancelled
+    pub fn cancel_requested(&self) -> bool {
+        self.cancel.requested()
     }
 
     /// [`Self::cancel_requested`] as an error, for `?` at the safe points of the driver.
-    pub fn check_cancel(&mut self) -> Result<(), Cancelled> {
-        if self.cancel_requested() {
-            Err(Cancelled)
-        } else {
-            Ok(())
-        }
+    pub fn check_cancel(&self) -> Result<(), Cancelled> {
+        self.cancel.check()
     }
 
     // --- Reading -------------------------------------------------------------------------------
@@ -352,10 +346,10 @@ impl<'a> Solver<'a> {
 
     /// Offering masks of every template for a shape's tolerations and demand with `requirements`
     /// (0 where the shape cannot use the template).
-    pub fn masks(&mut self, s: usize, requirements: &Requirements) -> Vec<u32> {
+    pub fn masks(&self, s: usize, requirements: &Requirements) -> Vec<u32> {
         let pod = &self.input.pods[self.shapes[s].pods[0]];
-        let known = self
-            .compat_memo
+        let mut memo = self.compat_memo.borrow_mut();
+        let known = memo
             .get(requirements)
             .and_then(|by_tolerations| by_tolerations.iter().position(|(t, _)| *t == pod.tolerations));
         let entry = match known {
@@ -363,12 +357,12 @@ impl<'a> Solver<'a> {
             None => {
                 let masks =
                     templates::offering_masks(self.input, &self.templates, requirements, &pod.tolerations);
-                let list = self.compat_memo.entry(requirements.clone()).or_default();
+                let list = memo.entry(requirements.clone()).or_default();
                 list.push((pod.tolerations.clone(), masks));
                 list.len() - 1
             }
         };
-        let before_size = &self.compat_memo[requirements][entry].1;
+        let before_size = &memo[requirements][entry].1;
         let demand = &self.shapes[s].demand;
         before_size
             .iter()
@@ -378,12 +372,12 @@ impl<'a> Solver<'a> {
     }
 
     /// The bound solved earlier for this key, if any.
-    pub fn remembered_bound(&self, key: &BoundKey) -> Option<&Bound> {
-        self.bound_memo.get(key)
+    pub fn remembered_bound(&self, key: &BoundKey) -> Option<Bound> {
+        self.bound_memo.borrow().get(key).cloned()
     }
 
-    pub fn remember_bound(&mut self, key: BoundKey, bound: Bound) {
-        self.bound_memo.insert(key, bound);
+    pub fn remember_bound(&self, key: BoundKey, bound: Bound) {
+        self.bound_memo.borrow_mut().insert(key, bound);
     }
 
     /// Whether two classes may share a node: their requirements have a common outcome for every key.
@@ -394,7 +388,7 @@ impl<'a> Solver<'a> {
     /// Runs `f` with a packer over the solver's classes whose pattern values are `worth` and whose
     /// resources are priced at `resource_prices` (zeros: patterns are valued by `worth` alone).
     pub fn with_packer<R>(
-        &mut self,
+        &self,
         worth: &[f64],
         resource_prices: Vec<f64>,
         f: impl FnOnce(&Packer) -> R,
