@@ -15,6 +15,7 @@ pub mod input;
 mod knapsack;
 pub mod lp;
 pub mod node;
+mod node_fit;
 pub mod pack;
 pub mod plan;
 pub mod shapes;
@@ -26,6 +27,7 @@ mod spread;
 pub mod templates;
 pub mod topology;
 pub mod topology_keys;
+mod valuation;
 mod working;
 
 pub use cancel::{Cancelled, ShouldCancel};

@@ -193,6 +193,12 @@ impl NodeState {
     }
 }
 
+/// At most this many pods of a class fit on one node because of its own per-node rules.
+pub(crate) fn per_node_limit(traits: &PodTraits) -> Option<u64> {
+    let ports = (!traits.host_ports.is_empty()).then_some(1);
+    traits.self_limits().map(|(_, _, limit)| limit).chain(ports).min()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

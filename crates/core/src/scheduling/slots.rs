@@ -2,12 +2,9 @@
 //! from templates — column-generation patterns first, the greedy packer for the rest — within the
 //! NodePools' tiers and limits; and what a set of classes needs of a template.
 
-use std::collections::BTreeMap;
-
 use crate::scheduling::anchors;
 use crate::scheduling::colgen;
 use crate::scheduling::input::tolerates_all;
-use crate::scheduling::node::NodeState;
 use crate::scheduling::pack::repeats;
 use crate::scheduling::shapes::Rule;
 use crate::scheduling::working::Solver;
@@ -171,28 +168,6 @@ impl Solver<'_> {
         groups
     }
 
-    /// Per hostname anti-affinity or hostname spread rule (kind and selector), the positions in
-    /// `classes` of the classes holding it that its selector selects, in order, and the smallest and
-    /// largest per-node limit among them.
-    pub(crate) fn self_limit_rules(&self, classes: &[usize]) -> Vec<SelfLimitRule> {
-        let mut by_rule: BTreeMap<(bool, usize), SelfLimitRule> = BTreeMap::new();
-        for (k, &c) in classes.iter().enumerate() {
-            for (anti, selector, limit) in self.classes()[c].traits.self_limits() {
-                let rule = by_rule.entry((anti, selector)).or_insert(SelfLimitRule {
-                    members: vec![],
-                    fewest: limit,
-                    most: limit,
-                });
-                if rule.members.last() != Some(&k) {
-                    rule.members.push(k);
-                }
-                rule.fewest = rule.fewest.min(limit);
-                rule.most = rule.most.max(limit);
-            }
-        }
-        by_rule.into_values().collect()
-    }
-
     pub(crate) fn bootstraps(&self, c: usize) -> bool {
         self.classes()[c]
             .traits
@@ -200,69 +175,6 @@ impl Solver<'_> {
             .iter()
             .any(|r| matches!(r, Rule::Affinity { selector, .. } if self.matching_anywhere(*selector) == 0))
     }
-
-    /// Templates the class may use now: its lowest tier with a template whose pool has room.
-    pub(crate) fn candidates(&self, c: usize) -> Vec<usize> {
-        let usable: Vec<usize> = self.classes()[c]
-            .masks
-            .iter()
-            .enumerate()
-            .filter(|(t, m)| **m != 0 && self.limit_copies(*t) > 0)
-            .map(|(t, _)| t)
-            .collect();
-        let Some(tier) = usable.iter().map(|&t| self.templates()[t].tier).min() else { return vec![] };
-        usable.into_iter().filter(|&t| self.templates()[t].tier == tier).collect()
-    }
 }
 
-impl Solver<'_> {
-    /// The joint offering mask of `classes` on template `t` (0 when one of them cannot use it).
-    pub(crate) fn joint_mask(&self, classes: &[(usize, u64)], t: usize) -> u32 {
-        classes.iter().fold(self.templates()[t].full_mask(), |m, &(c, _)| m & self.classes()[c].masks[t])
-    }
-
-    /// What `classes` (with counts) ask of a node in every dimension.
-    pub(crate) fn total_demand(&self, classes: &[(usize, u64)]) -> Vec<i64> {
-        let mut total = vec![0i64; self.dims().len()];
-        for &(c, n) in classes {
-            for (x, d) in total.iter_mut().zip(&self.classes()[c].traits.demand) {
-                *x += d * n as i64;
-            }
-        }
-        total
-    }
-
-    /// Whether `classes` (with counts) may share one node as far as per-node rules go (hostname
-    /// affinity, anti-affinity and spread, host ports). Capacity aside, these rules do not depend on
-    /// the node's size, so whether they fit each of many templates is one resource comparison each.
-    pub(crate) fn rules_allow(&self, classes: &[(usize, u64)]) -> bool {
-        let mut state = NodeState::empty(vec![i64::MAX; self.dims().len()], self.selectors().list.len());
-        for &(c, n) in classes {
-            // A hostname affinity group on this node is satisfied by its own members.
-            let traits = &self.classes()[c].traits;
-            if state.max_addable(traits, n, |_| true) < n {
-                return false;
-            }
-            state.add(traits, n);
-        }
-        true
-    }
-
-    /// Rebuilds a slot's node state for template `t` from its classes.
-    pub(crate) fn state_for(&self, classes: &[(usize, u64)], t: usize) -> NodeState {
-        let mut state = NodeState::empty(self.templates()[t].capacity.clone(), self.selectors().list.len());
-        for &(c, n) in classes {
-            state.add(&self.classes()[c].traits, n);
-        }
-        state
-    }
-}
-
-/// One hostname anti-affinity or hostname spread rule and the classes it limits together.
-pub(crate) struct SelfLimitRule {
-    /// Positions in the classes asked about.
-    pub members: Vec<usize>,
-    /// The smallest and largest per-node limit among the members.
-    pub fewest: u64,
-    pub most: u64,
-}
+impl Solver<'_> {}

@@ -27,13 +27,12 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_ZONE};
 use crate::model::requirements::{Requirement, Requirements};
-use crate::scheduling::bound::{self, BoundClass};
 use crate::scheduling::cancel::{Cancelled, ShouldCancel};
 use crate::scheduling::claims;
 use crate::scheduling::explain;
 use crate::scheduling::improve;
 use crate::scheduling::input::{tolerates_all, SolveInput};
-use crate::scheduling::node::PodTraits;
+use crate::scheduling::node::{per_node_limit, PodTraits};
 use crate::scheduling::plan::{Plan, Unschedulable};
 use crate::scheduling::shapes::Scope;
 use crate::scheduling::topology::{Assignment, EligibleDomains};
@@ -303,99 +302,6 @@ impl Solver<'_> {
         // The first pods of each class are the placed ones, handed out in slot order.
         remaining
     }
-
-    /// Per-pod values from the lower bound's duals, with a fallback for classes the LP leaves at 0.
-    fn values(&self, ids: &[usize], bound: &bound::Bound) -> Vec<f64> {
-        let mut values = vec![0.0; self.classes().len()];
-        for (k, &c) in ids.iter().enumerate() {
-            // A tiny share of the cheapest node that could hold it keeps zero-valued pods ordered.
-            let fallback = self.cheapest_share(c) * 1e-6;
-            values[c] = bound.values[k] + fallback;
-        }
-        values
-    }
-
-    fn cheapest_share(&self, c: usize) -> f64 {
-        let class = &self.classes()[c];
-        class
-            .masks
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| **m != 0)
-            .map(|(t, m)| {
-                let tpl = &self.templates()[t];
-                let share = tpl.dominant_share(&class.traits.demand);
-                tpl.price(*m) * share
-            })
-            .fold(f64::INFINITY, f64::min)
-            .min(1e6)
-    }
-
-    /// The bound over `ids` with `counts` pods each.
-    pub(crate) fn bound_for(&self, ids: &[usize], counts: &[u64]) -> (bound::Bound, Vec<i64>) {
-        let free = self.existing_free();
-        let key = (free.clone(), ids.iter().map(|&c| (c, counts[c])).collect());
-        if let Some(bound) = self.remembered_bound(&key) {
-            return (bound, free);
-        }
-        let bound_classes: Vec<BoundClass> = ids
-            .iter()
-            .map(|&c| {
-                let class = &self.classes()[c];
-                BoundClass {
-                    demand: &class.traits.demand,
-                    count: counts[c],
-                    templates: class
-                        .masks
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, m)| **m != 0)
-                        .map(|(t, _)| t)
-                        .collect(),
-                    per_node: class.per_node_limit,
-                }
-            })
-            .collect();
-        let groups = self.node_count_groups(ids);
-        let existing = self.input().nodes.len() as u64;
-        let bound = bound::compute(&bound_classes, &groups, self.templates(), &free, existing);
-        self.remember_bound(key, bound.clone());
-        (bound, free)
-    }
-
-    /// The classes of `ids` (as positions in `ids`) that share a hostname anti-affinity or hostname
-    /// spread over a selector selecting each of them: per rule, at most the largest limit among the
-    /// members of their pods share a node (a member adding itself to a node checks its own limit).
-    fn node_count_groups(&self, ids: &[usize]) -> Vec<bound::NodeCountGroup> {
-        self.self_limit_rules(ids)
-            .into_iter()
-            .filter(|rule| rule.members.len() > 1)
-            .map(|rule| bound::NodeCountGroup { members: rule.members, per_node: rule.most })
-            .collect()
-    }
-
-    /// Free capacity summed over existing nodes before this solve placed anything.
-    fn existing_free(&self) -> Vec<i64> {
-        let mut free = vec![0i64; self.dims().len()];
-        for slot in self.slots().iter().filter(|s| s.existing().is_some()) {
-            let mut f = slot.state().free.clone();
-            for &(c, n) in slot.classes() {
-                for (x, d) in f.iter_mut().zip(&self.classes()[c].traits.demand) {
-                    *x += d * n as i64;
-                }
-            }
-            for (acc, x) in free.iter_mut().zip(f) {
-                *acc += x.max(0);
-            }
-        }
-        free
-    }
-}
-
-/// At most this many pods of a class fit on one node because of its own per-node rules.
-fn per_node_limit(traits: &PodTraits) -> Option<u64> {
-    let ports = (!traits.host_ports.is_empty()).then_some(1);
-    traits.self_limits().map(|(_, _, limit)| limit).chain(ports).min()
 }
 
 /// Bound volumes pin zones like a node requirement.

@@ -284,6 +284,19 @@ impl<'a> Solver<'a> {
             .unwrap_or(u64::MAX)
     }
 
+    /// Templates the class may use now: its lowest tier with a template whose pool has room.
+    pub(crate) fn candidates(&self, c: usize) -> Vec<usize> {
+        let usable: Vec<usize> = self.classes()[c]
+            .masks
+            .iter()
+            .enumerate()
+            .filter(|(t, m)| **m != 0 && self.limit_copies(*t) > 0)
+            .map(|(t, _)| t)
+            .collect();
+        let Some(tier) = usable.iter().map(|&t| self.templates()[t].tier).min() else { return vec![] };
+        usable.into_iter().filter(|&t| self.templates()[t].tier == tier).collect()
+    }
+
     /// Pods counted in a topology domain for a selector.
     pub fn domain_count(&self, scope: Scope, selector: usize, domain: &str) -> u32 {
         self.domains.count(scope, selector, domain)
@@ -497,6 +510,15 @@ impl<'a> Solver<'a> {
         let emptied = &mut self.slots[j];
         emptied.classes.clear();
         emptied.template = None;
+    }
+
+    /// Rebuilds a slot's node state for template `t` from its classes.
+    pub(crate) fn state_for(&self, classes: &[(usize, u64)], t: usize) -> NodeState {
+        let mut state = NodeState::empty(self.templates()[t].capacity.clone(), self.selectors().list.len());
+        for &(c, n) in classes {
+            state.add(&self.classes()[c].traits, n);
+        }
+        state
     }
 }
 
