@@ -8,8 +8,10 @@ use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE}
 use crate::model::requirements::{Requirement, Requirements};
 use crate::model::selection::offering_labels;
 use crate::model::Offering;
+use crate::scheduling::node_fit;
 use crate::scheduling::plan::{NewNodeClaim, Plan, Unschedulable};
 use crate::scheduling::templates::TemplateOffering;
+use crate::scheduling::valuation;
 use crate::scheduling::working::{Slot, Solver};
 
 /// Builds the plan; `unschedulable` comes from the relaxation rounds.
@@ -22,7 +24,7 @@ pub(crate) fn build_plan(solver: &Solver, mut unschedulable: Vec<Unschedulable>)
     }
     let configuration_bound = crate::scheduling::colgen::certified_bound(solver, &placed);
     let ids: Vec<usize> = (0..solver.classes().len()).collect();
-    let (resource_bound, _) = solver.bound_for(&ids, &placed);
+    let resource_bound = valuation::bound_for(solver, &ids, &placed);
     let mut plan = Plan::default();
     let mut cursor = vec![0usize; solver.classes().len()];
     let mut per_pool = vec![0usize; solver.input().nodepools.len()];
@@ -67,10 +69,10 @@ fn options(solver: &Solver, slot: &Slot) -> Vec<(usize, u32, f64)> {
     let limits = solver.input().nodepools[pool].remaining.as_ref();
     let chosen_capacity =
         &solver.input().nodepools[pool].instance_types[solver.templates()[chosen].instance_type].capacity;
-    if !solver.rules_allow(slot.classes()) {
+    if !node_fit::rules_allow(solver, slot.classes()) {
         return vec![];
     }
-    let demand = solver.total_demand(slot.classes());
+    let demand = node_fit::total_demand(solver, slot.classes());
     let mut out: Vec<(usize, u32, f64)> = solver
         .templates()
         .iter()
@@ -80,7 +82,7 @@ fn options(solver: &Solver, slot: &Slot) -> Vec<(usize, u32, f64)> {
             if !crate::scheduling::shapes::fits(&demand, &tpl.capacity) {
                 return None;
             }
-            let mask = solver.joint_mask(slot.classes(), t);
+            let mask = node_fit::joint_mask(solver, slot.classes(), t);
             if mask == 0 {
                 return None;
             }

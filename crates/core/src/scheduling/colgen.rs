@@ -13,6 +13,7 @@ use crate::scheduling::knapsack::{integer_knapsack, knapsack_bound, knapsack_ite
 use crate::scheduling::lp::CoveringLp;
 use crate::scheduling::pack::Pattern;
 use crate::scheduling::shapes::Rule;
+use crate::scheduling::valuation;
 use crate::scheduling::working::Solver;
 
 /// Column generation is skipped above this many classes (the master LP's tableau grows with them);
@@ -45,7 +46,7 @@ struct Generated {
 /// Runs column generation for `classes` with `demand` pods each over `templates`.
 fn generate(solver: &Solver, classes: &[usize], templates: &[usize], demand: &[u64]) -> Option<Generated> {
     let mut worth: Vec<f64> = vec![0.0; solver.classes().len()];
-    let (bound, _) = solver.bound_for(classes, demand);
+    let bound = valuation::bound_for(solver, classes, demand);
     for (k, &c) in classes.iter().enumerate() {
         worth[c] = bound.values[k].max(1e-9);
     }

@@ -7,6 +7,7 @@
 //! done when NodeClaims are written ([`crate::scheduling::claims`]).
 
 use crate::scheduling::cancel::Cancelled;
+use crate::scheduling::node_fit;
 use crate::scheduling::working::Solver;
 
 /// How many of the least-used new nodes the pairwise search looks at (it is quadratic).
@@ -81,17 +82,17 @@ fn merge_option(solver: &Solver, i: usize, j: usize) -> Option<(usize, u32, f64)
             None => classes.push((c, n)),
         }
     }
-    if !solver.rules_allow(&classes) {
+    if !node_fit::rules_allow(solver, &classes) {
         return None;
     }
-    let demand = solver.total_demand(&classes);
+    let demand = node_fit::total_demand(solver, &classes);
     let mut best: Option<(usize, u32, f64)> = None;
     for t in 0..solver.templates().len() {
         let tpl = &solver.templates()[t];
         if tpl.tier != tier || !within_limits(solver, t, ti, tj) {
             continue;
         }
-        let mask = solver.joint_mask(&classes, t);
+        let mask = node_fit::joint_mask(solver, &classes, t);
         if mask == 0 {
             continue;
         }

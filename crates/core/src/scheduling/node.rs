@@ -40,6 +40,12 @@ impl PodTraits {
             _ => None,
         })
     }
+
+    /// At most this many of these pods fit on one node because of their own per-node rules.
+    pub fn per_node_limit(&self) -> Option<u64> {
+        let ports = (!self.host_ports.is_empty()).then_some(1);
+        self.self_limits().map(|(_, _, limit)| limit).chain(ports).min()
+    }
 }
 
 /// The per-node counters.
@@ -191,12 +197,6 @@ impl NodeState {
         }
         self.pods -= count as u32;
     }
-}
-
-/// At most this many pods of a class fit on one node because of its own per-node rules.
-pub(crate) fn per_node_limit(traits: &PodTraits) -> Option<u64> {
-    let ports = (!traits.host_ports.is_empty()).then_some(1);
-    traits.self_limits().map(|(_, _, limit)| limit).chain(ports).min()
 }
 
 #[cfg(test)]

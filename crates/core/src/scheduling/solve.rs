@@ -32,11 +32,14 @@ use crate::scheduling::claims;
 use crate::scheduling::explain;
 use crate::scheduling::improve;
 use crate::scheduling::input::{tolerates_all, SolveInput};
-use crate::scheduling::node::{per_node_limit, PodTraits};
+use crate::scheduling::node::PodTraits;
 use crate::scheduling::plan::{Plan, Unschedulable};
 use crate::scheduling::shapes::Scope;
+use crate::scheduling::slots;
+use crate::scheduling::spread;
 use crate::scheduling::topology::{Assignment, EligibleDomains};
 use crate::scheduling::topology_keys;
+use crate::scheduling::valuation;
 use crate::scheduling::working::{Class, Solver};
 
 /// A pod waiting to be placed: (shape, pod index, relaxation level).
@@ -76,232 +79,230 @@ pub fn solve_with_cancel(input: &SolveInput, cancel: &dyn ShouldCancel) -> Resul
 /// The solve of pods whose rules the solver models ([`topology_keys`]).
 fn solve_supported(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
     let mut solver = Solver::new(input, cancel);
-    let unschedulable = solver.run()?;
+    let unschedulable = run(&mut solver)?;
     improve::merge_nodes(&mut solver)?;
     solver.check_cancel()?;
     Ok(claims::build_plan(&solver, unschedulable))
 }
 
-impl Solver<'_> {
-    /// Runs relaxation rounds until every pod is placed or has nothing left to relax.
-    fn run(&mut self) -> Result<Vec<Unschedulable>, Cancelled> {
-        let mut pending: Vec<PendingPod> = vec![];
-        for (s, shape) in self.shapes().iter().enumerate() {
-            for &p in &shape.pods {
-                pending.push((s, p, 0));
-            }
+/// Runs relaxation rounds until every pod is placed or has nothing left to relax.
+fn run(solver: &mut Solver) -> Result<Vec<Unschedulable>, Cancelled> {
+    let mut pending: Vec<PendingPod> = vec![];
+    for (s, shape) in solver.shapes().iter().enumerate() {
+        for &p in &shape.pods {
+            pending.push((s, p, 0));
         }
-        let mut failed: Vec<Unschedulable> = vec![];
-        // Pods of each class that found no node (they moved on to a later round or failed).
-        let mut unplaced_of: Vec<u64> = vec![];
-        while !pending.is_empty() {
-            self.check_cancel()?;
-            let (batch, topology_failures) = self.classify(&pending);
-            let mut unplaced: Vec<Failure> = topology_failures;
-            let ids: Vec<usize> = self.add_classes(batch).collect();
-            let mut remaining = self.place(&ids);
-            // Packing may have stopped early for a cancel; what it left is not a result.
-            self.check_cancel()?;
-            let mut reasons: BTreeMap<usize, String> = BTreeMap::new();
-            for &class in &ids {
-                if remaining[class] == 0 {
-                    continue;
-                }
-                reasons.insert(class, explain::why_not(self, class));
-                for _ in 0..remaining[class] {
-                    // The pod's domain counted for topology; it is not there after all.
-                    self.release_domain(class);
-                }
-            }
-            self.enforce_spread(&ids, &mut remaining, &mut reasons);
-            unplaced_of.resize(self.classes().len(), 0);
-            for &class in &ids {
-                unplaced_of[class] = remaining[class];
-            }
-            for &class in &ids {
-                let c = &self.classes()[class];
-                let placed = c.pods.len() - remaining[class] as usize;
-                for &p in &c.pods[placed..] {
-                    unplaced.push((c.shape, p, c.level, reasons[&class].clone()));
-                }
-            }
-            pending.clear();
-            for (shape, pod, level, reason) in unplaced {
-                if level < self.shapes()[shape].relaxable_steps {
-                    pending.push((shape, pod, level + 1));
-                } else {
-                    failed.push(Unschedulable { pod: self.input().pods[pod].id(), reason });
-                }
-            }
-            pending.sort();
-        }
-        failed.extend(self.enforce_spread_across_rounds(&mut unplaced_of));
-        failed.sort_by(|a, b| a.pod.cmp(&b.pod));
-        Ok(failed)
     }
-
-    /// A spread's pods placed in one round can be tipped by pods of a later round that it counts
-    /// and that found no node after all (their domain ends up short). Repeats the repair over every
-    /// class until no spread changes; the pods taken back fail with the spread's reason.
-    fn enforce_spread_across_rounds(&mut self, unplaced_of: &mut [u64]) -> Vec<Unschedulable> {
-        let all: Vec<usize> = (0..self.classes().len()).collect();
-        let before = unplaced_of.to_vec();
+    let mut failed: Vec<Unschedulable> = vec![];
+    // Pods of each class that found no node (they moved on to a later round or failed).
+    let mut unplaced_of: Vec<u64> = vec![];
+    while !pending.is_empty() {
+        solver.check_cancel()?;
+        let (batch, topology_failures) = classify(solver, &pending);
+        let mut unplaced: Vec<Failure> = topology_failures;
+        let ids: Vec<usize> = solver.add_classes(batch).collect();
+        let mut remaining = place(solver, &ids);
+        // Packing may have stopped early for a cancel; what it left is not a result.
+        solver.check_cancel()?;
         let mut reasons: BTreeMap<usize, String> = BTreeMap::new();
-        while self.enforce_spread(&all, unplaced_of, &mut reasons) {}
-        let mut failed = vec![];
-        for (class, reason) in reasons {
-            let pods = &self.classes()[class].pods;
-            let (now_placed, was_placed) =
-                (pods.len() - unplaced_of[class] as usize, pods.len() - before[class] as usize);
-            for &p in &pods[now_placed..was_placed] {
-                failed.push(Unschedulable { pod: self.input().pods[p].id(), reason: reason.clone() });
+        for &class in &ids {
+            if remaining[class] == 0 {
+                continue;
+            }
+            reasons.insert(class, explain::why_not(solver, class));
+            for _ in 0..remaining[class] {
+                // The pod's domain counted for topology; it is not there after all.
+                solver.release_domain(class);
             }
         }
-        failed
+        spread::enforce_spread(solver, &ids, &mut remaining, &mut reasons);
+        unplaced_of.resize(solver.classes().len(), 0);
+        for &class in &ids {
+            unplaced_of[class] = remaining[class];
+        }
+        for &class in &ids {
+            let c = &solver.classes()[class];
+            let placed = c.pods.len() - remaining[class] as usize;
+            for &p in &c.pods[placed..] {
+                unplaced.push((c.shape, p, c.level, reasons[&class].clone()));
+            }
+        }
+        pending.clear();
+        for (shape, pod, level, reason) in unplaced {
+            if level < solver.shapes()[shape].relaxable_steps {
+                pending.push((shape, pod, level + 1));
+            } else {
+                failed.push(Unschedulable { pod: solver.input().pods[pod].id(), reason });
+            }
+        }
+        pending.sort();
     }
+    failed.extend(enforce_spread_across_rounds(solver, &mut unplaced_of));
+    failed.sort_by(|a, b| a.pod.cmp(&b.pod));
+    Ok(failed)
+}
 
-    /// Builds the classes of a round: effective constraints, domains, template masks.
-    fn classify(&mut self, pending: &[PendingPod]) -> (Vec<Class>, Vec<Failure>) {
-        let mut failures = vec![];
-        let mut groups: BTreeMap<(usize, usize, usize, Assignment), Vec<usize>> = BTreeMap::new();
-        let mut cache: HashMap<(usize, usize), ShapeAtLevel> = HashMap::new();
-        for &(s, _, level) in pending {
-            if let std::collections::hash_map::Entry::Vacant(slot) = cache.entry((s, level)) {
-                slot.insert(self.effective_for(s, level));
-            }
+/// A spread's pods placed in one round can be tipped by pods of a later round that it counts
+/// and that found no node after all (their domain ends up short). Repeats the repair over every
+/// class until no spread changes; the pods taken back fail with the spread's reason.
+fn enforce_spread_across_rounds(solver: &mut Solver, unplaced_of: &mut [u64]) -> Vec<Unschedulable> {
+    let all: Vec<usize> = (0..solver.classes().len()).collect();
+    let before = unplaced_of.to_vec();
+    let mut reasons: BTreeMap<usize, String> = BTreeMap::new();
+    while spread::enforce_spread(solver, &all, unplaced_of, &mut reasons) {}
+    let mut failed = vec![];
+    for (class, reason) in reasons {
+        let pods = &solver.classes()[class].pods;
+        let (now_placed, was_placed) =
+            (pods.len() - unplaced_of[class] as usize, pods.len() - before[class] as usize);
+        for &p in &pods[now_placed..was_placed] {
+            failed.push(Unschedulable { pod: solver.input().pods[p].id(), reason: reason.clone() });
         }
-        // Pods without zone or capacity-type rules of their own go first: those that spreads count
-        // (passive members) take the least loaded domains, and the spreads' own pods then choose
-        // knowing where they went. The other way round, a passive pod that can only go to one
-        // domain could tip a spread whose pods were already placed.
-        let has_domain_rules = |&(s, _, level): &PendingPod| {
-            cache[&(s, level)].0.rules.iter().any(|r| r.scope() != Scope::Hostname)
-        };
-        let (passive, ruled): (Vec<PendingPod>, Vec<PendingPod>) =
-            pending.iter().partition(|pod| !has_domain_rules(pod));
-        for (s, p, level) in passive.into_iter().chain(ruled) {
-            let (effective, term, eligible) = &cache[&(s, level)];
-            match self.assign_domains(s, &effective.rules, eligible) {
-                Ok(assignment) => groups.entry((s, level, *term, assignment)).or_default().push(p),
-                Err(reason) => failures.push((s, p, level, reason)),
-            }
-        }
-        let mut classes = vec![];
-        for ((s, level, _term, assignment), pods) in groups {
-            let (effective, _, eligible) = &cache[&(s, level)];
-            let (eligible_zones, eligible_capacity_types) =
-                (eligible.zones.clone(), eligible.capacity_types.clone());
-            let mut requirements = effective.requirements.clone();
-            if let Some(z) = &assignment.zone {
-                requirements.add(Requirement::is_in(LABEL_ZONE, [z.clone()]));
-            }
-            if let Some(c) = &assignment.capacity_type {
-                requirements.add(Requirement::is_in(LABEL_CAPACITY_TYPE, [c.clone()]));
-            }
-            let shape = &self.shapes()[s];
-            let pod = &self.input().pods[shape.pods[0]];
-            let traits = PodTraits::new(
-                shape.demand.clone(),
-                shape.matched_by.clone(),
-                &effective.rules,
-                pod.host_ports.clone(),
-            );
-            let per_node_limit = per_node_limit(&traits);
-            let masks = self.masks(s, &requirements);
-            let rules = effective.rules.clone();
-            classes.push(Class {
-                shape: s,
-                level,
-                pods,
-                requirements,
-                traits,
-                masks,
-                per_node_limit,
-                assignment,
-                rules,
-                eligible_zones,
-                eligible_capacity_types,
-            });
-        }
-        (classes, failures)
     }
+    failed
+}
 
-    /// The effective constraints of a shape at a level, the required term chosen, and the zones and
-    /// capacity types its pods may be assigned to.
-    fn effective_for(&self, s: usize, level: usize) -> ShapeAtLevel {
-        let pod = &self.input().pods[self.shapes()[s].pods[0]];
-        let terms = pod.required_terms.len().max(1);
-        let mut chosen = None;
-        for term in 0..terms {
-            let effective = self.shapes()[s].effective(pod, level, term, self.selectors());
-            let requirements = with_volume_zones(&effective.requirements, pod);
-            let masks = self.masks(s, &requirements);
-            let homes = masks.iter().any(|m| *m != 0) || self.existing_homes(s, &requirements);
-            if homes || term + 1 == terms {
-                chosen = Some((effective, term, requirements, masks));
-                if homes {
-                    break;
-                }
+/// Builds the classes of a round: effective constraints, domains, template masks.
+fn classify(solver: &mut Solver, pending: &[PendingPod]) -> (Vec<Class>, Vec<Failure>) {
+    let mut failures = vec![];
+    let mut groups: BTreeMap<(usize, usize, usize, Assignment), Vec<usize>> = BTreeMap::new();
+    let mut cache: HashMap<(usize, usize), ShapeAtLevel> = HashMap::new();
+    for &(s, _, level) in pending {
+        if let std::collections::hash_map::Entry::Vacant(slot) = cache.entry((s, level)) {
+            slot.insert(effective_for(solver, s, level));
+        }
+    }
+    // Pods without zone or capacity-type rules of their own go first: those that spreads count
+    // (passive members) take the least loaded domains, and the spreads' own pods then choose
+    // knowing where they went. The other way round, a passive pod that can only go to one
+    // domain could tip a spread whose pods were already placed.
+    let has_domain_rules =
+        |&(s, _, level): &PendingPod| cache[&(s, level)].0.rules.iter().any(|r| r.scope() != Scope::Hostname);
+    let (passive, ruled): (Vec<PendingPod>, Vec<PendingPod>) =
+        pending.iter().partition(|pod| !has_domain_rules(pod));
+    for (s, p, level) in passive.into_iter().chain(ruled) {
+        let (effective, term, eligible) = &cache[&(s, level)];
+        match solver.assign_domains(s, &effective.rules, eligible) {
+            Ok(assignment) => groups.entry((s, level, *term, assignment)).or_default().push(p),
+            Err(reason) => failures.push((s, p, level, reason)),
+        }
+    }
+    let mut classes = vec![];
+    for ((s, level, _term, assignment), pods) in groups {
+        let (effective, _, eligible) = &cache[&(s, level)];
+        let (eligible_zones, eligible_capacity_types) =
+            (eligible.zones.clone(), eligible.capacity_types.clone());
+        let mut requirements = effective.requirements.clone();
+        if let Some(z) = &assignment.zone {
+            requirements.add(Requirement::is_in(LABEL_ZONE, [z.clone()]));
+        }
+        if let Some(c) = &assignment.capacity_type {
+            requirements.add(Requirement::is_in(LABEL_CAPACITY_TYPE, [c.clone()]));
+        }
+        let shape = &solver.shapes()[s];
+        let pod = &solver.input().pods[shape.pods[0]];
+        let traits = PodTraits::new(
+            shape.demand.clone(),
+            shape.matched_by.clone(),
+            &effective.rules,
+            pod.host_ports.clone(),
+        );
+        let per_node_limit = traits.per_node_limit();
+        let masks = solver.masks(s, &requirements);
+        let rules = effective.rules.clone();
+        classes.push(Class {
+            shape: s,
+            level,
+            pods,
+            requirements,
+            traits,
+            masks,
+            per_node_limit,
+            assignment,
+            rules,
+            eligible_zones,
+            eligible_capacity_types,
+        });
+    }
+    (classes, failures)
+}
+
+/// The effective constraints of a shape at a level, the required term chosen, and the zones and
+/// capacity types its pods may be assigned to.
+fn effective_for(solver: &Solver, s: usize, level: usize) -> ShapeAtLevel {
+    let pod = &solver.input().pods[solver.shapes()[s].pods[0]];
+    let terms = pod.required_terms.len().max(1);
+    let mut chosen = None;
+    for term in 0..terms {
+        let effective = solver.shapes()[s].effective(pod, level, term, solver.selectors());
+        let requirements = with_volume_zones(&effective.requirements, pod);
+        let masks = solver.masks(s, &requirements);
+        let homes = masks.iter().any(|m| *m != 0) || existing_homes(solver, s, &requirements);
+        if homes || term + 1 == terms {
+            chosen = Some((effective, term, requirements, masks));
+            if homes {
+                break;
             }
         }
-        let (mut effective, term, requirements, masks) = chosen.expect("at least one term is tried");
-        effective.requirements = requirements;
-        let eligible = self.eligible_domains(&effective.requirements, &masks);
-        (effective, term, eligible)
     }
+    let (mut effective, term, requirements, masks) = chosen.expect("at least one term is tried");
+    effective.requirements = requirements;
+    let eligible = eligible_domains(solver, &effective.requirements, &masks);
+    (effective, term, eligible)
+}
 
-    fn existing_homes(&self, s: usize, requirements: &Requirements) -> bool {
-        let pod = &self.input().pods[self.shapes()[s].pods[0]];
-        self.input()
-            .nodes
-            .iter()
-            .any(|n| requirements.matches(&n.labels) && tolerates_all(&pod.tolerations, &n.taints))
+fn existing_homes(solver: &Solver, s: usize, requirements: &Requirements) -> bool {
+    let pod = &solver.input().pods[solver.shapes()[s].pods[0]];
+    solver
+        .input()
+        .nodes
+        .iter()
+        .any(|n| requirements.matches(&n.labels) && tolerates_all(&pod.tolerations, &n.taints))
+}
+
+/// Zones, capacity types and their pairs reachable through templates (by their masks) or
+/// existing nodes.
+fn eligible_domains(solver: &Solver, requirements: &Requirements, masks: &[u32]) -> EligibleDomains {
+    let mut zones = std::collections::BTreeSet::new();
+    let mut capacity_types = std::collections::BTreeSet::new();
+    let mut pairs = std::collections::BTreeSet::new();
+    for (zone, capacity_type) in solver.offering_domains().reached(masks) {
+        zones.insert(zone.clone());
+        capacity_types.insert(capacity_type.clone());
+        pairs.insert((zone.clone(), capacity_type.clone()));
     }
-
-    /// Zones, capacity types and their pairs reachable through templates (by their masks) or
-    /// existing nodes.
-    fn eligible_domains(&self, requirements: &Requirements, masks: &[u32]) -> EligibleDomains {
-        let mut zones = std::collections::BTreeSet::new();
-        let mut capacity_types = std::collections::BTreeSet::new();
-        let mut pairs = std::collections::BTreeSet::new();
-        for (zone, capacity_type) in self.offering_domains().reached(masks) {
-            zones.insert(zone.clone());
-            capacity_types.insert(capacity_type.clone());
-            pairs.insert((zone.clone(), capacity_type.clone()));
-        }
-        for n in &self.input().nodes {
-            if requirements.matches(&n.labels) {
-                let zone = n.labels.get(LABEL_ZONE);
-                let capacity_type = n.labels.get(LABEL_CAPACITY_TYPE);
-                zones.extend(zone.cloned());
-                capacity_types.extend(capacity_type.cloned());
-                if let (Some(z), Some(c)) = (zone, capacity_type) {
-                    pairs.insert((z.clone(), c.clone()));
-                }
+    for n in &solver.input().nodes {
+        if requirements.matches(&n.labels) {
+            let zone = n.labels.get(LABEL_ZONE);
+            let capacity_type = n.labels.get(LABEL_CAPACITY_TYPE);
+            zones.extend(zone.cloned());
+            capacity_types.extend(capacity_type.cloned());
+            if let (Some(z), Some(c)) = (zone, capacity_type) {
+                pairs.insert((z.clone(), c.clone()));
             }
         }
-        EligibleDomains {
-            zones: zones.into_iter().collect(),
-            capacity_types: capacity_types.into_iter().collect(),
-            pairs,
-        }
     }
+    EligibleDomains {
+        zones: zones.into_iter().collect(),
+        capacity_types: capacity_types.into_iter().collect(),
+        pairs,
+    }
+}
 
-    /// Places the classes of a round; returns the pods that found no node, per class.
-    fn place(&mut self, ids: &[usize]) -> Vec<u64> {
-        let mut order: Vec<usize> = ids.to_vec();
-        let mut remaining: Vec<u64> = vec![0; self.classes().len()];
-        for &c in ids {
-            remaining[c] = self.classes()[c].pods.len() as u64;
-        }
-        let (bound, _) = self.bound_for(ids, &remaining);
-        let values = self.values(ids, &bound);
-        order.sort_by(|&a, &b| values[b].total_cmp(&values[a]).then_with(|| a.cmp(&b)));
-        self.fill_existing(&order, &mut remaining);
-        self.pack_new(&order, &mut remaining, &values, &bound.resource_prices);
-        // The first pods of each class are the placed ones, handed out in slot order.
-        remaining
+/// Places the classes of a round; returns the pods that found no node, per class.
+fn place(solver: &mut Solver, ids: &[usize]) -> Vec<u64> {
+    let mut order: Vec<usize> = ids.to_vec();
+    let mut remaining: Vec<u64> = vec![0; solver.classes().len()];
+    for &c in ids {
+        remaining[c] = solver.classes()[c].pods.len() as u64;
     }
+    let bound = valuation::bound_for(solver, ids, &remaining);
+    let values = valuation::pod_values(solver, ids, &bound);
+    order.sort_by(|&a, &b| values[b].total_cmp(&values[a]).then_with(|| a.cmp(&b)));
+    slots::fill_existing(solver, &order, &mut remaining);
+    slots::pack_new(solver, &order, &mut remaining, &values, &bound.resource_prices);
+    // The first pods of each class are the placed ones, handed out in slot order.
+    remaining
 }
 
 /// Bound volumes pin zones like a node requirement.

@@ -14,7 +14,9 @@
 //! The memos and the cancel latch are cells: filling a memo or latching a stop changes no answer the
 //! state gives, so the phases that only read take `&Solver`.
 //!
-//! The rest of the solver reads through the accessors and orchestrates.
+//! The phases (slots, spread, column generation, merging, writing claims; the solve drives them) are
+//! functions over this state in their own files: they read through the accessors and change the
+//! state only through the methods here.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
