@@ -11,20 +11,15 @@ use crate::model::Offering;
 use crate::scheduling::node_fit;
 use crate::scheduling::plan::{NewNodeClaim, Plan, Unschedulable};
 use crate::scheduling::templates::TemplateOffering;
-use crate::scheduling::valuation;
 use crate::scheduling::working::{Slot, Solver};
 
-/// Builds the plan; `unschedulable` comes from the relaxation rounds.
-pub(crate) fn build_plan(solver: &Solver, mut unschedulable: Vec<Unschedulable>) -> Plan {
-    let mut placed = vec![0u64; solver.classes().len()];
-    for slot in solver.slots() {
-        for &(c, n) in slot.classes() {
-            placed[c] += n;
-        }
-    }
-    let configuration_bound = crate::scheduling::colgen::certified_bound(solver, &placed);
-    let ids: Vec<usize> = (0..solver.classes().len()).collect();
-    let resource_bound = valuation::bound_for(solver, &ids, &placed);
+/// Builds the plan; `unschedulable` comes from the relaxation rounds, `lower_bound_per_hour` from
+/// certifying the bound over the pods placed.
+pub(crate) fn build_plan(
+    solver: &Solver,
+    mut unschedulable: Vec<Unschedulable>,
+    lower_bound_per_hour: f64,
+) -> Plan {
     let mut plan = Plan::default();
     let mut cursor = vec![0usize; solver.classes().len()];
     let mut per_pool = vec![0usize; solver.input().nodepools.len()];
@@ -56,8 +51,7 @@ pub(crate) fn build_plan(solver: &Solver, mut unschedulable: Vec<Unschedulable>)
     plan.unschedulable = unschedulable;
     // `+ 0.0`: an empty float sum is -0.0, which would print as "-0.0000".
     plan.price_per_hour = plan.nodeclaims.iter().map(|c| c.price_per_hour).sum::<f64>() + 0.0;
-    // Both bounds are valid; the configuration LP's is usually the tighter one.
-    plan.lower_bound_per_hour = resource_bound.per_hour.max(configuration_bound.unwrap_or(0.0));
+    plan.lower_bound_per_hour = lower_bound_per_hour;
     plan
 }
 

@@ -29,6 +29,7 @@ use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_ZONE};
 use crate::model::requirements::{Requirement, Requirements};
 use crate::scheduling::cancel::{Cancelled, ShouldCancel};
 use crate::scheduling::claims;
+use crate::scheduling::colgen;
 use crate::scheduling::explain;
 use crate::scheduling::improve;
 use crate::scheduling::input::{tolerates_all, SolveInput};
@@ -82,7 +83,24 @@ fn solve_supported(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan
     let unschedulable = run(&mut solver)?;
     improve::merge_nodes(&mut solver)?;
     solver.check_cancel()?;
-    Ok(claims::build_plan(&solver, unschedulable))
+    let lower_bound_per_hour = certified_lower_bound(&solver);
+    Ok(claims::build_plan(&solver, unschedulable, lower_bound_per_hour))
+}
+
+/// The larger of two certified lower bounds on the price of any plan that places the pods this one
+/// places: the resource bound and the configuration LP's.
+fn certified_lower_bound(solver: &Solver) -> f64 {
+    let mut placed = vec![0u64; solver.classes().len()];
+    for slot in solver.slots() {
+        for &(c, n) in slot.classes() {
+            placed[c] += n;
+        }
+    }
+    let configuration_bound = colgen::certified_bound(solver, &placed);
+    let ids: Vec<usize> = (0..solver.classes().len()).collect();
+    let resource_bound = valuation::bound_for(solver, &ids, &placed);
+    // Both bounds are valid; the configuration LP's is usually the tighter one.
+    resource_bound.per_hour.max(configuration_bound.unwrap_or(0.0))
 }
 
 /// Runs relaxation rounds until every pod is placed or has nothing left to relax.
