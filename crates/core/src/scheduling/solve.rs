@@ -87,22 +87,6 @@ fn solve_supported(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan
     Ok(claims::build_plan(&solver, unschedulable, lower_bound_per_hour))
 }
 
-/// The larger of two certified lower bounds on the price of any plan that places the pods this one
-/// places: the resource bound and the configuration LP's.
-fn certified_lower_bound(solver: &Solver) -> f64 {
-    let mut placed = vec![0u64; solver.classes().len()];
-    for slot in solver.slots() {
-        for &(c, n) in slot.classes() {
-            placed[c] += n;
-        }
-    }
-    let configuration_bound = colgen::certified_bound(solver, &placed);
-    let ids: Vec<usize> = (0..solver.classes().len()).collect();
-    let resource_bound = valuation::bound_for(solver, &ids, &placed);
-    // Both bounds are valid; the configuration LP's is usually the tighter one.
-    resource_bound.per_hour.max(configuration_bound.unwrap_or(0.0))
-}
-
 /// Runs relaxation rounds until every pod is placed or has nothing left to relax.
 fn run(solver: &mut Solver) -> Result<Vec<Unschedulable>, Cancelled> {
     let mut pending: Vec<PendingPod> = vec![];
@@ -158,26 +142,6 @@ fn run(solver: &mut Solver) -> Result<Vec<Unschedulable>, Cancelled> {
     failed.extend(enforce_spread_across_rounds(solver, &mut unplaced_of));
     failed.sort_by(|a, b| a.pod.cmp(&b.pod));
     Ok(failed)
-}
-
-/// A spread's pods placed in one round can be tipped by pods of a later round that it counts
-/// and that found no node after all (their domain ends up short). Repeats the repair over every
-/// class until no spread changes; the pods taken back fail with the spread's reason.
-fn enforce_spread_across_rounds(solver: &mut Solver, unplaced_of: &mut [u64]) -> Vec<Unschedulable> {
-    let all: Vec<usize> = (0..solver.classes().len()).collect();
-    let before = unplaced_of.to_vec();
-    let mut reasons: BTreeMap<usize, String> = BTreeMap::new();
-    while spread::enforce_spread(solver, &all, unplaced_of, &mut reasons) {}
-    let mut failed = vec![];
-    for (class, reason) in reasons {
-        let pods = &solver.classes()[class].pods;
-        let (now_placed, was_placed) =
-            (pods.len() - unplaced_of[class] as usize, pods.len() - before[class] as usize);
-        for &p in &pods[now_placed..was_placed] {
-            failed.push(Unschedulable { pod: solver.input().pods[p].id(), reason: reason.clone() });
-        }
-    }
-    failed
 }
 
 /// Builds the classes of a round: effective constraints, domains, template masks.
@@ -245,6 +209,58 @@ fn classify(solver: &mut Solver, pending: &[PendingPod]) -> (Vec<Class>, Vec<Fai
     (classes, failures)
 }
 
+/// Places the classes of a round; returns the pods that found no node, per class.
+fn place(solver: &mut Solver, ids: &[usize]) -> Vec<u64> {
+    let mut order: Vec<usize> = ids.to_vec();
+    let mut remaining: Vec<u64> = vec![0; solver.classes().len()];
+    for &c in ids {
+        remaining[c] = solver.classes()[c].pods.len() as u64;
+    }
+    let bound = valuation::bound_for(solver, ids, &remaining);
+    let values = valuation::pod_values(solver, ids, &bound);
+    order.sort_by(|&a, &b| values[b].total_cmp(&values[a]).then_with(|| a.cmp(&b)));
+    slots::fill_existing(solver, &order, &mut remaining);
+    slots::pack_new(solver, &order, &mut remaining, &values, &bound.resource_prices);
+    // The first pods of each class are the placed ones, handed out in slot order.
+    remaining
+}
+
+/// A spread's pods placed in one round can be tipped by pods of a later round that it counts
+/// and that found no node after all (their domain ends up short). Repeats the repair over every
+/// class until no spread changes; the pods taken back fail with the spread's reason.
+fn enforce_spread_across_rounds(solver: &mut Solver, unplaced_of: &mut [u64]) -> Vec<Unschedulable> {
+    let all: Vec<usize> = (0..solver.classes().len()).collect();
+    let before = unplaced_of.to_vec();
+    let mut reasons: BTreeMap<usize, String> = BTreeMap::new();
+    while spread::enforce_spread(solver, &all, unplaced_of, &mut reasons) {}
+    let mut failed = vec![];
+    for (class, reason) in reasons {
+        let pods = &solver.classes()[class].pods;
+        let (now_placed, was_placed) =
+            (pods.len() - unplaced_of[class] as usize, pods.len() - before[class] as usize);
+        for &p in &pods[now_placed..was_placed] {
+            failed.push(Unschedulable { pod: solver.input().pods[p].id(), reason: reason.clone() });
+        }
+    }
+    failed
+}
+
+/// The larger of two certified lower bounds on the price of any plan that places the pods this one
+/// places: the resource bound and the configuration LP's.
+fn certified_lower_bound(solver: &Solver) -> f64 {
+    let mut placed = vec![0u64; solver.classes().len()];
+    for slot in solver.slots() {
+        for &(c, n) in slot.classes() {
+            placed[c] += n;
+        }
+    }
+    let configuration_bound = colgen::certified_bound(solver, &placed);
+    let ids: Vec<usize> = (0..solver.classes().len()).collect();
+    let resource_bound = valuation::bound_for(solver, &ids, &placed);
+    // Both bounds are valid; the configuration LP's is usually the tighter one.
+    resource_bound.per_hour.max(configuration_bound.unwrap_or(0.0))
+}
+
 /// The effective constraints of a shape at a level, the required term chosen, and the zones and
 /// capacity types its pods may be assigned to.
 fn effective_for(solver: &Solver, s: usize, level: usize) -> ShapeAtLevel {
@@ -267,6 +283,18 @@ fn effective_for(solver: &Solver, s: usize, level: usize) -> ShapeAtLevel {
     effective.requirements = requirements;
     let eligible = eligible_domains(solver, &effective.requirements, &masks);
     (effective, term, eligible)
+}
+
+/// Bound volumes pin zones like a node requirement.
+fn with_volume_zones(requirements: &Requirements, pod: &crate::scheduling::input::Pod) -> Requirements {
+    match &pod.volume_zones {
+        Some(zones) => {
+            let mut r = requirements.clone();
+            r.add(Requirement::is_in(LABEL_ZONE, zones.iter().cloned()));
+            r
+        }
+        None => requirements.clone(),
+    }
 }
 
 fn existing_homes(solver: &Solver, s: usize, requirements: &Requirements) -> bool {
@@ -304,33 +332,5 @@ fn eligible_domains(solver: &Solver, requirements: &Requirements, masks: &[u32])
         zones: zones.into_iter().collect(),
         capacity_types: capacity_types.into_iter().collect(),
         pairs,
-    }
-}
-
-/// Places the classes of a round; returns the pods that found no node, per class.
-fn place(solver: &mut Solver, ids: &[usize]) -> Vec<u64> {
-    let mut order: Vec<usize> = ids.to_vec();
-    let mut remaining: Vec<u64> = vec![0; solver.classes().len()];
-    for &c in ids {
-        remaining[c] = solver.classes()[c].pods.len() as u64;
-    }
-    let bound = valuation::bound_for(solver, ids, &remaining);
-    let values = valuation::pod_values(solver, ids, &bound);
-    order.sort_by(|&a, &b| values[b].total_cmp(&values[a]).then_with(|| a.cmp(&b)));
-    slots::fill_existing(solver, &order, &mut remaining);
-    slots::pack_new(solver, &order, &mut remaining, &values, &bound.resource_prices);
-    // The first pods of each class are the placed ones, handed out in slot order.
-    remaining
-}
-
-/// Bound volumes pin zones like a node requirement.
-fn with_volume_zones(requirements: &Requirements, pod: &crate::scheduling::input::Pod) -> Requirements {
-    match &pod.volume_zones {
-        Some(zones) => {
-            let mut r = requirements.clone();
-            r.add(Requirement::is_in(LABEL_ZONE, zones.iter().cloned()));
-            r
-        }
-        None => requirements.clone(),
     }
 }
