@@ -8,20 +8,23 @@
 //! 4. What is left goes onto new nodes in NodePool weight order ([`crate::scheduling::slots`]):
 //!    whole copies of the configuration LP's node patterns first ([`crate::scheduling::colgen`]),
 //!    then the greedy packer for the remainder ([`crate::scheduling::pack`]), both valuing pods at
-//!    the lower bound's dual prices ([`crate::scheduling::bound`]). While pods that need nodes of
-//!    their own wait (per-node limits), each new node is sized for them plus an equal share of the
-//!    rest ([`crate::scheduling::anchors`]). Zone spread is repaired where pods could not be placed
-//!    ([`crate::scheduling::spread`]).
+//!    the lower bound's dual prices ([`crate::scheduling::valuation`], [`crate::scheduling::bound`]).
+//!    While pods that need nodes of their own wait (per-node limits), each new node is sized for them
+//!    plus an equal share of the rest ([`crate::scheduling::anchors`]). Zone spread is repaired where
+//!    pods could not be placed ([`crate::scheduling::spread`]).
 //! 5. Pods that did not fit give up one more preference, in upstream's order, and go round again;
 //!    pods with nothing left to give up are reported with a reason ([`crate::scheduling::explain`]).
 //! 6. Pairs of new nodes are merged where one cheaper node holds both ([`crate::scheduling::improve`]);
-//!    new nodes are right-sized and turned into NodeClaims ([`crate::scheduling::claims`]), and the
-//!    plan reports the larger of two certified lower bounds.
+//!    the plan reports the larger of two certified lower bounds (the resource bound and the
+//!    configuration LP's, [`crate::scheduling::colgen`]); new nodes are right-sized and turned into
+//!    NodeClaims ([`crate::scheduling::claims`]).
 //!
 //! The working state and its invariants are in [`crate::scheduling::working`]; this file drives the
-//! rounds. [`solve_with_cancel`] asks a caller's hook at safe points (each relaxation round, each node
-//! pattern opened, each merge) whether to stop: disruption runs many solves per pass and needs a
-//! deadline, but pure code cannot read the clock, so the caller decides.
+//! steps and reads top-down: the entry points, then one function per step in order, then the
+//! helpers of classifying. [`solve_with_cancel`] asks a caller's hook at safe points (each
+//! relaxation round, each node pattern opened, each merge) whether to stop
+//! ([`crate::scheduling::cancel`]): disruption runs many solves per pass and needs a deadline, but
+//! pure code cannot read the clock, so the caller decides.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -77,18 +80,23 @@ pub fn solve_with_cancel(input: &SolveInput, cancel: &dyn ShouldCancel) -> Resul
     Ok(plan)
 }
 
-/// The solve of pods whose rules the solver models ([`topology_keys`]).
+/// The solve of pods whose rules the solver models ([`topology_keys`]), step by step.
 fn solve_supported(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
+    // Step 1: the shapes, with the templates and the existing nodes, make the working state.
     let mut solver = Solver::new(input, cancel);
-    let unschedulable = run(&mut solver)?;
+    // Steps 2 to 5, round by round.
+    let unschedulable = relaxation_rounds(&mut solver)?;
+    // Step 6.
     improve::merge_nodes(&mut solver)?;
     solver.check_cancel()?;
     let lower_bound_per_hour = certified_lower_bound(&solver);
     Ok(claims::build_plan(&solver, unschedulable, lower_bound_per_hour))
 }
 
-/// Runs relaxation rounds until every pod is placed or has nothing left to relax.
-fn run(solver: &mut Solver) -> Result<Vec<Unschedulable>, Cancelled> {
+/// Steps 2 to 5: rounds until every pod is placed or has nothing left to relax. Returns the pods
+/// left pending with their reasons, by pod.
+fn relaxation_rounds(solver: &mut Solver) -> Result<Vec<Unschedulable>, Cancelled> {
+    // Every pod starts with all its preferences honoured (level 0).
     let mut pending: Vec<PendingPod> = vec![];
     for (s, shape) in solver.shapes().iter().enumerate() {
         for &p in &shape.pods {
@@ -100,12 +108,14 @@ fn run(solver: &mut Solver) -> Result<Vec<Unschedulable>, Cancelled> {
     let mut unplaced_of: Vec<u64> = vec![];
     while !pending.is_empty() {
         solver.check_cancel()?;
-        let (batch, topology_failures) = classify(solver, &pending);
-        let mut unplaced: Vec<Failure> = topology_failures;
+        // Step 2.
+        let (batch, mut unplaced) = classify(solver, &pending);
         let ids: Vec<usize> = solver.add_classes(batch).collect();
+        // Steps 3 and 4.
         let mut remaining = place(solver, &ids);
         // Packing may have stopped early for a cancel; what it left is not a result.
         solver.check_cancel()?;
+        // Why each class left pods over, and their domains given back.
         let mut reasons: BTreeMap<usize, String> = BTreeMap::new();
         for &class in &ids {
             if remaining[class] == 0 {
@@ -117,6 +127,7 @@ fn run(solver: &mut Solver) -> Result<Vec<Unschedulable>, Cancelled> {
                 solver.release_domain(class);
             }
         }
+        // Step 4's spread repair, now that the pods left over are known.
         spread::enforce_spread(solver, &ids, &mut remaining, &mut reasons);
         unplaced_of.resize(solver.classes().len(), 0);
         for &class in &ids {
@@ -129,22 +140,16 @@ fn run(solver: &mut Solver) -> Result<Vec<Unschedulable>, Cancelled> {
                 unplaced.push((c.shape, p, c.level, reasons[&class].clone()));
             }
         }
-        pending.clear();
-        for (shape, pod, level, reason) in unplaced {
-            if level < solver.shapes()[shape].relaxable_steps {
-                pending.push((shape, pod, level + 1));
-            } else {
-                failed.push(Unschedulable { pod: solver.input().pods[pod].id(), reason });
-            }
-        }
-        pending.sort();
+        // Step 5.
+        pending = relax(solver, unplaced, &mut failed);
     }
     failed.extend(enforce_spread_across_rounds(solver, &mut unplaced_of));
     failed.sort_by(|a, b| a.pod.cmp(&b.pod));
     Ok(failed)
 }
 
-/// Builds the classes of a round: effective constraints, domains, template masks.
+/// Step 2: builds the classes of a round (effective constraints, domains, template masks); the pods
+/// no domain could be given fail the round with the reason.
 fn classify(solver: &mut Solver, pending: &[PendingPod]) -> (Vec<Class>, Vec<Failure>) {
     let mut failures = vec![];
     let mut groups: BTreeMap<(usize, usize, usize, Assignment), Vec<usize>> = BTreeMap::new();
@@ -209,7 +214,8 @@ fn classify(solver: &mut Solver, pending: &[PendingPod]) -> (Vec<Class>, Vec<Fai
     (classes, failures)
 }
 
-/// Places the classes of a round; returns the pods that found no node, per class.
+/// Steps 3 and 4: places the classes of a round, most valuable first; returns the pods that found no
+/// node, per class.
 fn place(solver: &mut Solver, ids: &[usize]) -> Vec<u64> {
     let mut order: Vec<usize> = ids.to_vec();
     let mut remaining: Vec<u64> = vec![0; solver.classes().len()];
@@ -225,7 +231,23 @@ fn place(solver: &mut Solver, ids: &[usize]) -> Vec<u64> {
     remaining
 }
 
-/// A spread's pods placed in one round can be tipped by pods of a later round that it counts
+/// Step 5: the pods of a round that found no node give up one more preference and wait for the next
+/// round; those with nothing left to give up go to `failed` with their reason. Returns the next
+/// round's pods, in order.
+fn relax(solver: &Solver, unplaced: Vec<Failure>, failed: &mut Vec<Unschedulable>) -> Vec<PendingPod> {
+    let mut pending = vec![];
+    for (shape, pod, level, reason) in unplaced {
+        if level < solver.shapes()[shape].relaxable_steps {
+            pending.push((shape, pod, level + 1));
+        } else {
+            failed.push(Unschedulable { pod: solver.input().pods[pod].id(), reason });
+        }
+    }
+    pending.sort();
+    pending
+}
+
+/// Step 4, once more over all rounds: a spread's pods placed in one round can be tipped by pods of a later round that it counts
 /// and that found no node after all (their domain ends up short). Repeats the repair over every
 /// class until no spread changes; the pods taken back fail with the spread's reason.
 fn enforce_spread_across_rounds(solver: &mut Solver, unplaced_of: &mut [u64]) -> Vec<Unschedulable> {
@@ -245,7 +267,7 @@ fn enforce_spread_across_rounds(solver: &mut Solver, unplaced_of: &mut [u64]) ->
     failed
 }
 
-/// The larger of two certified lower bounds on the price of any plan that places the pods this one
+/// Step 6: the larger of two certified lower bounds on the price of any plan that places the pods this one
 /// places: the resource bound and the configuration LP's.
 fn certified_lower_bound(solver: &Solver) -> f64 {
     let mut placed = vec![0u64; solver.classes().len()];
