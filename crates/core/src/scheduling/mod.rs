@@ -3,7 +3,7 @@
 //! requirements algebra and resource vectors it works with are in `crate::model`.
 
 mod anchors;
-pub mod bound;
+mod bound;
 mod cancel;
 mod claims;
 mod colgen;
@@ -13,20 +13,20 @@ pub mod from_k8s;
 mod improve;
 pub mod input;
 mod knapsack;
-pub mod lp;
-pub mod node;
+mod lp;
+mod node;
 mod node_fit;
-pub mod pack;
+mod pack;
 pub mod plan;
-pub mod shapes;
+mod shapes;
 mod slots;
 mod solve;
 #[cfg(test)]
 mod solve_tests;
 mod spread;
-pub mod templates;
-pub mod topology;
-pub mod topology_keys;
+mod templates;
+mod topology;
+mod topology_keys;
 mod valuation;
 mod working;
 

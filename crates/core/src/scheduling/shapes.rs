@@ -40,10 +40,6 @@ impl Dims {
         self.names.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
-    }
-
     pub fn vector(&self, resources: &Resources) -> Vec<i64> {
         self.names.iter().map(|n| resources.get(n)).collect()
     }
