@@ -16,6 +16,12 @@ pub mod requirements;
 pub mod resources;
 pub mod selection;
 
+/// The configuration of the crate's property tests, shared with the integration tests (whose support
+/// folder holds the file) so that both binaries run from one seed and persist failures alike.
+#[cfg(test)]
+#[path = "../../tests/integration/support/proptest_config.rs"]
+pub(crate) mod proptest_config;
+
 pub use instancetype::{CapacityType, InstanceType, Offering, Overhead};
 pub use requirements::{Requirement, Requirements};
 pub use resources::Resources;

@@ -1,5 +1,7 @@
 //! Builders the integration tests share: solver inputs and plan checks (`solver_fixtures`) and disruption
-//! snapshots and command checks (`disruption_fixtures`, built on the former).
+//! snapshots and command checks (`disruption_fixtures`, built on the former), and the configuration of every
+//! property test (`proptest_config`).
 
 pub mod disruption_fixtures;
+pub mod proptest_config;
 pub mod solver_fixtures;
