@@ -4,7 +4,7 @@
 
 CARGO ?= cargo
 
-.PHONY: build deps test unit lint fmt crds crds-check bench bench-upstream e2e controlplane catalog
+.PHONY: build deps test unit proptest-random lint fmt crds crds-check bench bench-upstream e2e controlplane catalog
 
 build:
 	$(CARGO) build --release
@@ -21,6 +21,25 @@ test:
 
 unit:
 	$(CARGO) test --workspace --lib
+
+# The property tests (every `proptest!` test of crates/core/src/, src/ and tests/integration/), by name; the integration
+# module property_tests checks that the list is complete. `make test` runs them from one fixed seed
+# (crates/core/src/proptest_config.rs); `proptest-random` runs them PROPTEST_RUNS times, each
+# with a fresh random seed that it prints first, and stops at the first failure (docs/development.md).
+PROPTEST_TESTS = intersection_agrees_with_concrete_labels intersection_is_commutative \
+	emptiness_is_exact_on_the_sampled_universe matches_agrees_with_admits format_then_parse_is_identity \
+	small_inputs_give_feasible_deterministic_plans medium_inputs_give_feasible_deterministic_plans \
+	decisions_are_deterministic_within_budgets_and_never_cost_more
+PROPTEST_RUNS ?= 10
+proptest-random:
+	@for run in $$(seq $(PROPTEST_RUNS)); do \
+		seed=$$(od -An -N8 -tu8 /dev/urandom | tr -d ' '); \
+		echo "proptest-random: run $$run of $(PROPTEST_RUNS), PROPTEST_RNG_SEED=$$seed"; \
+		for target in "--workspace --lib" "--test integration"; do \
+			PROPTEST_RNG_SEED=$$seed $(CARGO) test --quiet $$target -- $(PROPTEST_TESTS) || { \
+				echo "proptest-random: failed with PROPTEST_RNG_SEED=$$seed (cargo test $$target)"; exit 1; }; \
+		done; \
+	done
 
 lint:
 	$(CARGO) fmt --all -- --check

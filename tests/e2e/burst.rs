@@ -33,7 +33,7 @@ use serde_json::Value;
 
 use super::controller::Controller;
 use super::lookups::nodeclaims;
-use super::{cluster, crds, manifests, objects};
+use super::{cluster, manifests, objects, setup, wait};
 
 /// Namespace, AKSNodeClass and NodePool.
 const NAME: &str = "e2e-burst";
@@ -48,8 +48,6 @@ const GAP_TARGET: Duration = BATCH_MAX.saturating_add(Duration::from_secs(2));
 const PEAK_RSS_TARGET_MIB: f64 = 150.0;
 
 const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
-/// How long the controller gets to make the NodePool Ready.
-const POOL_READY: Duration = Duration::from_secs(30);
 /// How long the ReplicaSet controller may take to create all pods.
 const PODS_CREATED: Duration = Duration::from_secs(180);
 /// The controller has stopped creating NodeClaims once none appeared for this long (and every pod is
@@ -63,9 +61,8 @@ const CLEANUP: Duration = Duration::from_secs(180);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_1000_pending_pods_is_batched_into_nodeclaims_within_the_window() {
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    let controller = set_up(cluster, &client).await;
+    let client = cluster::shared().client().await;
+    let controller = set_up(&client).await;
 
     let pods = Tracker::default();
     let claims = Tracker::default();
@@ -94,28 +91,28 @@ async fn a_burst_of_1000_pending_pods_is_batched_into_nodeclaims_within_the_wind
 
     // Until the controller stops creating NodeClaims: none new for CLAIMS_STABLE and every pod bound, or
     // SETTLE after the last pod.
-    let settle_deadline = Instant::now() + SETTLE;
-    let settled = loop {
+    let settled = wait::within(SETTLE, || async {
         if let Some(status) = controller.exit_status() {
             panic!("the controller exited ({status}) while the burst was being provisioned");
         }
         let (pod_state, claim_state) = (pods.snapshot(), claims.snapshot());
         let quiet = claim_state.last_arrival.is_some_and(|at| at.elapsed() >= CLAIMS_STABLE);
         if quiet && pod_state.bound >= REPLICAS {
-            break true;
-        }
-        if Instant::now() >= settle_deadline {
-            eprintln!(
-                "e2e burst: not settled {SETTLE:?} after the last pod: {} NodeClaims (last one {:.1?} ago), \
-                 {} of {REPLICAS} pods bound; measuring what was seen",
+            Ok(())
+        } else {
+            Err(format!(
+                "{} NodeClaims (last one {:.1?} ago), {} of {REPLICAS} pods bound",
                 claim_state.count,
                 claim_state.last_arrival.map(|at| at.elapsed()),
                 pod_state.bound
-            );
-            break false;
+            ))
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    })
+    .await
+    .map_err(|seen| {
+        eprintln!("e2e burst: not settled {SETTLE:?} after the last pod: {seen}; measuring what was seen")
+    })
+    .is_ok();
     let claims_at_settle = claims.snapshot().count;
 
     controller
@@ -370,26 +367,10 @@ fn deployment(replicas: usize) -> Value {
     manifests::deployment(NAME, APP, NAME, replicas, "50m", "64Mi")
 }
 
-/// CRDs, the namespace, the controller, the AKSNodeClass and NodePool; waits until the NodePool is Ready.
-async fn set_up(cluster: &cluster::Cluster, client: &Client) -> Controller {
-    crds::ensure_installed(client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(client, NAME).await;
-    let controller = Controller::start(cluster, client, NAME).await;
-    objects::apply(client, &node_class()).await.expect("applying the AKSNodeClass");
-    objects::apply(client, &node_pool()).await.expect("applying the NodePool");
-    controller
-        .wait_until(&format!("the controller to mark NodePool {NAME} Ready"), POOL_READY, || async {
-            let api = objects::api_for(client, &node_pool()).await.map_err(|err| err.to_string())?;
-            let pool = api.get(NAME).await.map_err(|err| err.to_string())?;
-            let pool = serde_json::to_value(pool).map_err(|err| err.to_string())?;
-            let conditions = pool["status"]["conditions"].as_array().cloned().unwrap_or_default();
-            if conditions.iter().any(|c| c["type"] == "Ready" && c["status"] == "True") {
-                Ok(())
-            } else {
-                Err(format!("conditions {conditions:?}"))
-            }
-        })
-        .await;
+/// The controller, the AKSNodeClass and NodePool, Ready.
+async fn set_up(client: &Client) -> Controller {
+    let controller = setup::controller(NAME).start(client).await;
+    setup::class_and_pool_ready(client, &controller, &node_class(), &node_pool()).await;
     controller
 }
 
@@ -439,14 +420,20 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = usize>,
 {
-    let deadline = Instant::now() + CLEANUP;
-    loop {
-        let left = count().await;
-        if left == 0 || Instant::now() >= deadline || controller.exit_status().is_some() {
-            return left;
+    // Each count lists up to a thousand pods: once a second is enough.
+    let left = wait::within_every(CLEANUP, Duration::from_secs(1), || {
+        let counted = count();
+        async move {
+            let left = counted.await;
+            if left == 0 || controller.exit_status().is_some() {
+                Ok(left)
+            } else {
+                Err(left.to_string())
+            }
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    })
+    .await;
+    left.unwrap_or_else(|last| last.parse().unwrap_or(usize::MAX))
 }
 
 /// Time until `deadline`, at least a moment so a last probe still runs.

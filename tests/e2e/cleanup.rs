@@ -3,14 +3,14 @@
 //! NodePool, AKSNodeClass and namespace. Best effort: the assertions have already run, and what is left
 //! is reported, never fatal.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube::api::{Api, DeleteParams};
 use kube::Client;
 use serde_json::Value;
 
 use super::lookups::{claims_of, nodeclaims};
-use super::{manifests, objects};
+use super::{manifests, objects, wait};
 
 /// How long the NodeClaims may take to go.
 const CLAIMS_GONE: Duration = Duration::from_secs(60);
@@ -28,13 +28,18 @@ pub async fn remove(client: &Client, name: &str, workloads: &[Value], mut alive:
         let claim_name = claim["metadata"]["name"].as_str().unwrap_or_default().to_string();
         let _ = nodeclaims(client).delete(&claim_name, &background).await;
     }
-    let deadline = Instant::now() + CLAIMS_GONE;
-    while Instant::now() < deadline && alive() {
-        match claims_of(client, name).await {
-            Ok(left) if left.is_empty() => break,
-            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+    // Without a controller nobody removes the finalizers: no point waiting then.
+    let _ = wait::within(CLAIMS_GONE, || {
+        let alive = alive();
+        async move {
+            match claims_of(client, name).await {
+                Ok(left) if left.is_empty() || !alive => Ok(()),
+                Ok(left) => Err(format!("{} NodeClaims left", left.len())),
+                Err(err) => Err(err),
+            }
         }
-    }
+    })
+    .await;
     let left = claims_of(client, name).await.unwrap_or_default();
     if !left.is_empty() {
         eprintln!("e2e: cleanup of {name}: {} NodeClaims still there", left.len());

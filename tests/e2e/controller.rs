@@ -1,10 +1,10 @@
 //! The `karpenter-azure controller` binary under test, run against the e2e cluster and an in-process fake
 //! ARM whose VMs boot into Nodes of that cluster.
 //!
-//! [`Controller::start`] starts the fake ARM (boot simulation through `KubeNodeRegistrar`, short delays),
-//! then spawns the binary cargo built for this test crate as a child process, configured only through the
-//! environment (the upstream variable names of `operator::options`), with the credentials the fake
-//! accepts. It talks to the cluster as the Helm chart's ServiceAccount (see `identity`), so it has only
+//! [`Controller::start`] (through `setup::controller`) starts the fake ARM (boot simulation through
+//! `KubeNodeRegistrar` or another registrar, short delays), then spawns the binary cargo built for this
+//! test crate as a child process, configured only through the environment (the upstream variable names
+//! of `operator::options`), with the credentials the fake accepts. It talks to the cluster as the Helm chart's ServiceAccount (see `identity`), so it has only
 //! the permissions a real install grants. Its output goes to `<cluster dir>/logs/controller-<name>.log`.
 //!
 //! The child is killed when the [`Controller`] is dropped, which also happens while a failed test unwinds;
@@ -23,7 +23,7 @@ use tokio::sync::MutexGuard;
 
 use super::cluster::Cluster;
 use super::identity;
-use fake_azure::arm::{FakeArm, FakeArmConfig, KubeNodeRegistrar};
+use fake_azure::arm::{FakeArm, FakeArmConfig};
 
 /// The `CLUSTER_NAME` of every controller started here; the value of the VMs' cluster tag.
 pub const CLUSTER_NAME: &str = "e2e-cluster";
@@ -69,25 +69,10 @@ pub struct Controller {
 }
 
 impl Controller {
-    /// Starts the fake ARM and the controller; `name` names the log file.
-    pub async fn start(cluster: &Cluster, client: &kube::Client, name: &str) -> Controller {
-        Controller::start_with_env(cluster, client, name, &[]).await
-    }
-
-    /// Like [`Controller::start`], with extra environment for the child (e.g. the hidden GC overrides).
-    pub async fn start_with_env(
-        cluster: &Cluster,
-        client: &kube::Client,
-        name: &str,
-        extra_env: &[(&'static str, String)],
-    ) -> Controller {
-        let registrar = Arc::new(KubeNodeRegistrar::new(client.clone()));
-        Controller::start_with_registrar(cluster, client, name, extra_env, registrar).await
-    }
-
-    /// Like [`Controller::start_with_env`], with the VMs' Nodes registered by `registrar` (e.g. a
-    /// TLS-bootstrapping kubelet that uses nothing but the custom data).
-    pub async fn start_with_registrar(
+    /// Starts the fake ARM, its VMs' Nodes registered by `registrar`, and the controller with the usual
+    /// settings plus `extra_env`; `name` names the log file. Tests start it through `setup::controller`,
+    /// which also installs the CRDs and makes the test's namespace.
+    pub async fn start(
         cluster: &Cluster,
         client: &kube::Client,
         name: &str,

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use super::controller::Controller;
 use super::disruption_watch::{self as watch, as_input, fast_disruption_env, pool_nodes, simulate, Watcher};
 use super::lookups::{self, condition_is_true, is_running};
-use super::{cleanup, cluster, crds, manifests, objects};
+use super::{cleanup, cluster, manifests, objects, setup};
 
 const APP: &str = "web";
 const STAGE: Duration = Duration::from_secs(90);
@@ -27,39 +27,16 @@ fn deployment(name: &str, replicas: usize) -> Value {
 }
 
 async fn start(name: &str, pool: &Value) -> (Client, Controller) {
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(&client, name).await;
-    let controller = Controller::start_with_env(cluster, &client, name, &fast_disruption_env()).await;
-    objects::apply(&client, &manifests::node_class(name)).await.expect("applying the AKSNodeClass");
-    objects::apply(&client, pool).await.expect("applying the NodePool");
-    controller
-        .wait_until("the NodePool to be Ready", STAGE, || async {
-            let stored = objects::get(&client, pool).await;
-            if condition_is_true(&stored, "Ready") {
-                Ok(())
-            } else {
-                Err(format!("{}", stored["status"]))
-            }
-        })
-        .await;
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(name).envs(&fast_disruption_env()).start(&client).await;
+    setup::class_and_pool_ready(&client, &controller, &manifests::node_class(name), pool).await;
     (client, controller)
 }
 
+/// Exactly `replicas` pods of the app, all Running.
 async fn running(controller: &Controller, client: &Client, name: &str, replicas: usize) -> Vec<Pod> {
-    controller
-        .wait_until(&format!("{replicas} pods Running"), STAGE, || async {
-            let pods = lookups::list_pods(client, name, APP).await?;
-            let running: Vec<Pod> = pods.iter().filter(|p| is_running(p)).cloned().collect();
-            let total = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).count();
-            if running.len() == replicas && total == replicas {
-                Ok(running)
-            } else {
-                Err(format!("{} of {replicas} Running ({total} pods)", running.len()))
-            }
-        })
-        .await
+    let app = format!("app={APP}");
+    setup::running_pods(client, name, &app, replicas).and_no_others().within(STAGE).wait(controller).await
 }
 
 /// The cluster's $/h for the pool's nodes and the app's pods, priced by `simulate` from a snapshot.
@@ -165,6 +142,7 @@ async fn a_pdb_and_a_do_not_disrupt_pod_block_consolidation_with_an_event_naming
             notes.into_iter().find(|n| n.contains(&format!("PDB {NAME}/{APP}"))).ok_or("none yet".to_string())
         })
         .await;
+    // Watched for 10 s, several disruption passes: the point is that nothing happens meanwhile.
     let held = Instant::now();
     while held.elapsed() < Duration::from_secs(10) {
         let nodes = pool_nodes(&client, NAME).await.expect("nodes");
@@ -247,6 +225,7 @@ async fn a_scheduled_budget_of_zero_blocks_until_its_window_ends() {
             notes.into_iter().find(|n| n.contains("budget")).ok_or("none yet".to_string())
         })
         .await;
+    // Waiting out the window is the test: no node may be disrupted until it ends.
     while Instant::now() + Duration::from_secs(3) < window_end {
         let nodes = pool_nodes(&client, NAME).await.expect("nodes");
         assert!(

@@ -7,11 +7,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::controller::Controller;
 use super::disruption::events;
 use super::disruption_watch::{self as watch, fast_disruption_env, pool_nodes};
-use super::lookups::{self, claims_of, condition_is_true, is_running};
-use super::{cleanup, cluster, crds, manifests, objects, prometheus};
+use super::lookups::{self, claims_of, is_running};
+use super::{cleanup, cluster, manifests, objects, prometheus, setup};
 use fake_azure::arm::{Fault, Target};
 
 const APP: &str = "web";
@@ -34,43 +33,16 @@ async fn running_count(client: &kube::Client, name: &str) -> usize {
         .unwrap_or(0)
 }
 
-async fn ready_pool(controller: &Controller, client: &kube::Client, pool: &Value) {
-    controller
-        .wait_until("the NodePool to be Ready", STAGE, || async {
-            let stored = objects::get(client, pool).await;
-            if condition_is_true(&stored, "Ready") {
-                Ok(())
-            } else {
-                Err(format!("{}", stored["status"]))
-            }
-        })
-        .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_nodeclaims_are_replaced_and_their_pods_run_again() {
     const NAME: &str = "e2e-disr-expire";
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(&client, NAME).await;
-    let controller = Controller::start_with_env(cluster, &client, NAME, &fast_disruption_env()).await;
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(NAME).envs(&fast_disruption_env()).start(&client).await;
     let mut pool = manifests::node_pool(NAME, Some("D"));
     pool["spec"]["template"]["spec"]["expireAfter"] = json!("1m");
-    objects::apply(&client, &manifests::node_class(NAME)).await.expect("applying the AKSNodeClass");
-    objects::apply(&client, &pool).await.expect("applying the NodePool");
-    ready_pool(&controller, &client, &pool).await;
+    setup::class_and_pool_ready(&client, &controller, &manifests::node_class(NAME), &pool).await;
     objects::apply(&client, &deployment(NAME, 2)).await.expect("applying the Deployment");
-    controller
-        .wait_until("2 pods Running", STAGE, || async {
-            let n = running_count(&client, NAME).await;
-            if n == 2 {
-                Ok(())
-            } else {
-                Err(format!("{n} Running"))
-            }
-        })
-        .await;
+    setup::running_pods(&client, NAME, &format!("app={APP}"), 2).within(STAGE).wait(&controller).await;
     let first = names(&claims_of(&client, NAME).await.expect("claims"));
     let started = Instant::now();
     let replaced_after = controller
@@ -109,26 +81,12 @@ async fn expired_nodeclaims_are_replaced_and_their_pods_run_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_killed_mid_command_leaves_nothing_tainted_or_launched_twice() {
     const NAME: &str = "e2e-disr-kill";
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(&client, NAME).await;
-    let controller = Controller::start_with_env(cluster, &client, NAME, &fast_disruption_env()).await;
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(NAME).envs(&fast_disruption_env()).start(&client).await;
     let pool = watch::node_pool(NAME, "0s", json!([{"nodes": "100%"}]));
-    objects::apply(&client, &manifests::node_class(NAME)).await.expect("applying the AKSNodeClass");
-    objects::apply(&client, &pool).await.expect("applying the NodePool");
-    ready_pool(&controller, &client, &pool).await;
+    setup::class_and_pool_ready(&client, &controller, &manifests::node_class(NAME), &pool).await;
     objects::apply(&client, &deployment(NAME, 8)).await.expect("applying the Deployment");
-    controller
-        .wait_until("8 pods Running", STAGE, || async {
-            let n = running_count(&client, NAME).await;
-            if n == 8 {
-                Ok(())
-            } else {
-                Err(format!("{n} Running"))
-            }
-        })
-        .await;
+    setup::running_pods(&client, NAME, &format!("app={APP}"), 8).within(STAGE).wait(&controller).await;
     // From now on a VM takes 20 s to come up, so a replacement keeps its command in flight.
     controller.fake().inject(Fault::SlowProvisioning { delay_ms: 20_000, target: Target::default() });
     objects::apply(&client, &deployment(NAME, 1)).await.expect("scaling down");
@@ -213,16 +171,11 @@ async fn a_controller_killed_mid_command_leaves_nothing_tainted_or_launched_twic
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changing_the_node_class_replaces_every_node_within_the_budget_and_the_pdb() {
     const NAME: &str = "e2e-disr-drift";
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(&client, NAME).await;
-    let controller = Controller::start_with_env(cluster, &client, NAME, &fast_disruption_env()).await;
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(NAME).envs(&fast_disruption_env()).start(&client).await;
     // Consolidation off: only drift may replace nodes, one at a time.
     let pool = watch::node_pool(NAME, "Never", json!([{"nodes": "1"}]));
-    objects::apply(&client, &manifests::node_class(NAME)).await.expect("applying the AKSNodeClass");
-    objects::apply(&client, &pool).await.expect("applying the NodePool");
-    ready_pool(&controller, &client, &pool).await;
+    setup::class_and_pool_ready(&client, &controller, &manifests::node_class(NAME), &pool).await;
     let budgets: kube::Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
         kube::Api::namespaced(client.clone(), NAME);
     let pdb = serde_json::from_value(json!({"metadata": {"name": APP},
@@ -230,16 +183,7 @@ async fn changing_the_node_class_replaces_every_node_within_the_budget_and_the_p
     .expect("a PDB");
     budgets.create(&kube::api::PostParams::default(), &pdb).await.expect("creating the PDB");
     objects::apply(&client, &deployment(NAME, 6)).await.expect("applying the Deployment");
-    controller
-        .wait_until("6 pods Running", STAGE, || async {
-            let n = running_count(&client, NAME).await;
-            if n == 6 {
-                Ok(())
-            } else {
-                Err(format!("{n} Running"))
-            }
-        })
-        .await;
+    setup::running_pods(&client, NAME, &format!("app={APP}"), 6).within(STAGE).wait(&controller).await;
     let original: BTreeSet<String> = pool_nodes(&client, NAME)
         .await
         .expect("nodes")

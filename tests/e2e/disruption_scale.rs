@@ -8,17 +8,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::controller::Controller;
 use super::disruption_watch::{fast_disruption_env, pool_nodes};
-use super::lookups::{self, condition_is_true, is_running};
 use super::prometheus::{self, Sample};
-use super::{cleanup, cluster, crds, manifests, objects};
+use super::{cleanup, cluster, manifests, objects, setup};
 
 const NAME: &str = "e2e-disr-200";
 const APP: &str = "web";
 const NODES: usize = 200;
 const PASS_TARGET_S: f64 = 1.0;
 const RSS_TARGET_KIB: u64 = 200 * 1000 * 1000 / 1024;
+/// Passes measured on the settled cluster (one every 2 s with `fast_disruption_env`).
+const SETTLED_PASSES: f64 = 5.0;
 
 fn deployment(replicas: usize) -> Value {
     // One pod per 2-vCPU node.
@@ -48,23 +48,15 @@ fn pass_times(samples: &[Sample]) -> (f64, f64, f64) {
     (count, total, max)
 }
 
-async fn running(client: &kube::Client, n: usize) -> Result<(), String> {
-    let pods = lookups::list_pods(client, NAME, APP).await?;
-    let up = pods.iter().filter(|p| is_running(p)).count();
-    if up == n {
-        Ok(())
-    } else {
-        Err(format!("{up} of {n} Running"))
-    }
+async fn scrape(url: &str) -> Result<Vec<Sample>, String> {
+    let (_, text) = prometheus::get(url).await?;
+    prometheus::parse(&text)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_200_node_cluster_is_scaled_down_with_passes_under_a_second_and_200_mb() {
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(&client, NAME).await;
-    let controller = Controller::start_with_env(cluster, &client, NAME, &fast_disruption_env()).await;
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(NAME).envs(&fast_disruption_env()).start(&client).await;
     let mut pool = manifests::node_pool(NAME, Some("D"));
     pool["spec"]["template"]["spec"]["requirements"]
         .as_array_mut()
@@ -72,36 +64,17 @@ async fn a_200_node_cluster_is_scaled_down_with_passes_under_a_second_and_200_mb
         .push(json!({"key": "karpenter.azure.com/sku-cpu", "operator": "In", "values": ["2"]}));
     pool["spec"]["disruption"] =
         json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"});
-    objects::apply(&client, &manifests::node_class(NAME)).await.expect("applying the AKSNodeClass");
-    objects::apply(&client, &pool).await.expect("applying the NodePool");
-    controller
-        .wait_until("the NodePool to be Ready", Duration::from_secs(90), || async {
-            let stored = objects::get(&client, &pool).await;
-            if condition_is_true(&stored, "Ready") {
-                Ok(())
-            } else {
-                Err(format!("{}", stored["status"]))
-            }
-        })
-        .await;
+    setup::class_and_pool_ready(&client, &controller, &manifests::node_class(NAME), &pool).await;
     let started = Instant::now();
     objects::apply(&client, &deployment(NODES)).await.expect("applying the Deployment");
-    controller.wait_until("200 pods Running", Duration::from_secs(600), || running(&client, NODES)).await;
+    let app = format!("app={APP}");
+    setup::running_pods(&client, NAME, &app, NODES).within(Duration::from_secs(600)).wait(&controller).await;
     let provisioned = started.elapsed();
-    let launched = prometheus::sum(
-        &prometheus::parse(
-            &prometheus::get(&format!("http://127.0.0.1:{}/metrics", controller.metrics_port()))
-                .await
-                .expect("metrics")
-                .1,
-        )
-        .expect("the metrics parse"),
-        "karpenter_nodeclaims_created_total",
-        &[("nodepool", NAME)],
-    )
-    .unwrap_or(0.0) as usize;
-    let nodes_before = pool_nodes(&client, NAME).await.expect("nodes").len();
     let metrics_url = format!("http://127.0.0.1:{}/metrics", controller.metrics_port());
+    let samples = scrape(&metrics_url).await.expect("the metrics");
+    let launched = prometheus::sum(&samples, "karpenter_nodeclaims_created_total", &[("nodepool", NAME)])
+        .unwrap_or(0.0) as usize;
+    let nodes_before = pool_nodes(&client, NAME).await.expect("nodes").len();
 
     let scaled = Instant::now();
     objects::apply(&client, &deployment(NODES / 2)).await.expect("scaling down");
@@ -118,9 +91,22 @@ async fn a_200_node_cluster_is_scaled_down_with_passes_under_a_second_and_200_mb
         .await;
     let converged = scaled.elapsed();
     // A few passes on the settled cluster, which find nothing (the slowest kind).
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let (_, text) = prometheus::get(&metrics_url).await.expect("metrics");
-    let samples = prometheus::parse(&text).expect("the metrics parse");
+    let passes_at_convergence = pass_times(&scrape(&metrics_url).await.expect("the metrics")).0;
+    let samples = controller
+        .wait_until(
+            &format!("{SETTLED_PASSES} disruption passes on the settled cluster"),
+            Duration::from_secs(60),
+            || async {
+                let samples = scrape(&metrics_url).await?;
+                let passes = pass_times(&samples).0 - passes_at_convergence;
+                if passes >= SETTLED_PASSES {
+                    Ok(samples)
+                } else {
+                    Err(format!("{passes} passes"))
+                }
+            },
+        )
+        .await;
     let (passes, total_s, max_s) = pass_times(&samples);
     let memory = controller.memory_kib().expect("the controller's memory");
     println!(

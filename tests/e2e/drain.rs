@@ -15,10 +15,9 @@ use kube::api::{DeleteParams, ListParams};
 use kube::Api;
 use serde_json::{json, Value};
 
-use super::controller::Controller;
-use super::health::{name_of, nodes_of, ready_pool, running, vm_of};
+use super::health::{name_of, nodes_of, vm_of};
 use super::lookups::{self, nodeclaims};
-use super::{cleanup, cluster, manifests, objects};
+use super::{cleanup, cluster, manifests, objects, setup};
 
 const NAME: &str = "e2e-drain-volumes";
 const APP: &str = "web";
@@ -37,14 +36,14 @@ fn attachment(node: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_keeps_the_vm_until_the_nodes_volume_attachments_are_gone() {
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    let controller = Controller::start(cluster, &client, NAME).await;
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(NAME).start(&client).await;
     let (class, pool) = (manifests::node_class(NAME), manifests::node_pool(NAME, Some("D")));
-    ready_pool(&client, &controller, NAME, &class, &pool).await;
+    setup::class_and_pool_ready(&client, &controller, &class, &pool).await;
     let deployment = manifests::deployment(NAME, APP, NAME, 1, "500m", "1Gi");
     objects::apply(&client, &deployment).await.expect("applying the Deployment");
-    let pods = running(&controller, &client, NAME, APP, 1, &[], STAGE).await;
+    let pods =
+        setup::running_pods(&client, NAME, &format!("app={APP}"), 1).within(STAGE).wait(&controller).await;
     let node = nodes_of(&pods).pop().expect("the pod's node");
     let claims = lookups::claims_of(&client, NAME).await.expect("listing NodeClaims");
     assert_eq!(claims.len(), 1, "{claims:#?}");
@@ -143,11 +142,10 @@ fn workload(kind: &str, app: &str, priority_class: Option<&str>, annotations: Va
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_goes_tier_by_tier_and_waits_out_a_do_not_disrupt_duration() {
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    let controller = Controller::start(cluster, &client, TIERS).await;
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(TIERS).start(&client).await;
     let (class, pool) = (manifests::node_class(TIERS), manifests::node_pool(TIERS, Some("D")));
-    ready_pool(&client, &controller, TIERS, &class, &pool).await;
+    setup::class_and_pool_ready(&client, &controller, &class, &pool).await;
     let protected = format!("{}s", PROTECTED_FOR.as_secs());
     let workloads = [
         workload("Deployment", "web", None, json!({})),

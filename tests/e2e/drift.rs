@@ -16,9 +16,8 @@ use kube::api::{ListParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
 
-use super::controller::Controller;
 use super::lookups::{self, condition_is_true};
-use super::{cleanup, cluster, crds, manifests, objects};
+use super::{cleanup, cluster, manifests, objects, setup};
 
 const NAME: &str = "e2e-drift";
 const POD: &str = "drift-probe";
@@ -55,20 +54,10 @@ async fn the_claim(client: &kube::Client) -> Result<Value, String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_carry_hashes_become_consolidatable_and_drift_on_a_nodeclass_change_but_not_on_tags() {
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(&client, NAME).await;
-    let controller = Controller::start(cluster, &client, NAME).await;
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(NAME).start(&client).await;
     let class = manifests::node_class(NAME);
-    objects::apply(&client, &class).await.expect("applying the AKSNodeClass");
-    objects::apply(&client, &node_pool()).await.expect("applying the NodePool");
-    controller
-        .wait_until("the NodePool to be Ready", STAGE, || async {
-            let pool = objects::get(&client, &node_pool()).await;
-            condition_is_true(&pool, "Ready").then_some(()).ok_or_else(|| format!("{}", pool["status"]))
-        })
-        .await;
+    setup::class_and_pool_ready(&client, &controller, &class, &node_pool()).await;
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAME);
     let pod: Pod = serde_json::from_value(json!({
@@ -78,12 +67,7 @@ async fn claims_carry_hashes_become_consolidatable_and_drift_on_a_nodeclass_chan
     .expect("a pod");
     pods.create(&PostParams::default(), &pod).await.expect("creating the pod");
     let started = Instant::now();
-    controller
-        .wait_until("the pod to run on a launched node", STAGE, || async {
-            let running = lookups::list_pods(&client, NAME, POD).await?.iter().any(lookups::is_running);
-            running.then_some(()).ok_or_else(|| "not running yet".to_string())
-        })
-        .await;
+    setup::running_pods(&client, NAME, &format!("app={POD}"), 1).within(STAGE).wait(&controller).await;
     eprintln!("e2e drift: pod running after {:?}", started.elapsed());
 
     // (a) The four hash annotations, stamped at creation.

@@ -8,9 +8,8 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
-use super::controller::Controller;
-use super::lookups::{condition_is_true, nodeclaims};
-use super::{cleanup, cluster, crds, manifests, objects};
+use super::lookups::nodeclaims;
+use super::{cleanup, cluster, manifests, objects, setup};
 
 const NAME: &str = "e2e-events";
 const POD: &str = "pending";
@@ -68,25 +67,9 @@ async fn events_about(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_pod_is_nominated_and_its_nodeclaim_reports_launched() {
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(&client, NAME).await;
-    let controller = Controller::start(cluster, &client, NAME).await;
-    objects::apply(&client, &node_class()).await.expect("applying the AKSNodeClass");
-    objects::apply(&client, &node_pool()).await.expect("applying the NodePool");
-    controller
-        .wait_until("the NodePool to be Ready", Duration::from_secs(30), || async {
-            let api = objects::api_for(&client, &node_pool()).await.map_err(|e| e.to_string())?;
-            let pool = api.get(NAME).await.map_err(|e| e.to_string())?;
-            let pool = serde_json::to_value(pool).map_err(|e| e.to_string())?;
-            if condition_is_true(&pool, "Ready") {
-                Ok(())
-            } else {
-                Err(format!("status {}", pool["status"]))
-            }
-        })
-        .await;
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(NAME).start(&client).await;
+    setup::class_and_pool_ready(&client, &controller, &node_class(), &node_pool()).await;
 
     objects::apply(&client, &pod()).await.expect("creating the pod");
     let claim = controller

@@ -1,13 +1,11 @@
-//! What the drain, repair and interruption tests share: a test's class and pool made Ready, its pods
-//! Running, a counter read from the controller's metrics, and a Node whose kubelet "stops".
+//! What the drain, repair and interruption tests share: the nodes of their pods, a counter read from the
+//! controller's metrics, and a Node whose kubelet "stops".
 //!
 //! kwok plays every Node's kubelet and sets a Node that is not Ready back to Ready at once. The
 //! cluster starts kwok with `--disregard-status-with-annotation-selector` on
 //! [`KUBELET_STOPPED`] (see `hack/e2e-cluster.sh`), so a Node carrying that annotation keeps the
 //! status a test writes, as a Node whose kubelet stopped would; kwok still renews its Lease, so
 //! kube-controller-manager leaves the status alone too.
-
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -16,59 +14,10 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::controller::Controller;
-use super::lookups::{self, condition_is_true, is_running};
-use super::{crds, objects, prometheus};
+use super::prometheus;
 
 /// The annotation kwok is told to disregard (`hack/e2e-cluster.sh`, `E2E_KWOK_DISREGARD`).
 pub const KUBELET_STOPPED: (&str, &str) = ("e2e.karpenter-azure.io/kubelet-stopped", "true");
-
-/// Installs the CRDs, makes the namespace `name`, applies `class` and `pool` and waits until the pool
-/// is Ready.
-pub async fn ready_pool(client: &Client, controller: &Controller, name: &str, class: &Value, pool: &Value) {
-    crds::ensure_installed(client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(client, name).await;
-    objects::apply(client, class).await.expect("applying the AKSNodeClass");
-    objects::apply(client, pool).await.expect("applying the NodePool");
-    controller
-        .wait_until("the NodePool to be Ready", Duration::from_secs(60), || async {
-            let found = objects::get(client, pool).await;
-            if condition_is_true(&found, "Ready") {
-                Ok(())
-            } else {
-                Err(format!("{}", found["status"]))
-            }
-        })
-        .await;
-}
-
-/// Waits until `replicas` pods of `app` in `namespace` are Running on nodes not in `avoid`; returns them.
-pub async fn running(
-    controller: &Controller,
-    client: &Client,
-    namespace: &str,
-    app: &str,
-    replicas: usize,
-    avoid: &[String],
-    timeout: Duration,
-) -> Vec<Pod> {
-    controller
-        .wait_until(&format!("{replicas} pods of {app} Running"), timeout, || async {
-            let pods = lookups::list_pods(client, namespace, app).await?;
-            let on_node = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
-            let running: Vec<Pod> =
-                pods.into_iter().filter(is_running).filter(|p| !avoid.contains(&on_node(p))).collect();
-            if running.len() == replicas {
-                Ok(running)
-            } else {
-                Err(format!(
-                    "{} of {replicas} Running: {:?}",
-                    running.len(),
-                    running.iter().map(on_node).collect::<Vec<_>>()
-                ))
-            }
-        })
-        .await
-}
 
 /// The node each pod runs on, sorted and deduplicated.
 pub fn nodes_of(pods: &[Pod]) -> Vec<String> {

@@ -10,28 +10,18 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::controller::Controller;
-use super::lookups::{claims_of, condition_is_true, get_json, is_running, list_pods};
+use super::lookups::{claims_of, get_json, is_running, list_pods};
 use super::manifests::{node_class, node_pool, pod_spec};
-use super::{cleanup, cluster, crds, objects};
+use super::{cleanup, cluster, objects, setup};
 
 const STAGE: Duration = Duration::from_secs(60);
 const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 
 /// Namespace, class and on-demand D-family pool named `name`, and a controller, with the pool Ready.
 async fn set_up(name: &str) -> (Client, Controller) {
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(&client, name).await;
-    let controller = Controller::start(cluster, &client, name).await;
-    objects::apply(&client, &node_class(name)).await.expect("applying the AKSNodeClass");
-    objects::apply(&client, &node_pool(name, Some("D"))).await.expect("applying the NodePool");
-    controller
-        .wait_until("the NodePool to be Ready", STAGE, || async {
-            let pool = get_json(&client, &node_pool(name, Some("D"))).await?;
-            condition_is_true(&pool, "Ready").then_some(()).ok_or(format!("{}", pool["status"]))
-        })
-        .await;
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(name).start(&client).await;
+    setup::class_and_pool_ready(&client, &controller, &node_class(name), &node_pool(name, Some("D"))).await;
     (client, controller)
 }
 

@@ -10,10 +10,9 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use serde_json::json;
 
-use super::controller::Controller;
-use super::health::{counter, name_of, nodes_of, ready_pool, running, vm_of};
+use super::health::{counter, name_of, nodes_of, vm_of};
 use super::lookups::{self, nodeclaims};
-use super::{cleanup, cluster, manifests, objects};
+use super::{cleanup, cluster, manifests, objects, setup};
 
 const NAME: &str = "e2e-interruption";
 const APP: &str = "web";
@@ -30,14 +29,13 @@ fn spot_pool() -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interruption_of_a_spot_vm_replaces_its_claim_and_the_pods_run_again() {
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    let env = [("KARPENTER_GC_INTERVAL", "2s".to_string())];
-    let controller = Controller::start_with_env(cluster, &client, NAME, &env).await;
-    ready_pool(&client, &controller, NAME, &manifests::node_class(NAME), &spot_pool()).await;
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(NAME).env("KARPENTER_GC_INTERVAL", "2s").start(&client).await;
+    setup::class_and_pool_ready(&client, &controller, &manifests::node_class(NAME), &spot_pool()).await;
     let deployment = manifests::deployment(NAME, APP, NAME, REPLICAS, "500m", "1Gi");
     objects::apply(&client, &deployment).await.expect("applying the Deployment");
-    let pods = running(&controller, &client, NAME, APP, REPLICAS, &[], STAGE).await;
+    let app = format!("app={APP}");
+    let pods = setup::running_pods(&client, NAME, &app, REPLICAS).within(STAGE).wait(&controller).await;
     let old_nodes = nodes_of(&pods);
     let claims = lookups::claims_of(&client, NAME).await.expect("listing NodeClaims");
     let old_claims: Vec<String> = claims.iter().map(name_of).collect();
@@ -75,7 +73,11 @@ async fn interruption_of_a_spot_vm_replaces_its_claim_and_the_pods_run_again() {
         })
         .await;
     let gone_after = evicted.elapsed();
-    let replaced = running(&controller, &client, NAME, APP, REPLICAS, &old_nodes, STAGE).await;
+    let replaced = setup::running_pods(&client, NAME, &app, REPLICAS)
+        .avoiding(&old_nodes)
+        .within(STAGE)
+        .wait(&controller)
+        .await;
     let running_after = evicted.elapsed();
     let new_claims = lookups::claims_of(&client, NAME).await.expect("listing NodeClaims");
     assert!(new_claims.iter().all(|c| !old_claims.contains(&name_of(c))), "{new_claims:#?}");

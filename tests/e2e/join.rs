@@ -21,8 +21,8 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use super::controller::Controller;
-use super::lookups::{condition_is_true, nodeclaims};
-use super::{cleanup, cluster, crds, manifests, objects};
+use super::lookups::nodeclaims;
+use super::{cleanup, cluster, manifests, objects, setup};
 use fake_azure::arm::TlsBootstrapKubelet;
 
 const STAGE: Duration = Duration::from_secs(60);
@@ -154,26 +154,12 @@ async fn start(
     kubelet: Arc<TlsBootstrapKubelet>,
     pod: Value,
 ) -> Controller {
-    let cluster = cluster::shared();
-    crds::ensure_installed(client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
     for binding in bootstrapper_bindings() {
         objects::apply(client, &binding).await.expect("applying the bootstrapper bindings");
     }
-    objects::namespace(client, name).await;
-    let controller = Controller::start_with_registrar(cluster, client, name, extra_env, kubelet).await;
-    objects::apply(client, &manifests::node_class(name)).await.expect("applying the AKSNodeClass");
-    objects::apply(client, &manifests::node_pool(name, None)).await.expect("applying the NodePool");
-    controller
-        .wait_until("the NodePool to be Ready", Duration::from_secs(30), || async {
-            let api = objects::api_for(client, &manifests::node_pool(name, None))
-                .await
-                .map_err(|e| e.to_string())?;
-            let pool = serde_json::to_value(api.get(name).await.map_err(|e| e.to_string())?).unwrap();
-            condition_is_true(&pool, "Ready")
-                .then_some(())
-                .ok_or_else(|| format!("status {}", pool["status"]))
-        })
-        .await;
+    let controller = setup::controller(name).envs(extra_env).registrar(kubelet).start(client).await;
+    let (class, pool) = (manifests::node_class(name), manifests::node_pool(name, None));
+    setup::class_and_pool_ready(client, &controller, &class, &pool).await;
     objects::apply(client, &pod).await.expect("creating the pod");
     controller
 }

@@ -11,9 +11,8 @@ use kube::api::DeleteParams;
 use kube::Api;
 use serde_json::Value;
 
-use super::controller::Controller;
-use super::lookups::{claims_of, condition_is_true, get_json, is_running, list_pods};
-use super::{cleanup, cluster, crds, manifests, objects, prometheus, wait};
+use super::lookups::{claims_of, condition_is_true, is_running, list_pods};
+use super::{cleanup, cluster, manifests, objects, prometheus, setup, wait};
 use fake_azure::arm::{Fault, Target};
 
 const NAME: &str = "e2e-leader";
@@ -56,29 +55,19 @@ async fn wait_holder(leases: &Api<Lease>, want: &[&str], timeout: Duration) -> (
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_within_15s_and_nothing_is_created_twice() {
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(&client, NAME).await;
-    objects::namespace(&client, LEASE_NAMESPACE).await;
+    let client = cluster::shared().client().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
     let _ = leases.delete(LEASE_NAME, &DeleteParams::default()).await;
 
-    let a = Controller::start_with_env(cluster, &client, "leader-a", &election_env("replica-a")).await;
+    let a = setup::controller("leader-a")
+        .namespaces(&[NAME, LEASE_NAMESPACE])
+        .envs(&election_env("replica-a"))
+        .start(&client)
+        .await;
     let (first, _) = wait_holder(&leases, &["replica-a"], Duration::from_secs(30)).await;
     let mut b = a.spawn_replica("leader-b", &election_env("replica-b"));
-    objects::apply(&client, &manifests::node_class(NAME)).await.expect("applying the AKSNodeClass");
-    objects::apply(&client, &manifests::node_pool(NAME, Some("D"))).await.expect("applying the NodePool");
     let pool = manifests::node_pool(NAME, Some("D"));
-    wait::until("the NodePool to be Ready", Duration::from_secs(30), || async {
-        let pool = get_json(&client, &pool).await?;
-        if condition_is_true(&pool, "Ready") {
-            Ok(())
-        } else {
-            Err(format!("NodePool status {}", pool["status"]))
-        }
-    })
-    .await;
+    setup::class_and_pool_ready(&client, &a, &manifests::node_class(NAME), &pool).await;
 
     // VMs stay Creating for 6 s, so the leader dies with launches in flight.
     let fake = a.fake();
@@ -142,7 +131,14 @@ async fn a_standby_takes_over_within_15s_and_nothing_is_created_twice() {
 
     // A third replica stands by; SIGTERM on the leader releases the lease, so the handover is immediate.
     let mut c = a.spawn_replica("leader-c", &election_env("replica-c"));
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Standing by: its metrics server is up and it has started campaigning (it sets the gauge to 0 then).
+    wait::until("replica-c to stand by", Duration::from_secs(30), || async {
+        match leader_status(c.metrics_port()).await {
+            Some(0.0) => Ok(()),
+            other => Err(format!("leader_election_master_status {other:?}")),
+        }
+    })
+    .await;
     let terminated = Instant::now();
     let status = b.terminate(Duration::from_secs(40)).expect("the leader exits after SIGTERM");
     let exited_after = terminated.elapsed();

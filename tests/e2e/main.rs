@@ -12,7 +12,10 @@
 //! through the kwok registrar or a TLS-bootstrapping kubelet), `helm` (the
 //! helm runner), `identity` (the chart's ServiceAccount token the controller runs with), `prometheus` (its
 //! metrics read over HTTP, by promtool and by a real Prometheus server), `health` (what the drain,
-//! repair and interruption tests share, including a Node made NotReady).
+//! repair and interruption tests share, including a Node made NotReady), `setup` (what a controller test
+//! does first: CRDs, namespace and controller in one call, its AKSNodeClass and NodePool made Ready, and
+//! waiting for N pods Running), `lookups` (reads the tests share), `manifests` (the objects they apply),
+//! `cleanup` (removing them).
 
 pub mod cleanup;
 pub mod cluster;
@@ -27,6 +30,7 @@ pub mod lookups;
 pub mod manifests;
 pub mod objects;
 pub mod prometheus;
+pub mod setup;
 pub mod wait;
 
 mod burst;

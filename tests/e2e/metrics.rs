@@ -3,7 +3,7 @@
 //! VM creates, cloud calls, the state of the cluster), `promtool` accepts the page, and a real Prometheus
 //! server scrapes it. Also: a METRICS_PORT that is taken stops start-up with one line naming it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use karpenter_azure::model::resources::parse_resource_quantity;
@@ -11,10 +11,10 @@ use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 
 use super::controller::Controller;
-use super::lookups::{claims_of, get_json, is_running, list_pods, nodeclaims};
+use super::lookups::{claims_of, nodeclaims};
 use super::manifests::{self, LABEL_NODEPOOL};
 use super::prometheus::{self, parse, promtool_check, sum, Prometheus, Sample};
-use super::{cluster, crds, objects};
+use super::{cluster, objects, setup, wait};
 
 const POOL: &str = "e2e-metrics";
 const APP: &str = "web";
@@ -34,9 +34,7 @@ fn url(port: u16, path: &str) -> String {
 async fn metrics_count_a_provisioning_and_prometheus_scrapes_them() {
     let cluster = cluster::shared();
     let client = cluster.client().await;
-    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(&client, POOL).await;
-    let controller = Controller::start(cluster, &client, POOL).await;
+    let controller = setup::controller(POOL).start(&client).await;
     let health = controller.health_probe_port();
 
     // (a) The probes: healthz at once, readyz once every watch has listed.
@@ -90,16 +88,14 @@ async fn metrics_count_a_provisioning_and_prometheus_scrapes_them() {
 
     // (d) A real Prometheus scrapes it.
     let target = format!("127.0.0.1:{}", controller.metrics_port());
-    let mut server =
-        Prometheus::start(&target, &cluster.dir.join("logs").join(format!("prometheus-{POOL}.log")));
-    let deadline = Instant::now() + STAGE;
-    loop {
+    let server = Prometheus::start(&target, &cluster.dir.join("logs").join(format!("prometheus-{POOL}.log")));
+    wait::until("the scrape target to be up", STAGE, || async {
         match server.target_health().await {
-            Ok((health, _)) if health == "up" => break,
-            seen if Instant::now() >= deadline => panic!("the scrape target never became up: {seen:?}"),
-            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+            Ok((health, _)) if health == "up" => Ok(()),
+            seen => Err(format!("{seen:?}")),
         }
-    }
+    })
+    .await;
     let created = format!("sum(karpenter_nodeclaims_created_total{{nodepool=\"{POOL}\"}})");
     controller
         .wait_until(
@@ -151,20 +147,19 @@ async fn metrics_count_a_provisioning_and_prometheus_scrapes_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_taken_metrics_port_stops_start_up_with_one_line_naming_the_setting() {
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
+    let client = cluster::shared().client().await;
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
     let port = taken.local_addr().unwrap().port();
-    let env = [("METRICS_PORT", port.to_string())];
-    let controller = Controller::start_with_env(cluster, &client, "e2e-metrics-port-taken", &env).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = controller.exit_status() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the controller kept running with METRICS_PORT taken");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let controller = setup::controller("e2e-metrics-port-taken")
+        .namespaces(&[])
+        .env("METRICS_PORT", port.to_string())
+        .start(&client)
+        .await;
+    let status =
+        wait::until("the controller to exit with METRICS_PORT taken", Duration::from_secs(30), || async {
+            controller.exit_status().ok_or_else(|| "still running".to_string())
+        })
+        .await;
     assert!(!status.success(), "{status}");
     let log = controller.log_tail(20);
     let errors: Vec<&str> = log.lines().filter(|l| l.starts_with("error: ")).collect();
@@ -244,34 +239,11 @@ async fn pool_nodes(client: &Client) -> Result<(f64, Vec<String>), String> {
 
 /// The AKSNodeClass and NodePool, Ready; then the Deployment, all of its pods Running.
 async fn provision(client: &Client, controller: &Controller) {
-    objects::apply(client, &manifests::node_class(POOL)).await.expect("applying the AKSNodeClass");
     let pool = manifests::node_pool(POOL, Some("D"));
-    objects::apply(client, &pool).await.expect("applying the NodePool");
-    controller
-        .wait_until("the NodePool to be Ready", STAGE, || async {
-            let stored = get_json(client, &pool).await?;
-            let conditions = stored["status"]["conditions"].as_array().cloned().unwrap_or_default();
-            let ready = conditions.iter().any(|c| c["type"] == "Ready" && c["status"] == "True");
-            if ready {
-                Ok(())
-            } else {
-                Err(format!("conditions {conditions:?}"))
-            }
-        })
-        .await;
+    setup::class_and_pool_ready(client, controller, &manifests::node_class(POOL), &pool).await;
     let deployment = manifests::deployment(POOL, APP, POOL, REPLICAS, "500m", "1Gi");
     objects::apply(client, &deployment).await.expect("applying the Deployment");
-    controller
-        .wait_until("the Deployment's pods to run", STAGE, || async {
-            let pods = list_pods(client, POOL, APP).await?;
-            let running = pods.iter().filter(|p| is_running(p)).count();
-            if running == REPLICAS {
-                Ok(())
-            } else {
-                Err(format!("{running} of {REPLICAS} running"))
-            }
-        })
-        .await;
+    setup::running_pods(client, POOL, &format!("app={APP}"), REPLICAS).within(STAGE).wait(controller).await;
 }
 
 /// Deletes the Deployment and the NodeClaims, and waits for the controller to finish the claims.
@@ -285,13 +257,15 @@ async fn delete_claims(client: &Client, controller: &Controller) {
         let name = claim["metadata"]["name"].as_str().unwrap_or_default().to_string();
         let _ = nodeclaims(client).delete(&name, &background).await;
     }
-    let deadline = Instant::now() + STAGE;
-    while Instant::now() < deadline && controller.exit_status().is_none() {
+    // The next step waits for what the terminations counted, and says what it saw.
+    let _ = wait::within(STAGE, || async {
         match claims_of(client, POOL).await {
-            Ok(left) if left.is_empty() => break,
-            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+            Ok(left) if left.is_empty() || controller.exit_status().is_some() => Ok(()),
+            Ok(left) => Err(format!("{} NodeClaims left", left.len())),
+            Err(err) => Err(err),
         }
-    }
+    })
+    .await;
 }
 
 /// Deletes the NodePool, the AKSNodeClass and the namespace.

@@ -13,9 +13,8 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
-use super::controller::Controller;
 use super::lookups::{claims_of, get_json};
-use super::{cleanup, cluster, crds, manifests, objects};
+use super::{cleanup, cluster, manifests, objects, setup};
 use fake_azure::arm::gallery::{DEFAULT_NEWEST_VERSION, UBUNTU_GALLERY};
 use fake_azure::arm::FakeSubnet;
 
@@ -70,11 +69,8 @@ fn is_true(object: &Value, type_: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_class_lists_the_newest_gallery_images_and_each_size_launches_with_its_own() {
     const NAME: &str = "e2e-nc-images";
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(&client, NAME).await;
-    let controller = Controller::start(cluster, &client, NAME).await;
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(NAME).start(&client).await;
     let class = manifests::node_class(NAME);
     let sizes: Vec<&str> = SIZES.iter().map(|(size, _)| *size).collect();
     let pool = node_pool(NAME, &sizes);
@@ -146,11 +142,8 @@ async fn the_class_lists_the_newest_gallery_images_and_each_size_launches_with_i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_class_with_encryption_at_host_and_trusted_launch_launches_secure_vms() {
     const NAME: &str = "e2e-nc-secure";
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(&client, NAME).await;
-    let controller = Controller::start(cluster, &client, NAME).await;
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(NAME).start(&client).await;
     let mut class = manifests::node_class(NAME);
     class["spec"]["security"] =
         json!({"encryptionAtHost": true, "trustedLaunch": {"vtpm": true, "secureBoot": true}});
@@ -208,11 +201,8 @@ async fn a_class_with_encryption_at_host_and_trusted_launch_launches_secure_vms(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_subnet_keeps_the_class_not_ready_and_its_pool_gets_no_nodeclaims() {
     const NAME: &str = "e2e-nc-subnet";
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(&client, NAME).await;
-    let controller = Controller::start(cluster, &client, NAME).await;
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(NAME).start(&client).await;
     let fake = controller.fake();
     let missing = fake.subnet_id(&FakeSubnet::new("rg", "vnet", "e2e-missing", ""));
     let mut class = manifests::node_class(NAME);
@@ -262,6 +252,7 @@ async fn a_missing_subnet_keeps_the_class_not_ready_and_its_pool_gets_no_nodecla
             }
         })
         .await;
+    // Nothing is expected to happen: waiting out the time a provisioning would take is the check.
     tokio::time::sleep(NO_CLAIMS_FOR).await;
     let claims = claims_of(&client, NAME).await.expect("listing NodeClaims");
     assert!(claims.is_empty(), "no NodeClaims for a pool whose class is not Ready: {claims:?}");

@@ -9,10 +9,9 @@ use karpenter_azure::catalog::PriceTable;
 use kube::Client;
 use serde_json::{json, Value};
 
-use super::controller::Controller;
-use super::lookups::{claims_of, condition_is_true, get_json};
+use super::lookups::{claims_of, condition_is_true};
 use super::manifests::{node_class, pod_spec};
-use super::{cleanup, cluster, crds, objects, prometheus};
+use super::{cleanup, cluster, objects, prometheus, setup};
 use fake_azure::retail::{FakeRetail, Price};
 
 const NAME: &str = "e2e-live-prices";
@@ -82,29 +81,19 @@ async fn launched(client: &Client) -> Result<BTreeMap<String, (String, String)>,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spot_price_change_alters_the_next_plan() {
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(&client, NAME).await;
+    let client = cluster::shared().client().await;
     let retail = FakeRetail::start("eastus", prices(2.0), 500).await;
-    let env = [
-        ("RETAIL_PRICES_URL", retail.base_url().to_string()),
-        ("KARPENTER_PRICE_REFRESH_INTERVAL", "2s".to_string()),
-    ];
-    let controller = Controller::start_with_env(cluster, &client, NAME, &env).await;
+    let controller = setup::controller(NAME)
+        .env("RETAIL_PRICES_URL", retail.base_url())
+        .env("KARPENTER_PRICE_REFRESH_INTERVAL", "2s")
+        .start(&client)
+        .await;
     controller
         .wait_until("the first price refresh", STAGE, || async {
             (retail.complete_passes(1) > 0).then_some(()).ok_or(format!("requests: {:?}", retail.requests()))
         })
         .await;
-    objects::apply(&client, &node_class(NAME)).await.expect("applying the AKSNodeClass");
-    objects::apply(&client, &seed_pool()).await.expect("applying the NodePool");
-    controller
-        .wait_until("the NodePool to be Ready", STAGE, || async {
-            let pool = get_json(&client, &seed_pool()).await?;
-            condition_is_true(&pool, "Ready").then_some(()).ok_or(format!("{}", pool["status"]))
-        })
-        .await;
+    setup::class_and_pool_ready(&client, &controller, &node_class(NAME), &seed_pool()).await;
 
     // Spot at twice on-demand: the plan, and so the launch, is on-demand.
     objects::apply(&client, &deployment("dear-spot")).await.expect("applying the first Deployment");

@@ -123,7 +123,8 @@ pub fn promtool_check(text: &str) -> (i32, String) {
 
 /// A `prometheus` server scraping one target.
 pub struct Prometheus {
-    child: Child,
+    /// Behind a lock so that the probes take `&self` and can run inside `wait::until`.
+    child: std::sync::Mutex<Child>,
     port: u16,
     _storage: tempfile::TempDir,
 }
@@ -155,12 +156,13 @@ impl Prometheus {
             .spawn()
             .unwrap_or_else(|err| panic!("starting prometheus: {err}"));
         eprintln!("e2e: prometheus started (pid {}) on 127.0.0.1:{port}, log {}", child.id(), log.display());
-        Prometheus { child, port, _storage: dir }
+        Prometheus { child: std::sync::Mutex::new(child), port, _storage: dir }
     }
 
     /// The scrape target's health (`up`, `down`, `unknown`) and last error, once Prometheus answers.
-    pub async fn target_health(&mut self) -> Result<(String, String), String> {
-        if let Ok(Some(status)) = self.child.try_wait() {
+    pub async fn target_health(&self) -> Result<(String, String), String> {
+        let exited = self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).try_wait();
+        if let Ok(Some(status)) = exited {
             panic!("prometheus exited ({status}); see its log");
         }
         let (status, body) = get(&format!("http://127.0.0.1:{}/api/v1/targets", self.port)).await?;
@@ -198,7 +200,8 @@ impl Prometheus {
 
 impl Drop for Prometheus {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let child = self.child.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

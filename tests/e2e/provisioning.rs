@@ -16,14 +16,13 @@ use kube::{Api, Client};
 use serde_json::Value;
 
 use super::controller::{Controller, CLUSTER_NAME};
-use super::lookups::{claims_of, condition_is_true, get_json, is_running, list_pods, nodeclaims};
+use super::lookups::{claims_of, condition_is_true, is_running, list_pods, nodeclaims};
 use super::manifests::Scenario;
-use super::{cleanup, cluster, crds, objects};
+use super::setup::{self, conditions_summary};
+use super::{cleanup, cluster, objects};
 
 /// How long each stage may take: the "within about 60 s".
 const STAGE: Duration = Duration::from_secs(60);
-/// How long the controller gets to make a new NodePool Ready (node class status, then pool status).
-const POOL_READY: Duration = Duration::from_secs(30);
 /// Status conditions may be written just after the Node is usable; a little slack for that write.
 const STATUS_SETTLE: Duration = Duration::from_secs(15);
 
@@ -45,9 +44,8 @@ struct Provisioned {
 async fn thirty_pending_pods_become_nodeclaims_vms_and_nodes_and_all_run() {
     let scenario = Scenario { name: "e2e-prov-burst" };
     let replicas = 30;
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    let controller = set_up(cluster, &client, &scenario).await;
+    let client = cluster::shared().client().await;
+    let controller = set_up(&client, &scenario).await;
 
     let provisioned = provision(&client, &controller, &scenario, replicas).await;
     let claims = wait_for_claim_conditions(&client, &controller, &scenario).await;
@@ -102,9 +100,8 @@ async fn thirty_pending_pods_become_nodeclaims_vms_and_nodes_and_all_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_to_zero_and_deleting_the_nodeclaims_removes_vms_nics_nodes_and_finalizers() {
     let scenario = Scenario { name: "e2e-prov-scale-down" };
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    let controller = set_up(cluster, &client, &scenario).await;
+    let client = cluster::shared().client().await;
+    let controller = set_up(&client, &scenario).await;
     let provisioned = provision(&client, &controller, &scenario, 6).await;
     let claims = wait_for_claim_conditions(&client, &controller, &scenario).await;
     let claim_names: Vec<String> = claims.iter().map(|c| object_name(c).to_string()).collect();
@@ -212,29 +209,10 @@ async fn scaling_to_zero_and_deleting_the_nodeclaims_removes_vms_nics_nodes_and_
         .await;
 }
 
-/// CRDs, the namespace, the controller, then the AKSNodeClass and NodePool, waiting until the controller
-/// has made the NodePool Ready (it provisions only for Ready pools).
-async fn set_up(cluster: &cluster::Cluster, client: &Client, scenario: &Scenario) -> Controller {
-    crds::ensure_installed(client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(client, scenario.name).await;
-    let controller = Controller::start(cluster, client, scenario.name).await;
-    objects::apply(client, &scenario.node_class()).await.expect("applying the AKSNodeClass");
-    objects::apply(client, &scenario.node_pool()).await.expect("applying the NodePool");
-    let what = format!("the controller to mark NodePool {} Ready (after AKSNodeClass {0})", scenario.name);
-    controller
-        .wait_until(&what, POOL_READY, || async {
-            let pool = get_json(client, &scenario.node_pool()).await?;
-            if condition_is_true(&pool, "Ready") {
-                return Ok(());
-            }
-            let class = get_json(client, &scenario.node_class()).await?;
-            Err(format!(
-                "NodePool conditions: {}; AKSNodeClass conditions: {}",
-                conditions_summary(&pool),
-                conditions_summary(&class)
-            ))
-        })
-        .await;
+/// The controller, then the AKSNodeClass and NodePool, Ready (it provisions only for Ready pools).
+async fn set_up(client: &Client, scenario: &Scenario) -> Controller {
+    let controller = setup::controller(scenario.name).start(client).await;
+    setup::class_and_pool_ready(client, &controller, &scenario.node_class(), &scenario.node_pool()).await;
     controller
 }
 
@@ -479,31 +457,6 @@ fn node_for<'a>(claim: &Value, nodes: &'a [Node]) -> Option<&'a Node> {
         let id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
         id.eq_ignore_ascii_case(provider_id)
     })
-}
-
-/// `Type=Status (Reason: message)` for each condition, or `none`.
-fn conditions_summary(object: &Value) -> String {
-    let conditions = object["status"]["conditions"].as_array().cloned().unwrap_or_default();
-    if conditions.is_empty() {
-        return "none".to_string();
-    }
-    let text: Vec<String> = conditions
-        .iter()
-        .map(|c| {
-            let detail = [c["reason"].as_str(), c["message"].as_str()]
-                .into_iter()
-                .flatten()
-                .filter(|s| !s.is_empty())
-                .collect::<Vec<_>>()
-                .join(": ");
-            format!(
-                "{}={} ({detail})",
-                c["type"].as_str().unwrap_or("?"),
-                c["status"].as_str().unwrap_or("?")
-            )
-        })
-        .collect();
-    text.join(", ")
 }
 
 fn claim_summary(claim: &Value) -> String {

@@ -10,10 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::controller::Controller;
-use super::health::{name_of, nodes_of, ready_pool, running, set_ready, start_kubelet, stop_kubelet};
+use super::health::{name_of, nodes_of, set_ready, start_kubelet, stop_kubelet};
 use super::lookups::{self, nodeclaims};
-use super::{cleanup, cluster, manifests, objects};
+use super::{cleanup, cluster, manifests, objects, setup};
 
 const NAME: &str = "e2e-repair";
 const APP: &str = "web";
@@ -46,18 +45,18 @@ fn claim_of(claims: &[Value], node: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repair_replaces_a_notready_node_unless_too_much_of_its_pool_is_unhealthy() {
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    let env = [
-        ("FEATURE_GATES", "NodeRepair=true".to_string()),
-        ("KARPENTER_REPAIR_TOLERATION", "5s".to_string()),
-        ("KARPENTER_REPAIR_INTERVAL", "1s".to_string()),
-    ];
-    let controller = Controller::start_with_env(cluster, &client, NAME, &env).await;
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(NAME)
+        .env("FEATURE_GATES", "NodeRepair=true")
+        .env("KARPENTER_REPAIR_TOLERATION", "5s")
+        .env("KARPENTER_REPAIR_INTERVAL", "1s")
+        .start(&client)
+        .await;
     let (class, pool) = (manifests::node_class(NAME), manifests::node_pool(NAME, Some("D")));
-    ready_pool(&client, &controller, NAME, &class, &pool).await;
+    setup::class_and_pool_ready(&client, &controller, &class, &pool).await;
     objects::apply(&client, &deployment(REPLICAS)).await.expect("applying the Deployment");
-    let pods = running(&controller, &client, NAME, APP, REPLICAS, &[], STAGE).await;
+    let app = format!("app={APP}");
+    let pods = setup::running_pods(&client, NAME, &app, REPLICAS).within(STAGE).wait(&controller).await;
     let nodes = nodes_of(&pods);
     assert_eq!(nodes.len(), REPLICAS, "one pod per node: {nodes:?}");
     let all = lookups::claims_of(&client, NAME).await.expect("listing NodeClaims");
@@ -92,8 +91,11 @@ async fn repair_replaces_a_notready_node_unless_too_much_of_its_pool_is_unhealth
         })
         .await;
     let repaired_after = healed.elapsed();
-    let replaced =
-        running(&controller, &client, NAME, APP, REPLICAS, std::slice::from_ref(&sick), STAGE).await;
+    let replaced = setup::running_pods(&client, NAME, &app, REPLICAS)
+        .avoiding(std::slice::from_ref(&sick))
+        .within(STAGE)
+        .wait(&controller)
+        .await;
     let replaced_after = healed.elapsed();
     controller
         .wait_until("the repaired NodeClaim to be gone", STAGE, || async {

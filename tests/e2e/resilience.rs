@@ -20,15 +20,14 @@ use kube::{Api, Client};
 use serde_json::Value;
 
 use super::controller::{Controller, CLUSTER_NAME};
-use super::lookups::{claims_of, condition_is_true, get_json, is_running, list_pods};
+use super::lookups::{claims_of, condition_is_true, is_running, list_pods};
 use super::manifests::Scenario;
-use super::{cleanup, cluster, crds, objects};
+use super::{cleanup, cluster, objects, setup};
 use fake_azure::arm::{CreateError, Delivery, FakeArm, Fault, Target};
 
 /// How long the Deployment's pods may take to run, faults included. Generous: azure_core's exponential
 /// retry policy backs off past Retry-After, so a call hit by a whole burst waits tens of seconds.
 const CONVERGE: Duration = Duration::from_secs(180);
-const POOL_READY: Duration = Duration::from_secs(30);
 const TAG_NODEPOOL: &str = "karpenter.sh_nodepool";
 const APP: &str = super::manifests::SCENARIO_APP;
 const IMAGE_ID: &str = "/CommunityGalleries/AKSUbuntu-38d80f77-467a-481f-a8d4-09b6d4220bd2/images/2204gen2containerd/versions/202501.01.0";
@@ -41,9 +40,8 @@ const IMAGE_ID: &str = "/CommunityGalleries/AKSUbuntu-38d80f77-467a-481f-a8d4-09
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zonal_capacity_error_falls_back_to_another_offering_without_leaking() {
     let scenario = Scenario { name: "e2e-res-capacity" };
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    let controller = set_up(cluster, &client, &scenario, &[]).await;
+    let client = cluster::shared().client().await;
+    let controller = set_up(&client, &scenario, &[]).await;
     let fake = controller.fake();
     for zone in ["1", "2"] {
         fake.inject(Fault::Capacity {
@@ -93,11 +91,10 @@ async fn a_zonal_capacity_error_falls_back_to_another_offering_without_leaking()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkill_mid_create_leaves_no_duplicate_and_unowned_vms_are_garbage_collected() {
     let scenario = Scenario { name: "e2e-res-restart" };
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
+    let client = cluster::shared().client().await;
     let gc_env =
         [("KARPENTER_GC_INTERVAL", "2s".to_string()), ("KARPENTER_GC_GRACE_PERIOD", "5s".to_string())];
-    let controller = set_up(cluster, &client, &scenario, &gc_env).await;
+    let controller = set_up(&client, &scenario, &gc_env).await;
     let fake = controller.fake();
     fake.inject(Fault::SlowProvisioning { delay_ms: 8_000, target: Target::default() });
     let started = Instant::now();
@@ -175,9 +172,8 @@ async fn a_sigkill_mid_create_leaves_no_duplicate_and_unowned_vms_are_garbage_co
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bursts_of_429_and_500_from_arm_still_converge() {
     let scenario = Scenario { name: "e2e-res-throttle" };
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    let controller = set_up(cluster, &client, &scenario, &[]).await;
+    let client = cluster::shared().client().await;
+    let controller = set_up(&client, &scenario, &[]).await;
     let fake = controller.fake();
     let burst = |fake: &FakeArm| {
         fake.inject(Fault::Throttle { requests: 3, retry_after_secs: 1, path_prefix: None });
@@ -187,7 +183,8 @@ async fn bursts_of_429_and_500_from_arm_still_converge() {
     let started = Instant::now();
     let replicas = 8;
     objects::apply(&client, &scenario.deployment(replicas)).await.expect("applying the Deployment");
-    // More bursts while claims launch.
+    // More bursts while claims launch, spread over the launches: the spacing is the point, there is no
+    // state to wait for (a burst nobody hits is harmless).
     for _ in 0..2 {
         tokio::time::sleep(Duration::from_secs(2)).await;
         burst(fake);
@@ -209,27 +206,10 @@ async fn bursts_of_429_and_500_from_arm_still_converge() {
         .await;
 }
 
-async fn set_up(
-    cluster: &cluster::Cluster,
-    client: &Client,
-    scenario: &Scenario,
-    env: &[(&'static str, String)],
-) -> Controller {
-    crds::ensure_installed(client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(client, scenario.name).await;
-    let controller = Controller::start_with_env(cluster, client, scenario.name, env).await;
-    objects::apply(client, &scenario.node_class()).await.expect("applying the AKSNodeClass");
-    objects::apply(client, &scenario.node_pool()).await.expect("applying the NodePool");
-    controller
-        .wait_until("the NodePool to be Ready", POOL_READY, || async {
-            let pool = get_json(client, &scenario.node_pool()).await?;
-            if condition_is_true(&pool, "Ready") {
-                Ok(())
-            } else {
-                Err(format!("NodePool status {}", pool["status"]))
-            }
-        })
-        .await;
+/// The controller with `env`, then the scenario's AKSNodeClass and NodePool, Ready.
+async fn set_up(client: &Client, scenario: &Scenario, env: &[(&'static str, String)]) -> Controller {
+    let controller = setup::controller(scenario.name).envs(env).start(client).await;
+    setup::class_and_pool_ready(client, &controller, &scenario.node_class(), &scenario.node_pool()).await;
     controller
 }
 

@@ -8,15 +8,15 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
 
 use super::controller::Controller;
-use super::lookups::{self, condition_is_true, is_running, nodeclaims};
-use super::{cleanup, cluster, crds, manifests, objects};
+use super::lookups::{self, nodeclaims};
+use super::{cleanup, cluster, manifests, objects, setup};
 
 const NAME: &str = "e2e-term-pdb";
 const APP: &str = "web";
@@ -41,23 +41,9 @@ fn deployment(replicas: usize) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pdb_blocks_the_drain_until_it_allows_the_evictions_then_termination_finishes() {
-    let cluster = cluster::shared();
-    let client = cluster.client().await;
-    crds::ensure_installed(&client, &[crds::NODEPOOLS, crds::NODECLAIMS, crds::AKSNODECLASSES]).await;
-    objects::namespace(&client, NAME).await;
-    let controller = Controller::start(cluster, &client, NAME).await;
-    objects::apply(&client, &node_class()).await.expect("applying the AKSNodeClass");
-    objects::apply(&client, &node_pool()).await.expect("applying the NodePool");
-    controller
-        .wait_until("the NodePool to be Ready", STAGE, || async {
-            let pool = objects::get(&client, &node_pool()).await;
-            if condition_is_true(&pool, "Ready") {
-                Ok(())
-            } else {
-                Err(format!("{}", pool["status"]))
-            }
-        })
-        .await;
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(NAME).start(&client).await;
+    setup::class_and_pool_ready(&client, &controller, &node_class(), &node_pool()).await;
 
     let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), NAME);
     let pdb = serde_json::from_value(json!({
@@ -68,16 +54,9 @@ async fn a_pdb_blocks_the_drain_until_it_allows_the_evictions_then_termination_f
     budgets.create(&PostParams::default(), &pdb).await.expect("creating the PDB");
     let started = Instant::now();
     objects::apply(&client, &deployment(REPLICAS)).await.expect("applying the Deployment");
-    let pods = controller
-        .wait_until("the Deployment's pods to run on launched nodes", STAGE, || async {
-            let pods = lookups::list_pods(&client, NAME, APP).await?;
-            let running: Vec<Pod> = pods.into_iter().filter(is_running).collect();
-            if running.len() == REPLICAS {
-                Ok(running)
-            } else {
-                Err(format!("{} of {REPLICAS} Running", running.len()))
-            }
-        })
+    let pods = setup::running_pods(&client, NAME, &format!("app={APP}"), REPLICAS)
+        .within(STAGE)
+        .wait(&controller)
         .await;
     let provisioned_after = started.elapsed();
     budget_allows(&controller, &budgets, 0).await;

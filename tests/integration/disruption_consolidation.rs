@@ -3,6 +3,7 @@
 //! random clusters (deterministic, within budgets, never more $/h, feasible after the command).
 
 use crate::support::disruption_fixtures as cluster;
+use crate::support::proptest_config;
 use crate::support::solver_fixtures as fixtures;
 
 use cluster::*;
@@ -232,7 +233,7 @@ prop_compose! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(proptest_config::config(64))]
 
     #[test]
     fn decisions_are_deterministic_within_budgets_and_never_cost_more(s in arb_cluster(), threshold in prop::sample::select(vec![0.0, 0.5])) {

@@ -12,7 +12,8 @@
 //! - the CLI's simulator: `simulate_cli`, `simulate_disruption`, `simulate_timeline`,
 //!   `timeline_report_browser` (the HTML report in headless Chromium);
 //! - the repository: `crds_and_examples` (generated files are fresh, examples parse), `layering` (the
-//!   module layers and the pure modules).
+//!   module layers and the pure modules), `property_tests` (every property test runs from the fixed
+//!   seed and is listed for `make proptest-random`).
 
 mod support;
 
@@ -28,6 +29,7 @@ mod disruption_rules;
 mod fake_arm;
 mod launch_priced;
 mod layering;
+mod property_tests;
 mod simulate_cli;
 mod simulate_disruption;
 mod simulate_timeline;

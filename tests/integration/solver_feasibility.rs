@@ -8,6 +8,7 @@
 //! types. Pods of a group share their `app` label and their constraints, as a Deployment's do; a `tier`
 //! label shared across groups makes some spreads count pods of other groups (overlapping selectors).
 
+use crate::support::proptest_config;
 use crate::support::solver_fixtures as fixtures;
 
 use std::sync::OnceLock;
@@ -234,7 +235,7 @@ fn check_scenario(s: &Scenario) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #![proptest_config(proptest_config::config(128))]
 
     #[test]
     fn small_inputs_give_feasible_deterministic_plans(s in scenario(4, 8)) {
@@ -243,7 +244,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(proptest_config::config(24))]
 
     #[test]
     fn medium_inputs_give_feasible_deterministic_plans(s in scenario(8, 40)) {

@@ -22,3 +22,8 @@ pub mod apis;
 pub mod disruption;
 pub mod model;
 pub mod scheduling;
+
+// The property tests' seed and failure files, for this crate's tests and (with the feature) the
+// integration tests.
+#[cfg(any(test, feature = "proptest-config"))]
+pub mod proptest_config;

@@ -144,6 +144,8 @@ fn outcomes() -> impl Iterator<Item = Option<&'static str>> {
 }
 
 proptest! {
+    #![proptest_config(crate::proptest_config::config(256))]
+
     #[test]
     fn intersection_agrees_with_concrete_labels(a in arb_requirement(), b in arb_requirement()) {
         let both = a.intersect(&b);

@@ -432,6 +432,8 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(crate::proptest_config::config(256))]
+
         #[test]
         fn format_then_parse_is_identity(amount in 0i64..(1i64 << 50), which in 0usize..4) {
             let resource = [CPU, MEMORY, EPHEMERAL_STORAGE, PODS][which];
