@@ -69,16 +69,20 @@ impl Cluster {
     }
 }
 
-/// A registered Node as solver capacity. Until its claim is initialized, the taints a daemon or the
-/// lifecycle will remove (the claim's startup taints, and ephemeral ones such as not-ready) do not
-/// keep pods off it, as upstream judges uninitialized managed nodes.
+/// A registered Node as solver capacity. Until it is initialized, the taints a daemon or the lifecycle
+/// will remove (the claim's startup taints, and ephemeral ones such as not-ready) do not keep pods off
+/// it, as upstream judges uninitialized managed nodes. A managed node is initialized once both its
+/// claim says so and the Node carries `karpenter.sh/initialized` (upstream core
+/// `pkg/controllers/state/statenode.go`, `Initialized`): the two arrive on different watches, and a
+/// claim seen Initialized before its Node's update must not make the Node's old not-ready taint count,
+/// or provisioning would plan new nodes for pods about to land on it.
 fn existing_node(node: &NodeRecord, claim: Option<&NodeClaimRecord>) -> ExistingNode {
     let mut out = node.node.clone();
     if let Some(claim) = claim {
         if out.nodepool.is_none() {
             out.nodepool = claim.nodepool.clone();
         }
-        if !node.initialized && !claim.initialized {
+        if !(node.initialized && claim.initialized) {
             let mut ignored: Vec<Taint> = claim.startup_taints.clone();
             for t in node.node.taints.iter().filter(|t| is_ephemeral_taint(t)) {
                 if !ignored.contains(t) {

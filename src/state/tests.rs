@@ -398,6 +398,42 @@ fn snapshot_of_a_small_cluster() {
     assert!(pdb.selects(&input.running[0]));
 }
 
+/// The claim's Initialized condition can arrive before the Node's update that drops not-ready and
+/// adds the initialized label (two watches): until both have, the node's ephemeral taints do not count.
+#[test]
+fn a_node_is_initialized_only_once_its_claim_and_the_node_both_say_so() {
+    let catalog = |_: &crate::apis::NodePool, _: Option<&crate::apis::AKSNodeClass>| {
+        Arc::new(Vec::<InstanceType>::new())
+    };
+    let node_b = |cluster: &Cluster| {
+        let input =
+            cluster.snapshot(&catalog, SolveOptions { region: "eastus".into(), ..Default::default() });
+        input.nodes.into_iter().find(|n| n.name == "node-b").expect("node-b")
+    };
+    let mut cluster = small_cluster();
+    let mut claim = nodeclaim("general-b", Some("azure:///vm/b"), false);
+    let status = claim.status.get_or_insert_with(Default::default);
+    status.node_name = Some("node-b".into());
+    let at = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2026-01-01T00:01:00Z".parse().unwrap());
+    crate::apis::conditions::set(
+        &mut status.conditions,
+        crate::apis::conditions::INITIALIZED,
+        crate::apis::conditions::ConditionStatus::True,
+        "Initialized",
+        "",
+        None,
+        &at,
+    );
+    cluster.apply(&claim);
+    // The claim is Initialized, the Node (not yet updated in the index) still has not-ready.
+    let b = node_b(&cluster);
+    assert!(
+        b.startup_taints.contains(&taint("node.kubernetes.io/not-ready")),
+        "not-ready is still ignored: {:?}",
+        b.startup_taints
+    );
+}
+
 #[test]
 fn nodes_and_claims_join_by_provider_id() {
     let cluster = small_cluster();
