@@ -164,8 +164,7 @@ where
         let Some(body) = change(&current) else { return Ok(Updated::Unchanged) };
         match guarded(api, part, name, current.resource_version(), body).await {
             Ok(Some(stored)) => return Ok(Updated::Written(stored)),
-            // Gone between the read and the write.
-            Ok(None) if api.get_opt(name).await?.is_none() => return Ok(Updated::Gone),
+            // Changed (or gone) since the read: the next read tells which.
             Ok(None) if attempt < UPDATE_ATTEMPTS => attempt += 1,
             Ok(None) => return Err(conflict(name, attempt)),
             Err(e) => return Err(e),
