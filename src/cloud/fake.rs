@@ -186,6 +186,14 @@ impl CloudProvider for FakeCloud {
             Err(CloudError::NotFound(format!("subnet {id}")))
         }
     }
+
+    fn claim_of_resource(&self, resource_name: &str) -> Option<String> {
+        naming::claim_name(resource_name).map(str::to_string)
+    }
+
+    fn claim_of_provider_id(&self, provider_id: &str) -> Option<String> {
+        naming::claim_of_provider_id(provider_id)
+    }
 }
 
 #[cfg(test)]

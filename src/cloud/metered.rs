@@ -108,6 +108,14 @@ impl<C: CloudProvider> CloudProvider for Metered<C> {
     async fn check_subnet(&self, subnet: &SubnetId) -> Result<(), CloudError> {
         self.observe("CheckSubnet", self.inner.check_subnet(subnet)).await
     }
+
+    fn claim_of_resource(&self, resource_name: &str) -> Option<String> {
+        self.inner.claim_of_resource(resource_name)
+    }
+
+    fn claim_of_provider_id(&self, provider_id: &str) -> Option<String> {
+        self.inner.claim_of_provider_id(provider_id)
+    }
 }
 
 #[cfg(test)]

@@ -77,6 +77,12 @@ pub trait CloudProvider: Send + Sync {
     ) -> impl Future<Output = Result<String, CloudError>> + Send;
     /// Checks that a subnet exists; [`CloudError::NotFound`] when it does not.
     fn check_subnet(&self, subnet: &SubnetId) -> impl Future<Output = Result<(), CloudError>> + Send;
+    /// The NodeClaim a machine or network interface was made for, read from its name (what lets a
+    /// retried create find an earlier attempt's resources); None for a name this provider never gives.
+    fn claim_of_resource(&self, resource_name: &str) -> Option<String>;
+    /// The NodeClaim a machine was made for, read from its providerID (a Node's `spec.providerID`);
+    /// None when the ID is not one of this provider's machines named for a claim.
+    fn claim_of_provider_id(&self, provider_id: &str) -> Option<String>;
 }
 
 /// The part of a running machine that changes in place rather than by replacement.

@@ -481,8 +481,6 @@ const AZURE_IN_CONTROLLERS: &[(&str, &str)] = &[
     ("controllers/status/nodeclass_tests.rs", "the gallery names its tests use"),
     ("controllers/nodeclaim/build.rs", "the launch request: bootstrap, image and kubelet flags"),
     ("controllers/nodeclaim/build_tests.rs", "the images its tests use"),
-    ("controllers/nodeclaim/lifecycle/mod.rs", "the claim of a Node from its VM name"),
-    ("controllers/nodeclaim/gc.rs", "the claim of a VM from its name"),
 ];
 
 #[test]

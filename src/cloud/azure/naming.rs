@@ -58,6 +58,12 @@ pub struct VmRef {
     pub vm_name: String,
 }
 
+/// The NodeClaim a VM providerID names (its VM is `aks-<claim>`), if it is one of ours.
+pub fn claim_of_provider_id(provider_id: &str) -> Option<String> {
+    let vm = parse_provider_id(provider_id).ok()?;
+    claim_name(&vm.vm_name).map(str::to_string)
+}
+
 /// Parses a VM providerID (segment names are matched case-insensitively, as ARM IDs are).
 pub fn parse_provider_id(provider_id: &str) -> Result<VmRef, NamingError> {
     let bad = || NamingError::NotAVmProviderId(provider_id.to_string());

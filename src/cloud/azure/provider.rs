@@ -415,6 +415,14 @@ impl CloudProvider for AzureCloudProvider {
             .await
             .map_err(|f| errors::cloud_error(&f, &what))
     }
+
+    fn claim_of_resource(&self, resource_name: &str) -> Option<String> {
+        naming::claim_name(resource_name).map(str::to_string)
+    }
+
+    fn claim_of_provider_id(&self, provider_id: &str) -> Option<String> {
+        naming::claim_of_provider_id(provider_id)
+    }
 }
 
 /// NIC names of this cluster, for garbage collection of NICs whose VM never came.

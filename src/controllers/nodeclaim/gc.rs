@@ -28,7 +28,6 @@ use kube::runtime::events::Event;
 use kube::{Api, ResourceExt};
 
 use crate::apis::NodeClaim;
-use crate::cloud::azure::naming;
 use crate::cloud::{CloudError, CloudProvider, Instance};
 use crate::controllers::{events, metrics, ControllerError, Shared};
 use crate::model::labels::{CAPACITY_TYPE_SPOT, LABEL_CAPACITY_TYPE};
@@ -62,10 +61,13 @@ pub struct Decision {
 }
 
 /// The pure GC decision over the index's NodeClaims, the cluster's VMs and NIC names, at `now`.
+/// `claim_of` names the NodeClaim a VM or NIC was made for, from its name
+/// ([`CloudProvider::claim_of_resource`]).
 pub fn decide(
     claims: &[ClaimView],
     vms: &[Instance],
     nics: &[String],
+    claim_of: &dyn Fn(&str) -> Option<String>,
     now: Timestamp,
     grace: Duration,
 ) -> Decision {
@@ -83,7 +85,7 @@ pub fn decide(
     let orphan_vms: Vec<Instance> = vms
         .iter()
         .filter(|vm| !owned_by_id(&vm.provider_id))
-        .filter(|vm| !naming::claim_name(&vm.name).is_some_and(has_claim_named))
+        .filter(|vm| !claim_of(&vm.name).is_some_and(|claim| has_claim_named(&claim)))
         .filter(|vm| !vm.state.eq_ignore_ascii_case("Deleting"))
         .filter(|vm| old_enough(vm))
         .cloned()
@@ -91,8 +93,8 @@ pub fn decide(
     let orphan_nics: Vec<String> = nics
         .iter()
         .filter(|nic| {
-            let Some(claim) = naming::claim_name(nic) else { return false };
-            !has_claim_named(claim) && !vms.iter().any(|vm| vm.name.eq_ignore_ascii_case(nic))
+            let Some(claim) = claim_of(nic) else { return false };
+            !has_claim_named(&claim) && !vms.iter().any(|vm| vm.name.eq_ignore_ascii_case(nic))
         })
         .cloned()
         .collect();
@@ -156,7 +158,8 @@ async fn sweep<C: CloudProvider + 'static>(
     };
     let vms = shared.cloud.list().await?;
     let nics = shared.cloud.list_nics().await?;
-    let decision = decide(&claims, &vms, &nics, Timestamp::now(), shared.settings.gc_grace);
+    let claim_of = |name: &str| shared.cloud.claim_of_resource(name);
+    let decision = decide(&claims, &vms, &nics, &claim_of, Timestamp::now(), shared.settings.gc_grace);
 
     for vm in &decision.vms {
         tracing::info!(vm = %vm.name, provider_id = %vm.provider_id, created = vm.created.as_deref().unwrap_or(""), "garbage collecting VM without a NodeClaim");
@@ -251,19 +254,34 @@ async fn delete_orphan_nodes<C>(shared: &Shared<C>, provider_id: &str) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cloud::fake::FakeCloud;
     use crate::model::CapacityType;
 
-    const RG: &str = "mc_rg";
-    const SUB: &str = "00000000-0000-0000-0000-000000000001";
+    /// The provider ID of the fake cloud's VM `name`, as the Azure provider forms it.
+    fn provider_id(name: &str) -> String {
+        format!("azure:///subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/mc_rg/providers/Microsoft.Compute/virtualMachines/{name}")
+    }
+
+    /// [`decide`] with the fake cloud's names (`aks-<claim>`, as Azure's).
+    fn decide(
+        claims: &[ClaimView],
+        vms: &[Instance],
+        nics: &[String],
+        now: Timestamp,
+        grace: Duration,
+    ) -> Decision {
+        let cloud = FakeCloud::new();
+        super::decide(claims, vms, nics, &|name| cloud.claim_of_resource(name), now, grace)
+    }
 
     fn now() -> Timestamp {
         "2025-01-01T12:00:00Z".parse().unwrap()
     }
 
     fn vm(claim: &str, created: Option<&str>, state: &str) -> Instance {
-        let name = naming::resource_name(claim);
+        let name = format!("aks-{claim}");
         Instance {
-            provider_id: naming::provider_id(SUB, RG, &name),
+            provider_id: provider_id(&name),
             name,
             instance_type: "Standard_D2s_v5".into(),
             zone: None,
@@ -336,8 +354,8 @@ mod tests {
     #[test]
     fn launched_claims_whose_vm_is_not_listed_are_candidates() {
         let alive = vm("alive", OLD, "Succeeded");
-        let gone_id = naming::provider_id(SUB, RG, "aks-gone");
-        let mut deleting = claim("deleting", Some(naming::provider_id(SUB, RG, "aks-deleting")));
+        let gone_id = provider_id("aks-gone");
+        let mut deleting = claim("deleting", Some(provider_id("aks-deleting")));
         deleting.deleting = true;
         let claims = vec![
             claim("alive", Some(alive.provider_id.clone())),

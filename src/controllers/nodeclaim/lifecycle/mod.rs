@@ -36,7 +36,6 @@ use serde_json::json;
 
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::NodeClaim;
-use crate::cloud::azure::naming;
 use crate::cloud::{CloudError, CloudProvider};
 use crate::controllers::writes::{self, Deleted};
 use crate::controllers::{events, metrics, ControllerError, Shared};
@@ -65,15 +64,16 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
         .await;
 }
 
-/// The claim a Node belongs to: by the index's providerID join, else by the VM name `aks-<claim>`.
-fn claim_of_node<C>(shared: &Shared<C>, node: &Node) -> Option<String> {
+/// The claim a Node belongs to: by the index's providerID join, else by the name the cloud gave its
+/// machine (a Node can register before the claim's providerID is written).
+fn claim_of_node<C: CloudProvider>(shared: &Shared<C>, node: &Node) -> Option<String> {
     let provider_id = node.spec.as_ref()?.provider_id.as_deref()?;
     let cluster = shared.cluster();
     if let Some(claim) = cluster.nodeclaims().find(|c| c.provider_id.as_deref() == Some(provider_id)) {
         return Some(claim.name.clone());
     }
-    let vm = naming::parse_provider_id(provider_id).ok()?;
-    naming::claim_name(&vm.vm_name).map(str::to_string)
+    drop(cluster);
+    shared.cloud.claim_of_provider_id(provider_id)
 }
 
 fn error_policy<C>(claim: Arc<NodeClaim>, error: &ControllerError, shared: Arc<Shared<C>>) -> Action {
