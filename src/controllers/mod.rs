@@ -22,13 +22,11 @@
 //! - `writes`: every write guarded by what its writer read, and what a conflict means for it.
 //! - `watch`: one `watcher()` stream per kind into the shared index; pod triggers for provisioning.
 //! - `events`: the Kubernetes Events the controllers emit (pure builders, a publisher that never fails).
-//! - `catalog`: instance types per AKSNodeClass, as the solver and the launcher both see them.
 //! - `metrics`: the cluster-state gauges computed from the index at scrape time, the labels the
 //!   counters take from NodeClaims and Nodes, and readiness for the health server.
 //! - `start`: the Azure provider, catalog and settings built from the validated operator settings.
 //! - `leading`: leadership terms: the writers run only while this replica holds the lease.
 
-pub mod catalog;
 pub mod context;
 pub mod disruption;
 pub mod events;
@@ -53,7 +51,7 @@ use crate::operator::leader::Elector;
 use crate::operator::server;
 use crate::state::Cluster;
 
-pub use catalog::Catalog;
+pub use crate::cloud::azure::instancetypes::Catalog;
 pub use context::{ControllerError, Settings, Shared};
 
 /// Runs every controller until SIGTERM or ctrl-c. The watches run on every replica, so a standby is

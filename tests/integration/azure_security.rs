@@ -14,9 +14,9 @@ use karpenter_azure::apis::{AKSNodeClass, NodeClaim};
 use karpenter_azure::catalog::{
     embedded_sku, CapacityOptions, NodeSecurity, PriceTable, UnavailableOfferings,
 };
+use karpenter_azure::cloud::azure::instancetypes::Catalog;
 use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, RetrySettings};
 use karpenter_azure::cloud::{CloudProvider, LaunchRequest};
-use karpenter_azure::controllers::catalog::Catalog;
 use karpenter_azure::controllers::nodeclaim::launch_request;
 use karpenter_azure::controllers::status::nodeclass::NodeClassChecks;
 use karpenter_azure::controllers::status::nodeclass_status::{nodeclass_status, ImagesCheck};
