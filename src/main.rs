@@ -171,7 +171,7 @@ async fn start_controller(validated: karpenter_azure::operator::Validated) -> an
         .context("connecting to the Kubernetes API server")?;
     let ca_bundle = start::cluster_ca_bundle(&validated, config.root_cert.as_deref())?;
     let client = kube::Client::try_from(config).context("connecting to the Kubernetes API server")?;
-    let (cloud, catalog) = start::azure(&validated, &ca_bundle).context("setting up Azure")?;
+    let cloud = start::azure(&validated, &ca_bundle).context("setting up Azure")?;
     tracing::info!(
         cluster = %validated.cluster_name,
         location = %validated.azure.location,
@@ -186,7 +186,7 @@ async fn start_controller(validated: karpenter_azure::operator::Validated) -> an
         )
     });
     start::log_feature_gates(&validated);
-    controllers::run(client, evictions, cloud, catalog, start::settings(&validated), election).await?;
+    controllers::run(client, evictions, cloud, start::settings(&validated), election).await?;
     Ok(())
 }
 

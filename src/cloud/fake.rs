@@ -7,21 +7,46 @@
 //! published version or a subnet not added reads as `NotFound`.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
-use super::azure::naming;
+use super::azure::instancetypes::Catalog;
 use super::azure::subnet::SubnetId;
-use super::{CloudError, CloudProvider, InPlace, Instance, LaunchRequest, RefusedOffering};
-use crate::model::CapacityType;
+use super::azure::{launch, naming};
+use super::{
+    CloudError, CloudProvider, InPlace, Instance, LaunchRequest, LaunchRequestError, RefusedOffering,
+};
+use crate::apis::{AKSNodeClass, NodeClaim};
+use crate::catalog::{CapacityOptions, PriceSource, PriceTable, UnavailableOfferings};
+use crate::model::{CapacityType, InstanceType};
 
 /// The fake's subscription and resource group, used in provider IDs.
 const FAKE_SUBSCRIPTION: &str = "00000000-0000-0000-0000-000000000000";
 const FAKE_RESOURCE_GROUP: &str = "mc_fake";
 
+/// The fake's region: its instance types are the embedded catalog's for it, at the static prices.
+const FAKE_REGION: &str = "eastus";
+
 /// In-memory cloud. Cheap to create; share it behind an `Arc`.
-#[derive(Debug, Default)]
 pub struct FakeCloud {
     inner: Mutex<Inner>,
+    catalog: Catalog,
+}
+
+impl Default for FakeCloud {
+    fn default() -> Self {
+        let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
+        let prices = PriceTable::static_for_region(FAKE_REGION);
+        let catalog = Catalog::new(
+            FAKE_REGION,
+            CapacityOptions::default(),
+            prices,
+            unavailable,
+            Arc::new(|| Duration::ZERO),
+        )
+        .expect("the embedded catalog has the fake's region");
+        FakeCloud { inner: Mutex::new(Inner::default()), catalog }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -185,6 +210,23 @@ impl CloudProvider for FakeCloud {
         } else {
             Err(CloudError::NotFound(format!("subnet {id}")))
         }
+    }
+
+    fn instance_types(&self, class: Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>> {
+        self.catalog.types_for(class)
+    }
+
+    fn launch_request(
+        &self,
+        claim: &NodeClaim,
+        class: Option<&AKSNodeClass>,
+    ) -> Result<LaunchRequest, LaunchRequestError> {
+        let types = self.catalog.types_for(class);
+        launch::request_with(claim, class, &types, &|name| self.catalog.sku_record(name))
+    }
+
+    fn price_age(&self, now: Duration) -> (PriceSource, Duration) {
+        self.catalog.pricing().age(now)
     }
 
     fn claim_of_resource(&self, resource_name: &str) -> Option<String> {

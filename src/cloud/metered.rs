@@ -6,10 +6,14 @@
 //! Wrap a provider once: a provider wrapped twice would count every call twice.
 
 use std::future::Future;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use super::{CloudError, CloudProvider, InPlace, Instance, LaunchRequest};
+use super::{CloudError, CloudProvider, InPlace, Instance, LaunchRequest, LaunchRequestError};
+use crate::apis::{AKSNodeClass, NodeClaim};
+use crate::catalog::PriceSource;
 use crate::cloud::azure::subnet::SubnetId;
+use crate::model::InstanceType;
 use crate::operator::metrics::{self, Metrics};
 
 /// The `provider` label of the Azure provider (upstream `CloudProvider.Name()`).
@@ -107,6 +111,22 @@ impl<C: CloudProvider> CloudProvider for Metered<C> {
 
     async fn check_subnet(&self, subnet: &SubnetId) -> Result<(), CloudError> {
         self.observe("CheckSubnet", self.inner.check_subnet(subnet)).await
+    }
+
+    fn instance_types(&self, class: Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>> {
+        self.inner.instance_types(class)
+    }
+
+    fn launch_request(
+        &self,
+        claim: &NodeClaim,
+        class: Option<&AKSNodeClass>,
+    ) -> Result<LaunchRequest, LaunchRequestError> {
+        self.inner.launch_request(claim, class)
+    }
+
+    fn price_age(&self, now: Duration) -> (PriceSource, Duration) {
+        self.inner.price_age(now)
     }
 
     fn claim_of_resource(&self, resource_name: &str) -> Option<String> {

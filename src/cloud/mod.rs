@@ -16,9 +16,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::apis::common::Taint;
-use crate::catalog::{NodeSecurity, SkuRecord, Timestamp};
+use crate::apis::{AKSNodeClass, NodeClaim};
+use crate::catalog::{NodeSecurity, PriceSource, SkuRecord, Timestamp};
 use crate::cloud::azure::subnet::SubnetId;
-use crate::model::CapacityType;
+use crate::model::{CapacityType, InstanceType};
 
 /// Reads "now" for the unavailable-offerings cache; injected so tests and the simulator control time.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -77,6 +78,20 @@ pub trait CloudProvider: Send + Sync {
     ) -> impl Future<Output = Result<String, CloudError>> + Send;
     /// Checks that a subnet exists; [`CloudError::NotFound`] when it does not.
     fn check_subnet(&self, subnet: &SubnetId) -> impl Future<Output = Result<(), CloudError>> + Send;
+    /// The instance types a NodePool whose AKSNodeClass is `class` can launch now (the cloud's
+    /// defaults when the class is unknown): priced, with the offerings the cloud refused recently
+    /// marked unavailable (upstream `CloudProvider.GetInstanceTypes`). The solver and the launch see
+    /// the same list.
+    fn instance_types(&self, class: Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>>;
+    /// What launching `claim` asks of the cloud, from the claim and its AKSNodeClass (`None` when the
+    /// class is not known): the sizes, offerings and images to try and how the machine boots.
+    fn launch_request(
+        &self,
+        claim: &NodeClaim,
+        class: Option<&AKSNodeClass>,
+    ) -> Result<LaunchRequest, LaunchRequestError>;
+    /// Where the prices in effect come from and how old they are at `now` (time since the Unix epoch).
+    fn price_age(&self, now: Duration) -> (PriceSource, Duration);
     /// The NodeClaim a machine or network interface was made for, read from its name (what lets a
     /// retried create find an earlier attempt's resources); None for a name this provider never gives.
     fn claim_of_resource(&self, resource_name: &str) -> Option<String>;
@@ -271,6 +286,38 @@ pub struct RefusedOffering {
     pub capacity_type: CapacityType,
     /// The unavailable-reason category (`ZonalAllocationFailed`, ...) or the ARM code.
     pub reason: String,
+}
+
+/// Why a NodeClaim cannot be turned into a launch request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaunchRequestError {
+    #[error("AKSNodeClass {0} not found")]
+    NodeClassMissing(String),
+    #[error("AKSNodeClass {class} is not Ready: {why}")]
+    NodeClassNotReady { class: String, why: String },
+    #[error("AKSNodeClass {0} has no resolved image yet")]
+    NoImage(String),
+    #[error("no image of AKSNodeClass {class} boots any of the NodeClaim's sizes ({sizes})")]
+    NoCompatibleImage { class: String, sizes: String },
+    #[error("invalid requirements: {0}")]
+    Requirements(String),
+    #[error("no instance type in the catalog meets the NodeClaim's requirements")]
+    NoInstanceType,
+}
+
+impl LaunchRequestError {
+    /// Static category for events and metrics. Every node-class problem is `NodeClassNotReady`: the
+    /// claim cannot launch until the class changes, so the lifecycle deletes it, as upstream does.
+    pub fn category(&self) -> &'static str {
+        match self {
+            LaunchRequestError::NodeClassMissing(_) => "NodeClassNotFound",
+            LaunchRequestError::NodeClassNotReady { .. }
+            | LaunchRequestError::NoImage(_)
+            | LaunchRequestError::NoCompatibleImage { .. } => "NodeClassNotReady",
+            LaunchRequestError::Requirements(_) => "InvalidRequirements",
+            LaunchRequestError::NoInstanceType => "NoInstanceType",
+        }
+    }
 }
 
 /// Why a cloud call failed.

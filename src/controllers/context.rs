@@ -1,5 +1,5 @@
 //! What the controllers share: the settings they run with, their error type, and [`Shared`] — the
-//! API client, the cluster index, the catalog, the cloud provider and the coordination between the
+//! API client, the cluster index, the cloud provider (with its instance types) and the coordination between the
 //! writers (status changes, nominations, backoff counts, leadership, work in flight).
 
 use std::collections::BTreeMap;
@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 
 use crate::cloud::CloudError;
 use crate::controllers::node::termination::Termination;
-use crate::controllers::{events, provisioning, Catalog};
+use crate::controllers::{events, provisioning};
 use crate::operator::server::{Ports, ServerError};
 use crate::state::Cluster;
 
@@ -78,7 +78,6 @@ impl ControllerError {
 pub struct Shared<C> {
     pub client: kube::Client,
     pub cluster: Mutex<Cluster>,
-    pub catalog: Catalog,
     pub cloud: Arc<C>,
     pub settings: Settings,
     /// Wakes the status writer when a NodePool or AKSNodeClass changed.

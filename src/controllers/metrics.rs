@@ -14,6 +14,7 @@ use kube::ResourceExt;
 use super::Shared;
 use crate::apis::duration;
 use crate::apis::NodeClaim;
+use crate::cloud::CloudProvider;
 use crate::model::labels::{
     LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_OS, LABEL_ZONE,
 };
@@ -30,14 +31,14 @@ const TERMINATION_GRACEFUL: &str = "graceful";
 const TERMINATION_EVENTUAL: &str = "eventual";
 const TERMINATION_FORCEFUL: &str = "forceful";
 
-impl<C: Send + Sync + 'static> Probes for Shared<C> {
+impl<C: CloudProvider + 'static> Probes for Shared<C> {
     fn ready(&self) -> Result<(), String> {
         readiness(&self.cluster())
     }
 
     fn refresh_metrics(&self) {
         refresh(get(), &self.cluster());
-        let (source, age) = self.catalog.pricing().age(crate::cloud::wall_clock()());
+        let (source, age) = self.cloud.price_age(crate::cloud::wall_clock()());
         get().set_pricing_age(source.as_str(), age);
     }
 }

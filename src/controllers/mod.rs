@@ -18,13 +18,13 @@
 //!   make (pure).
 //!
 //! And what they share:
-//! - `context`: [`Shared`] (client, index, catalog, cloud provider), [`Settings`], [`ControllerError`].
+//! - `context`: [`Shared`] (client, index, cloud provider), [`Settings`], [`ControllerError`].
 //! - `writes`: every write guarded by what its writer read, and what a conflict means for it.
 //! - `watch`: one `watcher()` stream per kind into the shared index; pod triggers for provisioning.
 //! - `events`: the Kubernetes Events the controllers emit (pure builders, a publisher that never fails).
 //! - `metrics`: the cluster-state gauges computed from the index at scrape time, the labels the
 //!   counters take from NodeClaims and Nodes, and readiness for the health server.
-//! - `start`: the Azure provider, catalog and settings built from the validated operator settings.
+//! - `start`: the Azure provider (with its catalog) and settings built from the validated operator settings.
 //! - `leading`: leadership terms: the writers run only while this replica holds the lease.
 
 pub mod context;
@@ -51,7 +51,6 @@ use crate::operator::leader::Elector;
 use crate::operator::server;
 use crate::state::Cluster;
 
-pub use crate::cloud::azure::instancetypes::Catalog;
 pub use context::{ControllerError, Settings, Shared};
 
 /// Runs every controller until SIGTERM or ctrl-c. The watches run on every replica, so a standby is
@@ -61,7 +60,6 @@ pub async fn run<C: CloudProvider + 'static>(
     client: kube::Client,
     evictions: kube::Client,
     cloud: Arc<C>,
-    catalog: Catalog,
     settings: Settings,
     election: Option<Elector>,
 ) -> Result<(), ControllerError> {
@@ -69,7 +67,6 @@ pub async fn run<C: CloudProvider + 'static>(
         events: events::Events::new(client.clone()),
         client,
         cluster: Mutex::new(Cluster::new()),
-        catalog,
         cloud,
         settings,
         status_changed: Notify::new(),

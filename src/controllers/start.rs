@@ -4,11 +4,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{Catalog, Settings};
+use super::Settings;
 use crate::catalog::regions::FALLBACK_PRICE_REGION;
 use crate::catalog::retail::REFRESH_INTERVAL;
 use crate::catalog::{CatalogError, PriceTable, UnavailableOfferings};
 use crate::cloud::azure::client::ClientError;
+use crate::cloud::azure::instancetypes::Catalog;
 use crate::cloud::azure::retail::{RetailError, RetailPricesClient};
 use crate::cloud::azure::{
     ArmClients, ArmSettings, AzureCloudProvider, BootstrapSettings, CredentialSource, LaunchSettings,
@@ -138,14 +139,11 @@ pub fn launch_settings(v: &Validated, ca_bundle_base64: &str) -> LaunchSettings 
     }
 }
 
-/// The Azure provider, timed by the cloud-provider metrics, and the catalog, sharing one
-/// unavailable-offerings cache. The catalog's sizes and prices refresh in the background: sizes from the
+/// The Azure provider, timed by the cloud-provider metrics, launching from its catalog of the region's
+/// sizes (the two share one unavailable-offerings cache). The catalog's sizes and prices refresh in the background: sizes from the
 /// Resource SKUs API, prices from the Retail Prices API at `RETAIL_PRICES_URL` (both at start, then
 /// every 12 hours).
-pub fn azure(
-    v: &Validated,
-    ca_bundle_base64: &str,
-) -> Result<(Arc<Metered<AzureCloudProvider>>, Catalog), StartError> {
+pub fn azure(v: &Validated, ca_bundle_base64: &str) -> Result<Arc<Metered<AzureCloudProvider>>, StartError> {
     let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
     let clock = wall_clock();
     let location = &v.azure.location;
@@ -164,8 +162,8 @@ pub fn azure(
     catalog.spawn_sku_refresh(clients.clone());
     let retail = RetailPricesClient::new(reqwest::Client::new(), v.retail_prices_url.as_str())?;
     catalog.spawn_price_refresh(retail, env_duration(PRICE_REFRESH_INTERVAL_ENV, REFRESH_INTERVAL));
-    let provider = AzureCloudProvider::new(clients, launch_settings(v, ca_bundle_base64), unavailable, clock);
-    Ok((Arc::new(Metered::new(provider, metered::AZURE)), catalog))
+    let provider = AzureCloudProvider::new(clients, launch_settings(v, ca_bundle_base64), Arc::new(catalog));
+    Ok(Arc::new(Metered::new(provider, metered::AZURE)))
 }
 
 pub fn settings(v: &Validated) -> Settings {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
 use karpenter_azure::catalog::{embedded_sku, UnavailableOfferings};
+use karpenter_azure::cloud::azure::instancetypes::Catalog;
 use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, LaunchSettings, RetrySettings};
 use karpenter_azure::cloud::{
     wall_clock, CloudProvider, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice,
@@ -282,7 +283,10 @@ fn provider_for(fake: &FakeArm) -> AzureCloudProvider {
         ..fake.launch_settings()
     };
     let clients = ArmClients::new(&arm).expect("ARM clients build");
-    AzureCloudProvider::new(clients, launch, Arc::new(Mutex::new(UnavailableOfferings::new())), wall_clock())
+    let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
+    let catalog = Catalog::for_region(&launch.location, unavailable, wall_clock())
+        .expect("the fake's region is in the catalog");
+    AzureCloudProvider::new(clients, launch, Arc::new(catalog))
 }
 
 fn orphan_request(claim: &str) -> LaunchRequest {

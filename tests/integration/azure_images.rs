@@ -10,10 +10,11 @@ use fake_azure::arm::gallery::{AZURE_LINUX_GALLERY, DEFAULT_NEWEST_VERSION, UBUN
 use fake_azure::arm::{FakeArm, FakeArmConfig, FakeSubnet, Fault, GalleryImageVersion};
 use karpenter_azure::apis::{AKSNodeClass, NodeClaim};
 use karpenter_azure::catalog::{CapacityOptions, PriceTable, UnavailableOfferings};
+use karpenter_azure::cloud::azure::instancetypes::Catalog;
+use karpenter_azure::cloud::azure::launch::request as launch_request;
 use karpenter_azure::cloud::azure::subnet::SubnetId;
 use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, RetrySettings};
 use karpenter_azure::cloud::{CloudError, CloudProvider};
-use karpenter_azure::controllers::nodeclaim::launch_request;
 use karpenter_azure::controllers::status::nodeclass::NodeClassChecks;
 use karpenter_azure::controllers::status::nodeclass_status::{nodeclass_status, ImagesCheck, SubnetCheck};
 use karpenter_azure::model::InstanceType;
@@ -29,7 +30,8 @@ async fn harness(config: FakeArmConfig) -> (FakeArm, AzureCloudProvider) {
     let launch = fake.launch_settings();
     let clients = ArmClients::new(&arm).expect("clients build");
     let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
-    let provider = AzureCloudProvider::new(clients, launch, unavailable, Arc::new(|| Duration::ZERO));
+    let catalog = Catalog::for_region(&launch.location, unavailable, Arc::new(|| Duration::ZERO)).unwrap();
+    let provider = AzureCloudProvider::new(clients, launch, Arc::new(catalog));
     (fake, provider)
 }
 

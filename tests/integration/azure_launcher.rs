@@ -11,6 +11,7 @@ use fake_azure::arm::{CreateError, Delivery, FakeArm, FakeArmConfig, Fault, Quot
 use karpenter_azure::apis::common::{Taint, TaintEffect};
 use karpenter_azure::catalog::unavailable::OfferingRef;
 use karpenter_azure::catalog::{embedded_sku, Timestamp, UnavailableOfferings};
+use karpenter_azure::cloud::azure::instancetypes::Catalog;
 use karpenter_azure::cloud::azure::{
     ArmClients, ArmSettings, AzureCloudProvider, LaunchSettings, RetrySettings,
 };
@@ -44,7 +45,8 @@ async fn harness(config: FakeArmConfig) -> Harness {
     };
     let cache = Arc::new(Mutex::new(UnavailableOfferings::new()));
     let clients = ArmClients::new(&arm).expect("clients build");
-    let provider = AzureCloudProvider::new(clients, launch, cache.clone(), Arc::new(|| NOW));
+    let catalog = Catalog::for_region(&launch.location, cache.clone(), Arc::new(|| NOW)).unwrap();
+    let provider = AzureCloudProvider::new(clients, launch, Arc::new(catalog));
     Harness { fake, provider, cache, arm }
 }
 
@@ -375,7 +377,8 @@ fn status_polls(h: &Harness) -> usize {
 fn polling_provider(h: &Harness, interval: Duration, max_polls: u32) -> AzureCloudProvider {
     let launch = LaunchSettings { poll_interval: interval, max_polls, ..h.fake.launch_settings() };
     let clients = ArmClients::new(&h.arm).expect("clients build");
-    AzureCloudProvider::new(clients, launch, h.cache.clone(), Arc::new(|| NOW))
+    let catalog = Catalog::for_region(&launch.location, h.cache.clone(), Arc::new(|| NOW)).unwrap();
+    AzureCloudProvider::new(clients, launch, Arc::new(catalog))
 }
 
 #[tokio::test]

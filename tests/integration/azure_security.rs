@@ -15,9 +15,9 @@ use karpenter_azure::catalog::{
     embedded_sku, CapacityOptions, NodeSecurity, PriceTable, UnavailableOfferings,
 };
 use karpenter_azure::cloud::azure::instancetypes::Catalog;
+use karpenter_azure::cloud::azure::launch::request as launch_request;
 use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, RetrySettings};
 use karpenter_azure::cloud::{CloudProvider, LaunchRequest};
-use karpenter_azure::controllers::nodeclaim::launch_request;
 use karpenter_azure::controllers::status::nodeclass::NodeClassChecks;
 use karpenter_azure::controllers::status::nodeclass_status::{nodeclass_status, ImagesCheck};
 use karpenter_azure::model::InstanceType;
@@ -28,7 +28,7 @@ const SECURE: &str = "{security: {encryptionAtHost: true, trustedLaunch: {vtpm: 
 struct Harness {
     fake: FakeArm,
     provider: AzureCloudProvider,
-    catalog: Catalog,
+    catalog: Arc<Catalog>,
 }
 
 /// The provider and a controller catalog whose SKU list comes from the fake's Resource SKUs API.
@@ -44,9 +44,10 @@ async fn harness() -> Harness {
     let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
     let clock: Arc<dyn Fn() -> Duration + Send + Sync> = Arc::new(|| Duration::ZERO);
     let clients = ArmClients::new(&arm).expect("clients build");
-    let provider = AzureCloudProvider::new(clients.clone(), launch, unavailable.clone(), clock.clone());
     let pricing = PriceTable::static_for_region("eastus");
-    let catalog = Catalog::new("eastus", CapacityOptions::default(), pricing, unavailable, clock).unwrap();
+    let catalog =
+        Arc::new(Catalog::new("eastus", CapacityOptions::default(), pricing, unavailable, clock).unwrap());
+    let provider = AzureCloudProvider::new(clients.clone(), launch, catalog.clone());
     Harness { fake, provider, catalog }.with_live_skus(clients).await
 }
 

@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 use fake_azure::arm::{FakeArm, FakeArmConfig, FakeSubnet};
 use karpenter_azure::apis::{AKSNodeClass, NodePool};
 use karpenter_azure::catalog::{instance_types, CapacityOptions, PriceTable, UnavailableOfferings};
+use karpenter_azure::cloud::azure::instancetypes::Catalog;
+use karpenter_azure::cloud::azure::launch;
 use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, RetrySettings};
 use karpenter_azure::cloud::CloudProvider;
-use karpenter_azure::controllers::nodeclaim::{build, launch_request};
+use karpenter_azure::controllers::nodeclaim::build;
 use karpenter_azure::controllers::status::nodeclass::NodeClassChecks;
 use karpenter_azure::controllers::status::nodeclass_status::nodeclass_status;
 use karpenter_azure::model::labels::{LABEL_CAPACITY_TYPE, LABEL_SKU_FAMILY, LABEL_ZONE};
@@ -85,8 +87,8 @@ async fn plan_and_launch(input: &SolveInput, types: &[InstanceType]) -> (Plan, V
     });
     let clients = ArmClients::new(&arm).expect("clients build");
     let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
-    let provider =
-        AzureCloudProvider::new(clients, fake.launch_settings(), unavailable, Arc::new(|| Duration::ZERO));
+    let catalog = Catalog::for_region("eastus", unavailable, Arc::new(|| Duration::ZERO)).unwrap();
+    let provider = AzureCloudProvider::new(clients, fake.launch_settings(), Arc::new(catalog));
     let class = resolved_class(&provider, &fake).await;
     let pool: NodePool = serde_yaml::from_str(SEED_POOL).unwrap();
 
@@ -96,7 +98,7 @@ async fn plan_and_launch(input: &SolveInput, types: &[InstanceType]) -> (Plan, V
     for (i, planned) in plan.nodeclaims.iter().enumerate() {
         let mut claim = build(planned, &pool, Some(&class));
         claim.metadata.name = Some(format!("general-{i:05}"));
-        let request = launch_request(&claim, Some(&class), types).unwrap();
+        let request = launch::request(&claim, Some(&class), types).unwrap();
         let instance = provider.create(&request).await.unwrap_or_else(|e| panic!("claim {i}: {e}"));
         let vm = fake.vm(&instance.name).expect("the VM exists");
         assert_eq!(vm.vm_size, instance.instance_type);

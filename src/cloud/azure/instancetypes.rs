@@ -73,6 +73,22 @@ impl Catalog {
         })
     }
 
+    /// The region's sizes with the default capacity options, priced by the embedded table (the
+    /// fallback region's when the region has no prices of its own) until live prices arrive.
+    pub fn for_region(
+        region: &str,
+        unavailable: Arc<Mutex<UnavailableOfferings>>,
+        clock: Clock,
+    ) -> Result<Catalog, CatalogError> {
+        Catalog::new(
+            region,
+            CapacityOptions::default(),
+            PriceTable::static_or_fallback(region),
+            unavailable,
+            clock,
+        )
+    }
+
     /// The prices in effect: the static table given to [`Catalog::new`] until the Retail Prices API has
     /// answered.
     pub fn pricing(&self) -> &PricingProvider {
@@ -98,6 +114,11 @@ impl Catalog {
             .find(|s| s.record.name == name)
             .map(|s| s.record.clone())
             .or_else(|| embedded_sku(name).cloned())
+    }
+
+    /// The clock that stamps and expires the unavailable cache's marks.
+    pub fn clock(&self) -> Clock {
+        self.clock.clone()
     }
 
     /// The cache of offerings Azure refused, shared with the cloud provider.

@@ -10,6 +10,7 @@
 //! - `imagefamily`: which gallery images a node class needs and which version of each (pure);
 //!   `subnet`: subnet IDs and the class-subnet rules (pure); `lookups`: the ARM reads behind them.
 //! - `provider`: the [`crate::cloud::CloudProvider`] implementation.
+//! - `launch`: the launch request of a NodeClaim (sizes, offerings, image, bootstrap, kubelet flags).
 //! - `instancetypes`: the sizes each AKSNodeClass can launch, from the Resource SKUs API (`skus`) and
 //!   priced by the Retail Prices API (`retail`), as the solver and the launcher both see them.
 
@@ -18,6 +19,7 @@ pub mod client;
 pub mod errors;
 pub mod imagefamily;
 pub mod instancetypes;
+pub mod launch;
 pub mod lookups;
 pub mod lro;
 pub mod naming;

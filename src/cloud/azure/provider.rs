@@ -11,21 +11,24 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
 use super::bootstrap::{self, labels::aks_labels, NodeBootstrap};
 use super::client::ArmClients;
 use super::errors::{self, ArmFailure, CapacityClass};
+use super::instancetypes::Catalog;
 use super::subnet::SubnetId;
-use super::{imagefamily, lookups, naming, network, nic, vm, LaunchSettings};
+use super::{imagefamily, launch, lookups, naming, network, nic, vm, LaunchSettings};
+use crate::apis::{AKSNodeClass, NodeClaim};
 use crate::catalog::unavailable::OfferingRef;
-use crate::catalog::UnavailableOfferings;
+use crate::catalog::{PriceSource, UnavailableOfferings};
 use crate::cloud::{
     allocation, logical_zone, Clock, CloudError, CloudProvider, InPlace, Instance, InstanceTypeOption,
-    LaunchRequest, OfferingChoice, RefusedOffering,
+    LaunchRequest, LaunchRequestError, OfferingChoice, RefusedOffering,
 };
-use crate::model::labels;
+use crate::model::{labels, InstanceType};
 use crate::operator::metrics::{self, VmCreate};
 
 /// Reason reported for offerings skipped because the cache already blocks them.
@@ -40,19 +43,18 @@ pub struct AzureCloudProvider {
     limiter: Arc<Semaphore>,
     /// The load-balancer pools and NSG every NIC joins, cached.
     network: network::Attachments,
+    /// The sizes each AKSNodeClass can launch, sharing `unavailable` and `clock`.
+    catalog: Arc<Catalog>,
 }
 
 impl AzureCloudProvider {
-    /// `unavailable` is the cache the solver also reads; `clock` stamps its marks.
-    pub fn new(
-        clients: ArmClients,
-        settings: LaunchSettings,
-        unavailable: Arc<Mutex<UnavailableOfferings>>,
-        clock: Clock,
-    ) -> Self {
+    /// The provider launches from `catalog`'s sizes and marks the offerings Azure refuses in the
+    /// catalog's unavailable-offerings cache (which the solver reads), stamped by its clock.
+    pub fn new(clients: ArmClients, settings: LaunchSettings, catalog: Arc<Catalog>) -> Self {
         let limiter = Arc::new(Semaphore::new(settings.max_concurrent_calls.max(1)));
         let network = network::Attachments::default();
-        AzureCloudProvider { clients, settings, unavailable, clock, limiter, network }
+        let (unavailable, clock) = (catalog.unavailable(), catalog.clock());
+        AzureCloudProvider { clients, settings, unavailable, clock, limiter, network, catalog }
     }
 
     pub fn settings(&self) -> &LaunchSettings {
@@ -414,6 +416,23 @@ impl CloudProvider for AzureCloudProvider {
         self.limited(lookups::get_subnet(&self.clients, subnet))
             .await
             .map_err(|f| errors::cloud_error(&f, &what))
+    }
+
+    fn instance_types(&self, class: Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>> {
+        self.catalog.types_for(class)
+    }
+
+    fn launch_request(
+        &self,
+        claim: &NodeClaim,
+        class: Option<&AKSNodeClass>,
+    ) -> Result<LaunchRequest, LaunchRequestError> {
+        let types = self.catalog.types_for(class);
+        launch::request_with(claim, class, &types, &|name| self.catalog.sku_record(name))
+    }
+
+    fn price_age(&self, now: Duration) -> (PriceSource, Duration) {
+        self.catalog.pricing().age(now)
     }
 
     fn claim_of_resource(&self, resource_name: &str) -> Option<String> {

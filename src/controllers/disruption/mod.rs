@@ -94,14 +94,14 @@ fn solve_options<C>(shared: &Shared<C>) -> SolveOptions {
 }
 
 /// The disruption snapshot now, or `None` while the index is not synced.
-fn snapshot<C>(shared: &Shared<C>, disrupting: &Disrupting) -> Option<Snapshot> {
+fn snapshot<C: CloudProvider>(shared: &Shared<C>, disrupting: &Disrupting) -> Option<Snapshot> {
     let cluster = shared.cluster();
     if let Err(reason) = cluster.sync_status() {
         tracing::debug!(%reason, "disruption waits for the cluster state");
         return None;
     }
     let (snapshot, errors) = cluster.disruption_snapshot(
-        &|_pool, class| shared.catalog.types_for(class),
+        &|_pool, class| shared.cloud.instance_types(class),
         solve_options(shared),
         &disrupting.names(),
         &shared.nominated(),

@@ -1,29 +1,21 @@
 //! Pure conversions at the NodeClaim boundary: a planned claim into the NodeClaim object provisioning
-//! creates, and a NodeClaim (with its AKSNodeClass and the catalog) into the cloud's launch request.
+//! creates, and a launched instance into the labels its claim gains. The launch request itself is the
+//! cloud provider's ([`crate::cloud::CloudProvider::launch_request`]).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 
-use crate::apis::aksnodeclass::DEFAULT_OS_DISK_SIZE_GB;
 use crate::apis::common::{Operator, Quantity, ResourceList};
-use crate::apis::conditions::{self, Condition, ConditionStatus};
 use crate::apis::hash;
 use crate::apis::nodeclaim::ResourceRequirements;
 use crate::apis::{AKSNodeClass, NodeClaim, NodeClaimSpec, NodePool};
-use crate::catalog::{embedded_sku, NodeSecurity, SkuRecord};
-use crate::cloud::azure::bootstrap::{kubelet_config_flags, NodeClassBootstrap};
-use crate::cloud::azure::imagefamily::image_for;
-use crate::cloud::{allocation, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice};
 use crate::model::labels::{self, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
 use crate::model::resources::Resources;
-use crate::model::selection::{allowed_offerings, offering_labels, type_allowed};
+use crate::model::selection::offering_labels;
 use crate::model::InstanceType;
 use crate::scheduling::NewNodeClaim;
-
-/// The kubelet's own default, used only if a catalog entry lacks a pod count.
-const DEFAULT_MAX_PODS: u32 = 110;
 
 /// A resource vector in the API's quantity form.
 pub fn resource_list(resources: &Resources) -> ResourceList {
@@ -89,149 +81,6 @@ fn ranked(values: &[String], preference: &[String]) -> Vec<String> {
     out
 }
 
-/// Why a NodeClaim cannot be turned into a launch request.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LaunchRequestError {
-    #[error("AKSNodeClass {0} not found")]
-    NodeClassMissing(String),
-    #[error("AKSNodeClass {class} is not Ready: {why}")]
-    NodeClassNotReady { class: String, why: String },
-    #[error("AKSNodeClass {0} has no resolved image yet")]
-    NoImage(String),
-    #[error("no image of AKSNodeClass {class} boots any of the NodeClaim's sizes ({sizes})")]
-    NoCompatibleImage { class: String, sizes: String },
-    #[error("invalid requirements: {0}")]
-    Requirements(String),
-    #[error("no instance type in the catalog meets the NodeClaim's requirements")]
-    NoInstanceType,
-}
-
-impl LaunchRequestError {
-    /// Static category for events and metrics. Every node-class problem is `NodeClassNotReady`: the
-    /// claim cannot launch until the class changes, so the lifecycle deletes it, as upstream does.
-    pub fn category(&self) -> &'static str {
-        match self {
-            LaunchRequestError::NodeClassMissing(_) => "NodeClassNotFound",
-            LaunchRequestError::NodeClassNotReady { .. }
-            | LaunchRequestError::NoImage(_)
-            | LaunchRequestError::NoCompatibleImage { .. } => "NodeClassNotReady",
-            LaunchRequestError::Requirements(_) => "InvalidRequirements",
-            LaunchRequestError::NoInstanceType => "NoInstanceType",
-        }
-    }
-}
-
-/// The launch request for a claim: every instance type its requirements allow and an image of the
-/// (Ready) class boots, each with its image and the offerings (priced by the catalog) its zone and
-/// capacity-type requirements allow. The cloud picks among all of them by upstream's allocation rules
-/// ([`crate::cloud::allocation`]); the options are listed in that order of their best offering, so the
-/// first is the size a launch without capacity errors gets, whose kubelet values the request carries.
-pub fn launch_request(
-    claim: &NodeClaim,
-    class: Option<&AKSNodeClass>,
-    types: &[InstanceType],
-) -> Result<LaunchRequest, LaunchRequestError> {
-    launch_request_with(claim, class, types, &|name| embedded_sku(name).cloned())
-}
-
-/// [`launch_request`] with the size facts (family, disks, generations) from `records`: the catalog's,
-/// which knows the sizes the Resource SKUs API listed beyond the embedded data.
-pub fn launch_request_with(
-    claim: &NodeClaim,
-    class: Option<&AKSNodeClass>,
-    types: &[InstanceType],
-    records: &dyn Fn(&str) -> Option<SkuRecord>,
-) -> Result<LaunchRequest, LaunchRequestError> {
-    let class_name = &claim.spec.node_class_ref.name;
-    let class = class.ok_or_else(|| LaunchRequestError::NodeClassMissing(class_name.clone()))?;
-    let status = class.status.clone().unwrap_or_default();
-    if let Some(why) = not_ready(&status.conditions) {
-        return Err(LaunchRequestError::NodeClassNotReady { class: class_name.clone(), why });
-    }
-    if status.images.is_empty() {
-        return Err(LaunchRequestError::NoImage(class_name.clone()));
-    }
-    let requirements = crate::apis::requirements::from_api(&claim.spec.requirements)
-        .map_err(|e| LaunchRequestError::Requirements(e.to_string()))?;
-    let mut ranked: Vec<(&InstanceType, Vec<OfferingChoice>)> = types
-        .iter()
-        .filter(|t| {
-            requirements.get(LABEL_INSTANCE_TYPE).is_none_or(|r| r.admits(Some(&t.name)))
-                && type_allowed(t, &requirements)
-        })
-        .map(|t| {
-            let choices: Vec<OfferingChoice> = allowed_offerings(t, &requirements)
-                .map(|o| OfferingChoice {
-                    zone: o.zone.clone(),
-                    capacity_type: o.capacity_type,
-                    price: o.price,
-                })
-                .collect();
-            (t, choices)
-        })
-        .filter(|(_, choices)| !choices.is_empty())
-        .collect();
-    ranked.sort_by(|(a, a_offerings), (b, b_offerings)| {
-        match (allocation::best(a_offerings), allocation::best(b_offerings)) {
-            (Some(x), Some(y)) => allocation::cheaper(x, y),
-            _ => std::cmp::Ordering::Equal,
-        }
-        .then_with(|| a.name.cmp(&b.name))
-    });
-    let mut without_image = Vec::new();
-    let options: Vec<InstanceTypeOption> = ranked
-        .into_iter()
-        .filter_map(|(t, offerings)| {
-            let sku = records(&t.name)?;
-            let Some(image) = image_for(&status.images, &sku) else {
-                without_image.push(t.name.as_str());
-                return None;
-            };
-            Some(InstanceTypeOption::from_sku(&sku, &image.id, offerings))
-        })
-        .collect();
-    if options.is_empty() && !without_image.is_empty() {
-        let sizes = without_image.join(", ");
-        return Err(LaunchRequestError::NoCompatibleImage { class: class_name.clone(), sizes });
-    }
-    // kube-reserved depends on the size; the request carries one value, so it is the first option's.
-    // Falling back to a bigger size reserves a little less than upstream would.
-    let first = options
-        .first()
-        .and_then(|o| types.iter().find(|t| t.name == o.name))
-        .ok_or(LaunchRequestError::NoInstanceType)?;
-    Ok(LaunchRequest {
-        claim_name: claim.metadata.name.clone().unwrap_or_default(),
-        nodepool: claim.labels_map().get(LABEL_NODEPOOL).cloned().unwrap_or_default(),
-        options,
-        labels: claim.labels_map().clone(),
-        taints: claim.spec.taints.clone(),
-        startup_taints: claim.spec.startup_taints.clone(),
-        subnet_id: class.spec.vnet_subnet_id.clone(),
-        os_disk_size_gb: class.spec.os_disk_size_gb.unwrap_or(DEFAULT_OS_DISK_SIZE_GB).max(0) as u32,
-        tags: class.spec.tags.clone(),
-        kubelet: KubeletSettings {
-            // The catalog is shaped by the class's maxPods and the operator's network plugin.
-            max_pods: u32::try_from(first.capacity.get("pods")).unwrap_or(DEFAULT_MAX_PODS),
-            kube_reserved: first.overhead.kube_reserved.to_quantities(),
-            config_flags: kubelet_config_flags(class.spec.kubelet.as_ref()),
-        },
-        security: NodeSecurity::from_spec(class.spec.security.as_ref()),
-        node_class: NodeClassBootstrap::from_class(class),
-    })
-}
-
-/// Why a class's conditions do not allow launches (upstream launches only from a Ready class); None
-/// when Ready is True.
-fn not_ready(conditions: &[Condition]) -> Option<String> {
-    match conditions::get(conditions, conditions::READY) {
-        Some(c) if c.status == ConditionStatus::True => None,
-        Some(c) if c.message.is_empty() => Some(c.reason.clone()),
-        Some(c) => Some(format!("{}: {}", c.reason, c.message)),
-        None => Some("its status has not been written yet".to_string()),
-    }
-}
-
 /// Labels the launched instance decides, for the claim (and through it the Node): the size's labels,
 /// its zone and capacity type. Labels the claim already has win, as upstream.
 pub fn launched_labels(
@@ -257,18 +106,6 @@ pub fn launched_labels(
     }
     out.retain(|k, _| !claim_labels.contains_key(k));
     out
-}
-
-/// Convenience for `metadata.labels` as a map.
-trait LabelsMap {
-    fn labels_map(&self) -> &BTreeMap<String, String>;
-}
-
-impl LabelsMap for NodeClaim {
-    fn labels_map(&self) -> &BTreeMap<String, String> {
-        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
-        self.metadata.labels.as_ref().unwrap_or(&EMPTY)
-    }
 }
 
 #[cfg(test)]

@@ -252,7 +252,10 @@ fn plan<C: CloudProvider>(shared: &Shared<C>, memory: &mut Memory, now: Timestam
         let Ok(class) = class_entry.as_ref().map(Option::as_ref) else { continue };
         // Without its class the claim's sizes are not known (upstream's lookup fails): no verdict.
         let instance_types = class_object.map(|c| {
-            types.entry(claim.node_class.clone()).or_insert_with(|| shared.catalog.types_for(Some(c))).clone()
+            types
+                .entry(claim.node_class.clone())
+                .or_insert_with(|| shared.cloud.instance_types(Some(c)))
+                .clone()
         });
         let node = cluster.node_of(claim);
         let input = ClaimInput {

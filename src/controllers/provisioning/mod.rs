@@ -16,6 +16,7 @@ use kube::ResourceExt;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
 
+use crate::cloud::CloudProvider;
 use crate::controllers::events::{self, Nomination};
 use crate::controllers::nodeclaim::{self, CreateError};
 use crate::controllers::{metrics, ControllerError, Shared};
@@ -38,7 +39,7 @@ const MAX_INSTANCE_TYPE_OPTIONS: usize = 60;
 pub type Trigger = (String, Instant);
 
 /// Runs while this replica leads. `triggers` outlives a leadership term: the next term locks it again.
-pub async fn run<C: Send + Sync + 'static>(
+pub async fn run<C: CloudProvider + 'static>(
     shared: Arc<Shared<C>>,
     triggers: Arc<Mutex<UnboundedReceiver<Trigger>>>,
 ) {
@@ -105,7 +106,7 @@ async fn wait_for_sync<C>(shared: &Shared<C>) {
 }
 
 /// One round: snapshot → solve → create. `opened` is when the round's batch window opened.
-async fn provision<C: Send + Sync + 'static>(
+async fn provision<C: CloudProvider + 'static>(
     shared: &Arc<Shared<C>>,
     decisions: &mut DecisionClock,
     opened: Instant,
@@ -118,7 +119,7 @@ async fn provision<C: Send + Sync + 'static>(
     let started = Instant::now();
     let input = {
         let cluster = shared.cluster();
-        let mut input = cluster.snapshot(&|_pool, class| shared.catalog.types_for(class), options);
+        let mut input = cluster.snapshot(&|_pool, class| shared.cloud.instance_types(class), options);
         input.pods.extend(cluster.pods_of_deleting_nodes());
         input
     };

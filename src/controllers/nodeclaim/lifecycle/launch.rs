@@ -26,9 +26,7 @@ pub(super) async fn launch<C: CloudProvider + 'static>(
 ) -> Result<Action, ControllerError> {
     let name = claim.name_any();
     let class = shared.cluster().nodeclass(&claim.spec.node_class_ref.name).cloned();
-    let types = shared.catalog.types_for(class.as_ref());
-    let records = |name: &str| shared.catalog.sku_record(name);
-    let request = match nodeclaim::launch_request_with(claim, class.as_ref(), &types, &records) {
+    let request = match shared.cloud.launch_request(claim, class.as_ref()) {
         Ok(request) => request,
         Err(error) if error.category() == "NodeClassNotReady" => {
             // As upstream: the claim cannot launch until its class changes, and provisioning creates no
@@ -84,6 +82,7 @@ pub(super) async fn launch<C: CloudProvider + 'static>(
             return Err(error.into());
         }
     };
+    let types = shared.cloud.instance_types(class.as_ref());
     let instance_type = types.iter().find(|t| t.name == instance.instance_type);
     let labels = nodeclaim::launched_labels(
         claim.metadata.labels.as_ref().unwrap_or(&Default::default()),
