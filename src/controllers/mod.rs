@@ -13,9 +13,7 @@
 //!   replacing Nodes that stay unhealthy (`repair`).
 //! - `disruption/`: the disruption loop: expiration, then decide → validate → taint → replacements →
 //!   delete, with its metrics and events.
-//! - `status/`: AKSNodeClass and NodePool status; `nodeclass`: the image and subnet lookups behind the
-//!   AKSNodeClass status, `recheck`: when to repeat them (pure), `nodeclass_status`: the status they
-//!   make (pure).
+//! - `status/`: AKSNodeClass and NodePool status.
 //!
 //! And what they share:
 //! - `context`: [`Shared`] (client, index, cloud provider), [`Settings`], [`ControllerError`].

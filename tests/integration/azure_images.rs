@@ -12,11 +12,11 @@ use karpenter_azure::apis::{AKSNodeClass, NodeClaim};
 use karpenter_azure::catalog::{CapacityOptions, PriceTable, UnavailableOfferings};
 use karpenter_azure::cloud::azure::instancetypes::Catalog;
 use karpenter_azure::cloud::azure::launch::request as launch_request;
+use karpenter_azure::cloud::azure::nodeclass::checks::NodeClassChecks;
+use karpenter_azure::cloud::azure::nodeclass::status::{nodeclass_status, ImagesCheck, SubnetCheck};
 use karpenter_azure::cloud::azure::subnet::SubnetId;
 use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, RetrySettings};
 use karpenter_azure::cloud::{CloudError, CloudProvider};
-use karpenter_azure::controllers::status::nodeclass::NodeClassChecks;
-use karpenter_azure::controllers::status::nodeclass_status::{nodeclass_status, ImagesCheck, SubnetCheck};
 use karpenter_azure::model::InstanceType;
 
 async fn harness(config: FakeArmConfig) -> (FakeArm, AzureCloudProvider) {

@@ -16,10 +16,10 @@ use karpenter_azure::catalog::{
 };
 use karpenter_azure::cloud::azure::instancetypes::Catalog;
 use karpenter_azure::cloud::azure::launch::request as launch_request;
+use karpenter_azure::cloud::azure::nodeclass::checks::NodeClassChecks;
+use karpenter_azure::cloud::azure::nodeclass::status::{nodeclass_status, ImagesCheck};
 use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, RetrySettings};
 use karpenter_azure::cloud::{CloudProvider, LaunchRequest};
-use karpenter_azure::controllers::status::nodeclass::NodeClassChecks;
-use karpenter_azure::controllers::status::nodeclass_status::{nodeclass_status, ImagesCheck};
 use karpenter_azure::model::InstanceType;
 
 const KUBERNETES_VERSION: &str = "1.34.4";

@@ -10,6 +10,7 @@
 //! - `imagefamily`: which gallery images a node class needs and which version of each (pure);
 //!   `subnet`: subnet IDs and the class-subnet rules (pure); `lookups`: the ARM reads behind them.
 //! - `provider`: the [`crate::cloud::CloudProvider`] implementation.
+//! - `nodeclass`: the image and subnet lookups behind the AKSNodeClass status, and the status.
 //! - `launch`: the launch request of a NodeClaim (sizes, offerings, image, bootstrap, kubelet flags).
 //! - `instancetypes`: the sizes each AKSNodeClass can launch, from the Resource SKUs API (`skus`) and
 //!   priced by the Retail Prices API (`retail`), as the solver and the launcher both see them.
@@ -25,6 +26,7 @@ pub mod lro;
 pub mod naming;
 pub mod network;
 pub mod nic;
+pub mod nodeclass;
 pub mod provider;
 pub mod retail;
 pub mod skus;

@@ -1,15 +1,11 @@
 //! AKSNodeClass and NodePool status.
 //!
 //! AKSNodeClass: `kubernetesVersion` from the API server's /version, `images` resolved from the AKS
-//! community galleries and the subnet check (`nodeclass`), written as KubernetesVersionReady /
-//! ImagesReady / SubnetsReady / Ready (`nodeclass_status`).
+//! community galleries and the subnet check, written as KubernetesVersionReady / ImagesReady /
+//! SubnetsReady / Ready ([`crate::cloud::azure::nodeclass`]).
 //!
 //! NodePool: NodeClassReady and Ready from its class, `resources` and `nodes` in use from the index.
 //! Provisioning only sees NodePools whose Ready is True, so this writer must run for anything to launch.
-
-pub mod nodeclass;
-pub mod nodeclass_status;
-pub mod recheck;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,11 +19,11 @@ use serde_json::json;
 
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::{AKSNodeClass, NodePool};
+use crate::cloud::azure::nodeclass::checks::NodeClassChecks;
+use crate::cloud::azure::nodeclass::status::nodeclass_status;
 use crate::cloud::CloudProvider;
 use crate::controllers::nodeclaim::resource_list;
 use crate::controllers::{ControllerError, Shared};
-use nodeclass::NodeClassChecks;
-use nodeclass_status::nodeclass_status;
 
 /// Status is recomputed at least this often (node counts and the Kubernetes version change without a
 /// NodePool or AKSNodeClass event).

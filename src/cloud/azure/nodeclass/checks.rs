@@ -18,12 +18,12 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use super::recheck::{Rechecks, Schedule};
+use super::status::{ImagesCheck, SubnetCheck};
 use crate::apis::AKSNodeClass;
 use crate::cloud::azure::imagefamily::{self, class_definitions, node_image, ImageDefinition};
 use crate::cloud::azure::subnet::class_subnet;
 use crate::cloud::{CloudError, CloudProvider};
-use crate::controllers::status::nodeclass_status::{ImagesCheck, SubnetCheck};
-use crate::controllers::status::recheck::{Rechecks, Schedule};
 
 /// How often the newest image versions are looked up again. AKS publishes node images about weekly;
 /// a few hours picks a new one up the same day for a handful of list calls.
@@ -201,5 +201,5 @@ fn status_version(class: &AKSNodeClass, definition: &ImageDefinition) -> Option<
 }
 
 #[cfg(test)]
-#[path = "nodeclass_tests.rs"]
+#[path = "checks_tests.rs"]
 mod tests;
