@@ -28,14 +28,14 @@
 //!    DaemonSets and PDBs into the index.
 //! 2. State index: `state/cluster.rs` keeps compact records (`state/records.rs`) of what decisions read.
 //! 3. Snapshot: `state/snapshot.rs` turns the index into a `scheduling::SolveInput`, with instance types
-//!    from `catalog/instancetype.rs`.
+//!    from the cloud provider (`cloud/azure/instancetypes.rs`, built by `catalog/instancetype.rs`).
 //! 4. Solve: `scheduling/solve.rs` (working state in `scheduling/working.rs`, both in `crates/core`)
 //!    returns a `Plan`.
 //! 5. NodeClaim: `controllers/provisioning/` creates one NodeClaim per planned claim
 //!    (`controllers/nodeclaim/create.rs`), built by `controllers/nodeclaim/build.rs`.
 //! 6. Launch: `controllers/nodeclaim/lifecycle/` (`phase.rs` decides, `launch.rs` acts) turns the
-//!    NodeClaim into a launch request for the cloud provider, `cloud/azure/provider.rs` (NIC and VM
-//!    over ARM).
+//!    NodeClaim into a launch request (`cloud/azure/launch.rs`) and the cloud provider launches it,
+//!    `cloud/azure/provider.rs` (NIC and VM over ARM).
 
 #![forbid(unsafe_code)]
 

@@ -8,9 +8,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::azure::instancetypes::Catalog;
+use super::azure::nodeclass::checks::{NodeClassChecks, NodeClassLookups};
 use super::azure::subnet::SubnetId;
 use super::azure::{launch, naming};
 use super::{
@@ -24,6 +27,9 @@ use crate::model::{CapacityType, InstanceType};
 const FAKE_SUBSCRIPTION: &str = "00000000-0000-0000-0000-000000000000";
 const FAKE_RESOURCE_GROUP: &str = "mc_fake";
 
+/// The subnet of AKSNodeClasses without their own; it exists once added ([`FakeCloud::add_subnet`]).
+pub const FAKE_CLUSTER_SUBNET: &str = "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/vnet/subnets/nodes";
+
 /// The fake's region: its instance types are the embedded catalog's for it, at the static prices.
 const FAKE_REGION: &str = "eastus";
 
@@ -31,6 +37,7 @@ const FAKE_REGION: &str = "eastus";
 pub struct FakeCloud {
     inner: Mutex<Inner>,
     catalog: Catalog,
+    node_class_checks: tokio::sync::Mutex<NodeClassChecks>,
 }
 
 impl Default for FakeCloud {
@@ -45,7 +52,8 @@ impl Default for FakeCloud {
             Arc::new(|| Duration::ZERO),
         )
         .expect("the embedded catalog has the fake's region");
-        FakeCloud { inner: Mutex::new(Inner::default()), catalog }
+        let node_class_checks = tokio::sync::Mutex::new(NodeClassChecks::new());
+        FakeCloud { inner: Mutex::new(Inner::default()), catalog, node_class_checks }
     }
 }
 
@@ -184,31 +192,21 @@ impl CloudProvider for FakeCloud {
         Ok(())
     }
 
-    async fn latest_image_version(&self, gallery: &str, definition: &str) -> Result<String, CloudError> {
-        let mut inner = self.lock();
-        inner.lookup_calls += 1;
-        if let Some(error) = inner.lookup_error.clone() {
-            return Err(error);
-        }
-        let key = (gallery.to_string(), definition.to_string());
-        inner
-            .image_versions
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| CloudError::NotFound(format!("image {gallery}/{definition} has no version")))
+    async fn node_class_status(
+        &self,
+        class: &AKSNodeClass,
+        version: &str,
+        now: &Time,
+    ) -> Option<serde_json::Value> {
+        let mut checks = self.node_class_checks.lock().await;
+        let (subnet, node_resource_group) = (FAKE_CLUSTER_SUBNET, FAKE_RESOURCE_GROUP);
+        checks.status(self, class, version, subnet, node_resource_group, Instant::now(), now).await
     }
 
-    async fn check_subnet(&self, subnet: &SubnetId) -> Result<(), CloudError> {
-        let id = format!("{}/subnets/{}", subnet.vnet_id(), subnet.subnet).to_ascii_lowercase();
-        let mut inner = self.lock();
-        inner.lookup_calls += 1;
-        if let Some(error) = inner.lookup_error.clone() {
-            return Err(error);
-        }
-        if inner.subnets.contains(&id) {
-            Ok(())
-        } else {
-            Err(CloudError::NotFound(format!("subnet {id}")))
+    fn forget_unused_node_class_lookups(&self) {
+        // Only the status loop asks, between its passes; were a pass running, the next call forgets.
+        if let Ok(mut checks) = self.node_class_checks.try_lock() {
+            checks.forget_unused();
         }
     }
 
@@ -235,6 +233,36 @@ impl CloudProvider for FakeCloud {
 
     fn claim_of_provider_id(&self, provider_id: &str) -> Option<String> {
         naming::claim_of_provider_id(provider_id)
+    }
+}
+
+impl NodeClassLookups for FakeCloud {
+    async fn latest_image_version(&self, gallery: &str, definition: &str) -> Result<String, CloudError> {
+        let mut inner = self.lock();
+        inner.lookup_calls += 1;
+        if let Some(error) = inner.lookup_error.clone() {
+            return Err(error);
+        }
+        let key = (gallery.to_string(), definition.to_string());
+        inner
+            .image_versions
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| CloudError::NotFound(format!("image {gallery}/{definition} has no version")))
+    }
+
+    async fn check_subnet(&self, subnet: &SubnetId) -> Result<(), CloudError> {
+        let id = format!("{}/subnets/{}", subnet.vnet_id(), subnet.subnet).to_ascii_lowercase();
+        let mut inner = self.lock();
+        inner.lookup_calls += 1;
+        if let Some(error) = inner.lookup_error.clone() {
+            return Err(error);
+        }
+        if inner.subnets.contains(&id) {
+            Ok(())
+        } else {
+            Err(CloudError::NotFound(format!("subnet {id}")))
+        }
     }
 }
 

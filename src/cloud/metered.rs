@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use super::{CloudError, CloudProvider, InPlace, Instance, LaunchRequest, LaunchRequestError};
 use crate::apis::{AKSNodeClass, NodeClaim};
 use crate::catalog::PriceSource;
-use crate::cloud::azure::subnet::SubnetId;
 use crate::model::InstanceType;
 use crate::operator::metrics::{self, Metrics};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// The `provider` label of the Azure provider (upstream `CloudProvider.Name()`).
 pub const AZURE: &str = "azure";
@@ -105,12 +105,17 @@ impl<C: CloudProvider> CloudProvider for Metered<C> {
         self.observe("UpdateInPlace", self.inner.update_in_place(provider_id, desired)).await
     }
 
-    async fn latest_image_version(&self, gallery: &str, definition: &str) -> Result<String, CloudError> {
-        self.observe("LatestImageVersion", self.inner.latest_image_version(gallery, definition)).await
+    async fn node_class_status(
+        &self,
+        class: &AKSNodeClass,
+        version: &str,
+        now: &Time,
+    ) -> Option<serde_json::Value> {
+        self.inner.node_class_status(class, version, now).await
     }
 
-    async fn check_subnet(&self, subnet: &SubnetId) -> Result<(), CloudError> {
-        self.observe("CheckSubnet", self.inner.check_subnet(subnet)).await
+    fn forget_unused_node_class_lookups(&self) {
+        self.inner.forget_unused_node_class_lookups()
     }
 
     fn instance_types(&self, class: Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>> {

@@ -15,10 +15,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
 use crate::apis::common::Taint;
 use crate::apis::{AKSNodeClass, NodeClaim};
 use crate::catalog::{NodeSecurity, PriceSource, SkuRecord, Timestamp};
-use crate::cloud::azure::subnet::SubnetId;
 use crate::model::{CapacityType, InstanceType};
 
 /// Reads "now" for the unavailable-offerings cache; injected so tests and the simulator control time.
@@ -69,15 +70,18 @@ pub trait CloudProvider: Send + Sync {
         let _ = (provider_id, desired);
         async { Ok(()) }
     }
-    /// The version of a node image definition to launch with: the newest usable one `gallery` publishes
-    /// in the cloud's region. [`CloudError::NotFound`] when the definition or every version is missing.
-    fn latest_image_version(
+    /// The AKSNodeClass status for `class` on a cluster at Kubernetes `version` (its images and whether
+    /// it can launch), or None when what is stored is already right; `now` stamps changed conditions.
+    /// The provider remembers what it looked up and asks the cloud again only when due.
+    fn node_class_status(
         &self,
-        gallery: &str,
-        definition: &str,
-    ) -> impl Future<Output = Result<String, CloudError>> + Send;
-    /// Checks that a subnet exists; [`CloudError::NotFound`] when it does not.
-    fn check_subnet(&self, subnet: &SubnetId) -> impl Future<Output = Result<(), CloudError>> + Send;
+        class: &AKSNodeClass,
+        version: &str,
+        now: &Time,
+    ) -> impl Future<Output = Option<serde_json::Value>> + Send;
+    /// Forgets the lookups no class asked for since the last call (deleted classes, superseded
+    /// Kubernetes versions), so what is remembered stays bounded by what the classes need.
+    fn forget_unused_node_class_lookups(&self);
     /// The instance types a NodePool whose AKSNodeClass is `class` can launch now (the cloud's
     /// defaults when the class is unknown): priced, with the offerings the cloud refused recently
     /// marked unavailable (upstream `CloudProvider.GetInstanceTypes`). The solver and the launch see

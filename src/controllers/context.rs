@@ -30,10 +30,6 @@ pub struct Settings {
     pub gc_grace: Duration,
     /// `METRICS_PORT` and `HEALTH_PROBE_PORT`.
     pub ports: Ports,
-    /// `VNET_SUBNET_ID`: the subnet of classes without their own, and the VNet theirs must be in.
-    pub cluster_subnet_id: String,
-    /// `AZURE_NODE_RESOURCE_GROUP`: tells an AKS-managed VNet (no custom subnets) from the user's.
-    pub node_resource_group: String,
     /// How long a launched claim waits for its Node ([`lifecycle::REGISTRATION_TIMEOUT`]).
     pub registration_timeout: Duration,
     /// The disruption decisions' settings: feature gate `SpotToSpotConsolidation` (upstream default off:

@@ -174,8 +174,6 @@ pub fn settings(v: &Validated) -> Settings {
         gc_interval: env_duration(GC_INTERVAL_ENV, super::nodeclaim::gc::DEFAULT_INTERVAL),
         gc_grace: env_duration(GC_GRACE_ENV, super::nodeclaim::gc::DEFAULT_GRACE),
         ports: Ports { metrics: v.metrics_port, health: v.health_probe_port },
-        cluster_subnet_id: v.network.vnet_subnet_id.clone(),
-        node_resource_group: v.azure.node_resource_group.clone(),
         registration_timeout: env_duration(
             REGISTRATION_TIMEOUT_ENV,
             super::nodeclaim::lifecycle::REGISTRATION_TIMEOUT,

@@ -12,7 +12,7 @@ use karpenter_azure::apis::{AKSNodeClass, NodeClaim};
 use karpenter_azure::catalog::{CapacityOptions, PriceTable, UnavailableOfferings};
 use karpenter_azure::cloud::azure::instancetypes::Catalog;
 use karpenter_azure::cloud::azure::launch::request as launch_request;
-use karpenter_azure::cloud::azure::nodeclass::checks::NodeClassChecks;
+use karpenter_azure::cloud::azure::nodeclass::checks::{NodeClassChecks, NodeClassLookups};
 use karpenter_azure::cloud::azure::nodeclass::status::{nodeclass_status, ImagesCheck, SubnetCheck};
 use karpenter_azure::cloud::azure::subnet::SubnetId;
 use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, RetrySettings};

@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use tokio::sync::Semaphore;
 
@@ -19,6 +21,7 @@ use super::bootstrap::{self, labels::aks_labels, NodeBootstrap};
 use super::client::ArmClients;
 use super::errors::{self, ArmFailure, CapacityClass};
 use super::instancetypes::Catalog;
+use super::nodeclass::checks::{NodeClassChecks, NodeClassLookups};
 use super::subnet::SubnetId;
 use super::{imagefamily, launch, lookups, naming, network, nic, vm, LaunchSettings};
 use crate::apis::{AKSNodeClass, NodeClaim};
@@ -45,6 +48,8 @@ pub struct AzureCloudProvider {
     network: network::Attachments,
     /// The sizes each AKSNodeClass can launch, sharing `unavailable` and `clock`.
     catalog: Arc<Catalog>,
+    /// The image and subnet lookups behind the AKSNodeClass status, remembered between passes.
+    node_class_checks: tokio::sync::Mutex<NodeClassChecks>,
 }
 
 impl AzureCloudProvider {
@@ -54,7 +59,17 @@ impl AzureCloudProvider {
         let limiter = Arc::new(Semaphore::new(settings.max_concurrent_calls.max(1)));
         let network = network::Attachments::default();
         let (unavailable, clock) = (catalog.unavailable(), catalog.clock());
-        AzureCloudProvider { clients, settings, unavailable, clock, limiter, network, catalog }
+        let node_class_checks = tokio::sync::Mutex::new(NodeClassChecks::new());
+        AzureCloudProvider {
+            clients,
+            settings,
+            unavailable,
+            clock,
+            limiter,
+            network,
+            catalog,
+            node_class_checks,
+        }
     }
 
     pub fn settings(&self) -> &LaunchSettings {
@@ -394,28 +409,22 @@ impl CloudProvider for AzureCloudProvider {
             .map_err(|f| errors::cloud_error(&f, "deleting NIC"))
     }
 
-    async fn latest_image_version(&self, gallery: &str, definition: &str) -> Result<String, CloudError> {
-        let location = &self.settings.location;
-        let what =
-            format!("listing versions of community gallery image {gallery}/{definition} in {location}");
-        let versions = self
-            .limited(lookups::image_versions(&self.clients, location, gallery, definition))
-            .await
-            .map_err(|f| errors::cloud_error(&f, &what))?;
-        imagefamily::newest(&versions).map(|v| v.name.clone()).ok_or_else(|| {
-            let why = match versions.len() {
-                0 => "the gallery lists no version".to_string(),
-                n => format!("all {n} versions are excluded from latest"),
-            };
-            CloudError::NotFound(format!("{what}: {why}"))
-        })
+    async fn node_class_status(
+        &self,
+        class: &AKSNodeClass,
+        version: &str,
+        now: &Time,
+    ) -> Option<serde_json::Value> {
+        let mut checks = self.node_class_checks.lock().await;
+        let (subnet, node_resource_group) = (&self.settings.subnet_id, &self.settings.node_resource_group);
+        checks.status(self, class, version, subnet, node_resource_group, Instant::now(), now).await
     }
 
-    async fn check_subnet(&self, subnet: &SubnetId) -> Result<(), CloudError> {
-        let what = format!("reading subnet {}/subnets/{}", subnet.vnet_id(), subnet.subnet);
-        self.limited(lookups::get_subnet(&self.clients, subnet))
-            .await
-            .map_err(|f| errors::cloud_error(&f, &what))
+    fn forget_unused_node_class_lookups(&self) {
+        // Only the status loop asks, between its passes; were a pass running, the next call forgets.
+        if let Ok(mut checks) = self.node_class_checks.try_lock() {
+            checks.forget_unused();
+        }
     }
 
     fn instance_types(&self, class: Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>> {
@@ -441,6 +450,32 @@ impl CloudProvider for AzureCloudProvider {
 
     fn claim_of_provider_id(&self, provider_id: &str) -> Option<String> {
         naming::claim_of_provider_id(provider_id)
+    }
+}
+
+impl NodeClassLookups for AzureCloudProvider {
+    async fn latest_image_version(&self, gallery: &str, definition: &str) -> Result<String, CloudError> {
+        let location = &self.settings.location;
+        let what =
+            format!("listing versions of community gallery image {gallery}/{definition} in {location}");
+        let versions = self
+            .limited(lookups::image_versions(&self.clients, location, gallery, definition))
+            .await
+            .map_err(|f| errors::cloud_error(&f, &what))?;
+        imagefamily::newest(&versions).map(|v| v.name.clone()).ok_or_else(|| {
+            let why = match versions.len() {
+                0 => "the gallery lists no version".to_string(),
+                n => format!("all {n} versions are excluded from latest"),
+            };
+            CloudError::NotFound(format!("{what}: {why}"))
+        })
+    }
+
+    async fn check_subnet(&self, subnet: &SubnetId) -> Result<(), CloudError> {
+        let what = format!("reading subnet {}/subnets/{}", subnet.vnet_id(), subnet.subnet);
+        self.limited(lookups::get_subnet(&self.clients, subnet))
+            .await
+            .map_err(|f| errors::cloud_error(&f, &what))
     }
 }
 

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -19,8 +19,6 @@ use serde_json::json;
 
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::{AKSNodeClass, NodePool};
-use crate::cloud::azure::nodeclass::checks::NodeClassChecks;
-use crate::cloud::azure::nodeclass::status::nodeclass_status;
 use crate::cloud::CloudProvider;
 use crate::controllers::nodeclaim::resource_list;
 use crate::controllers::{ControllerError, Shared};
@@ -30,10 +28,9 @@ use crate::controllers::{ControllerError, Shared};
 const RESYNC: Duration = Duration::from_secs(10);
 
 pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
-    let mut checks = NodeClassChecks::new();
     loop {
         let in_flight = shared.begin_work().await;
-        if let Err(error) = sync_all(&shared, &mut checks).await {
+        if let Err(error) = sync_all(&shared).await {
             tracing::warn!(category = error.category(), %error, "status update failed");
         }
         drop(in_flight);
@@ -44,34 +41,20 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
     }
 }
 
-async fn sync_all<C: CloudProvider>(
-    shared: &Shared<C>,
-    checks: &mut NodeClassChecks,
-) -> Result<(), ControllerError> {
+async fn sync_all<C: CloudProvider>(shared: &Shared<C>) -> Result<(), ControllerError> {
     // The index keeps classes by name only; they are few, so they are listed (fresh status included).
     let classes_api: Api<AKSNodeClass> = Api::all(shared.client.clone());
     let classes = classes_api.list(&ListParams::default()).await?.items;
     if !classes.is_empty() {
         let version = kubernetes_version(&shared.client.apiserver_version().await?.git_version);
-        let (cloud, settings) = (&*shared.cloud, &shared.settings);
         for class in &classes {
-            let images = checks.images(cloud, class, &version, Instant::now()).await;
-            let subnet = checks
-                .subnet(
-                    cloud,
-                    class,
-                    &settings.cluster_subnet_id,
-                    &settings.node_resource_group,
-                    Instant::now(),
-                )
-                .await;
-            if let Some(status) = nodeclass_status(class, &version, &images, &subnet, &now()) {
+            if let Some(status) = shared.cloud.node_class_status(class, &version, &now()).await {
                 let patch = Patch::Merge(json!({ "status": status }));
                 classes_api.patch_status(&class.name_any(), &PatchParams::default(), &patch).await?;
                 tracing::info!(aksnodeclass = %class.name_any(), kubernetes_version = %version, ready = %ready_summary(&status), "updated aksnodeclass status");
             }
         }
-        checks.forget_unused();
+        shared.cloud.forget_unused_node_class_lookups();
     }
     let (pools, usage, node_counts) = {
         let cluster = shared.cluster();

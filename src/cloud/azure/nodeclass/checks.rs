@@ -16,14 +16,32 @@
 //! [`IMAGE_REFRESH`]. Nothing drifts on an image change yet, so a new version only reaches new nodes.
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
 use super::recheck::{Rechecks, Schedule};
-use super::status::{ImagesCheck, SubnetCheck};
+use super::status::{nodeclass_status, ImagesCheck, SubnetCheck};
 use crate::apis::AKSNodeClass;
 use crate::cloud::azure::imagefamily::{self, class_definitions, node_image, ImageDefinition};
-use crate::cloud::azure::subnet::class_subnet;
-use crate::cloud::{CloudError, CloudProvider};
+use crate::cloud::azure::subnet::{class_subnet, SubnetId};
+use crate::cloud::CloudError;
+
+/// The Azure reads behind the status. The Azure provider answers them from ARM, the in-memory cloud
+/// from what a test published.
+pub trait NodeClassLookups: Send + Sync {
+    /// The version of a node image definition to launch with: the newest usable one `gallery`
+    /// publishes in the region. [`CloudError::NotFound`] when the definition or every version is
+    /// missing.
+    fn latest_image_version(
+        &self,
+        gallery: &str,
+        definition: &str,
+    ) -> impl Future<Output = Result<String, CloudError>> + Send;
+    /// Checks that a subnet exists; [`CloudError::NotFound`] when it does not.
+    fn check_subnet(&self, subnet: &SubnetId) -> impl Future<Output = Result<(), CloudError>> + Send;
+}
 
 /// How often the newest image versions are looked up again. AKS publishes node images about weekly;
 /// a few hours picks a new one up the same day for a handful of list calls.
@@ -64,8 +82,27 @@ impl NodeClassChecks {
         Self::default()
     }
 
+    /// The status to write for `class` on a cluster at Kubernetes `version` (None when what is stored
+    /// is already right): its images and its subnet (its own, else `cluster_subnet_id`), each looked
+    /// up through `cloud` when due at `now`; `time` stamps changed conditions.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn status<C: NodeClassLookups>(
+        &mut self,
+        cloud: &C,
+        class: &AKSNodeClass,
+        version: &str,
+        cluster_subnet_id: &str,
+        node_resource_group: &str,
+        now: Instant,
+        time: &Time,
+    ) -> Option<serde_json::Value> {
+        let images = self.images(cloud, class, version, now).await;
+        let subnet = self.subnet(cloud, class, cluster_subnet_id, node_resource_group, now).await;
+        nodeclass_status(class, version, &images, &subnet, time)
+    }
+
     /// The class's images on a cluster at Kubernetes `version`.
-    pub async fn images<C: CloudProvider>(
+    pub async fn images<C: NodeClassLookups>(
         &mut self,
         cloud: &C,
         class: &AKSNodeClass,
@@ -112,7 +149,7 @@ impl NodeClassChecks {
         }
     }
 
-    async fn look_up_image<C: CloudProvider>(
+    async fn look_up_image<C: NodeClassLookups>(
         &mut self,
         cloud: &C,
         definition: &ImageDefinition,
@@ -142,7 +179,7 @@ impl NodeClassChecks {
     }
 
     /// Whether the class's subnet (its own `vnetSubnetID`, else `cluster_subnet_id`) can take nodes.
-    pub async fn subnet<C: CloudProvider>(
+    pub async fn subnet<C: NodeClassLookups>(
         &mut self,
         cloud: &C,
         class: &AKSNodeClass,
