@@ -6,11 +6,13 @@
 //! A write decided on a read therefore carries that read's `resourceVersion` (patches) or uid and
 //! version (deletes) as a precondition, and the API server refuses it when the object changed since.
 //! Two policies, each used where it fits:
-//! - **Guarded** ([`patch`], [`patch_status`], [`patch_status_at`], [`delete`]): a refused write is
-//!   [`None`] / [`Deleted::Stale`], never an error. The caller drops the step without a backoff and without
-//!   counting, logging or reporting it; the watch event that follows brings the newer object and the
-//!   next reconcile decides again on it. A 404 is the same: the object went, and its deletion event
-//!   follows. This is how upstream core's NodeClaim lifecycle treats conflicts (it requeues at once).
+//! - **Guarded** ([`patch`], [`patch_status`], [`patch_status_at`], [`delete`], [`delete_named`]): a
+//!   refused write is [`None`] / [`Deleted::Stale`], never an error. The caller drops the step without
+//!   a backoff and without counting, logging or reporting it; the watch event that follows brings the
+//!   newer object and the next reconcile decides again on it. A 404 is the same: the object went, and
+//!   its deletion event follows. This is how upstream core's NodeClaim lifecycle treats conflicts (it
+//!   requeues at once). Deletes decided on the index rather than on an object carry the uid the index
+//!   holds ([`Guard::uid`]), so a newer object of the same name is never deleted for an older one.
 //! - **Read, change, write** ([`update_on_conflict`]): for changes that must land whatever else
 //!   changed (the `karpenter.sh/disrupted` taint, the disruption-reason condition), the object is read
 //!   fresh, the change recomputed on it and written with that read's version, up to [`UPDATE_ATTEMPTS`]
@@ -115,6 +117,32 @@ pub enum Deleted {
     Stale,
 }
 
+/// What a delete requires of the stored object: the uid it had when read (a replacement of the same
+/// name is another object), and its resourceVersion when the decision rests on the object's content.
+/// A uid the reader did not have (None) leaves the identity unchecked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Guard {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+impl Guard {
+    /// `read`'s identity, and its version when `same_version`.
+    pub fn of<K: Resource>(read: &K, same_version: bool) -> Guard {
+        Guard { uid: read.uid(), resource_version: if same_version { read.resource_version() } else { None } }
+    }
+
+    /// The object with this uid, whatever changed in it since it was read.
+    pub fn uid(uid: Option<String>) -> Guard {
+        Guard { uid, resource_version: None }
+    }
+
+    /// As the API's delete preconditions (also for an eviction's delete options).
+    pub fn preconditions(&self) -> Preconditions {
+        Preconditions { uid: self.uid.clone(), resource_version: self.resource_version.clone() }
+    }
+}
+
 /// Deletes `read` only if it is still the object that was read: same uid, and same resourceVersion
 /// when `same_version` (a decision that rests on the object's content; a uid alone suffices when only
 /// its identity matters, as for a pod that may have been replaced by one of the same name).
@@ -122,15 +150,31 @@ pub async fn delete<K>(api: &Api<K>, read: &K, same_version: bool) -> Result<Del
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
-    let preconditions = Preconditions {
-        uid: read.uid(),
-        resource_version: if same_version { read.resource_version() } else { None },
+    let (deleted, _) = delete_named(api, &read.name_any(), &Guard::of(read, same_version), None).await?;
+    Ok(deleted)
+}
+
+/// Deletes `name` only if the stored object meets `guard`, with `grace_seconds` instead of the object's
+/// own grace period when given (pods). With the outcome, the object the API answered with when it
+/// is only marked for deletion (finalizers hold it), for the caller's index.
+pub async fn delete_named<K>(
+    api: &Api<K>,
+    name: &str,
+    guard: &Guard,
+    grace_seconds: Option<u32>,
+) -> Result<(Deleted, Option<K>), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(guard.preconditions()),
+        grace_period_seconds: grace_seconds,
+        ..DeleteParams::default()
     };
-    let params = DeleteParams { preconditions: Some(preconditions), ..DeleteParams::default() };
-    match api.delete(&read.name_any(), &params).await {
-        Ok(_) => Ok(Deleted::Now),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(Deleted::Gone),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Deleted::Stale),
+    match api.delete(name, &params).await {
+        Ok(answer) => Ok((Deleted::Now, answer.left())),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok((Deleted::Gone, None)),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok((Deleted::Stale, None)),
         Err(e) => Err(e),
     }
 }
@@ -214,5 +258,17 @@ mod tests {
         assert!(matches!(unless_stale::<u8>(Err(api_error(409))), Ok(None)));
         assert!(matches!(unless_stale::<u8>(Ok(3)), Ok(Some(3))));
         assert!(unless_stale::<u8>(Err(api_error(403))).is_err());
+    }
+
+    #[test]
+    fn a_delete_guard_names_the_uid_read_and_the_version_only_when_asked() {
+        let mut node = k8s_openapi::api::core::v1::Node::default();
+        node.metadata.uid = Some("u-1".into());
+        node.metadata.resource_version = Some("9".into());
+        let identity = Guard::of(&node, false).preconditions();
+        assert_eq!((identity.uid.as_deref(), identity.resource_version), (Some("u-1"), None));
+        let content = Guard::of(&node, true).preconditions();
+        assert_eq!((content.uid.as_deref(), content.resource_version.as_deref()), (Some("u-1"), Some("9")));
+        assert_eq!(Guard::uid(None).preconditions().uid, None, "an unknown uid checks nothing");
     }
 }

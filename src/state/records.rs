@@ -175,6 +175,8 @@ pub struct NodeRecord {
     /// Labels, taints (a cordoned node carries the unschedulable taint), allocatable, NodePool label.
     pub node: ExistingNode,
     pub provider_id: Option<String>,
+    /// `metadata.uid`: deletes decided on the record are guarded by it.
+    pub uid: Option<String>,
     /// What the node counts against its NodePool's limits, with `nodes: 1`.
     pub capacity: Resources,
     /// `Ready=True`.
@@ -207,6 +209,7 @@ impl NodeRecord {
             initialized: node.labels.get(LABEL_INITIALIZED).is_some_and(|v| v == "true"),
             node,
             provider_id: n.spec.as_ref().and_then(|s| s.provider_id.clone()).filter(|p| !p.is_empty()),
+            uid: n.metadata.uid.clone(),
             capacity: from_k8s::node_capacity(n)?,
             ready,
             ready_since: n
@@ -271,6 +274,8 @@ pub struct NodeClaimRecord {
     /// the whole list, so a writer patches the list it read, guarded by that version.
     pub conditions: Vec<Condition>,
     pub resource_version: Option<String>,
+    /// `metadata.uid`: deletes decided on the record are guarded by it.
+    pub uid: Option<String>,
     pub deleting: bool,
     /// The claim's labels: the template's, then the chosen size, zone and capacity type after launch.
     pub labels: BTreeMap<String, String>,
@@ -320,6 +325,7 @@ impl NodeClaimRecord {
             annotations: c.metadata.annotations.clone().unwrap_or_default(),
             conditions: status.conditions.clone(),
             resource_version: c.metadata.resource_version.clone(),
+            uid: c.metadata.uid.clone(),
             deleting: c.metadata.deletion_timestamp.is_some(),
             labels,
             requirements,

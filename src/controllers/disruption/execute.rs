@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -21,7 +20,7 @@ use super::{reason_label, report, Disrupting, Shared};
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::NodeClaim;
 use crate::controllers::nodeclaim::{self, CreateError};
-use crate::controllers::writes::{self, Part, Updated};
+use crate::controllers::writes::{self, Deleted, Guard, Part, Updated};
 use crate::controllers::ControllerError;
 use crate::disruption::{command::reason_str, Command, Expired, Snapshot};
 use crate::model::labels::{ANNOTATION_REPLACEMENT_FOR, TAINT_DISRUPTED};
@@ -96,15 +95,15 @@ pub async fn finish<C: Send + Sync + 'static>(
     for node in &command.candidates {
         let Some(claim) = claim_of(shared, node) else { continue };
         let _work = shared.begin_work().await;
-        match api.delete(&claim, &DeleteParams::default()).await {
-            Ok(either) => {
-                if let Some(deleting) = either.left() {
+        match writes::delete_named(&api, &claim, &indexed_claim(shared, &claim), None).await {
+            Ok((Deleted::Now, deleting)) => {
+                if let Some(deleting) = deleting {
                     shared.cluster().apply(&deleting);
                 }
                 report::disrupted(shared, &command, node, &claim);
                 tracing::info!(node = %node, nodeclaim = %claim, reason = reason_str(command.reason), method = command.method.as_str(), waited_s = started.at.elapsed().as_secs(), "disrupting: deleted nodeclaim");
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Ok((Deleted::Gone | Deleted::Stale, _)) => {}
             Err(error) => {
                 tracing::warn!(nodeclaim = %claim, %error, "deleting a disrupted nodeclaim failed; the next leader pass retries");
             }
@@ -178,20 +177,26 @@ async fn rollback<C>(shared: &Shared<C>, disrupting: &Disrupting, command: &Comm
 pub async fn expire<C>(shared: &Shared<C>, snapshot: &Snapshot, expired: &[Expired]) {
     let api: Api<NodeClaim> = Api::all(shared.client.clone());
     for e in expired {
-        match api.delete(&e.nodeclaim, &DeleteParams::default()).await {
-            Ok(either) => {
-                if let Some(deleting) = either.left() {
+        match writes::delete_named(&api, &e.nodeclaim, &indexed_claim(shared, &e.nodeclaim), None).await {
+            Ok((Deleted::Now, deleting)) => {
+                if let Some(deleting) = deleting {
                     shared.cluster().apply(&deleting);
                 }
                 report::expired(shared, snapshot, e);
                 tracing::info!(nodeclaim = %e.nodeclaim, node = %e.node, nodepool = %e.nodepool, "expired: deleted nodeclaim");
             }
-            Err(kube::Error::Api(err)) if err.code == 404 => {}
+            Ok((Deleted::Gone | Deleted::Stale, _)) => {}
             Err(error) => {
                 tracing::warn!(nodeclaim = %e.nodeclaim, %error, "deleting an expired nodeclaim failed")
             }
         }
     }
+}
+
+/// A delete of the NodeClaim `name` the index holds: of that object (its uid), not a newer one of the
+/// same name.
+fn indexed_claim<C>(shared: &Shared<C>, name: &str) -> Guard {
+    Guard::uid(shared.cluster().nodeclaim(name).and_then(|c| c.uid.clone()))
 }
 
 /// The NodeClaim behind `node` (a Node name, or an in-flight claim's own name).

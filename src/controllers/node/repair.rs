@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource};
 use serde_json::json;
 
@@ -28,6 +28,7 @@ use crate::apis::NodeClaim;
 use crate::cloud::CloudProvider;
 use crate::controllers::node::drain::ANNOTATION_TERMINATION_TIMESTAMP;
 use crate::controllers::start::{env_duration, REPAIR_INTERVAL_ENV, REPAIR_TOLERATION_ENV};
+use crate::controllers::writes::{self, Deleted};
 use crate::controllers::{events, metrics, ControllerError, Shared};
 use crate::disruption::repair::{self, NodeHealth, RepairPlan};
 
@@ -99,14 +100,10 @@ async fn act<C>(shared: &Shared<C>, plan: &RepairPlan) -> Result<(), ControllerE
         if claim.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let params = DeleteParams {
-            preconditions: Some(Preconditions { uid: claim.metadata.uid.clone(), resource_version: None }),
-            ..DeleteParams::default()
-        };
-        match api.delete(&r.nodeclaim, &params).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => continue,
-            Err(e) => return Err(e.into()),
+        // The claim just patched, not one of the same name created since.
+        match writes::delete(&api, &claim, false).await? {
+            Deleted::Now => {}
+            Deleted::Gone | Deleted::Stale => continue,
         }
         tracing::info!(node = %r.node, nodeclaim = %r.nodeclaim, unhealthy_since = %r.since, "deleting unhealthy node");
         metrics::nodeclaim_unhealthy_disrupted(metrics::get(), &claim, CONDITION);

@@ -33,7 +33,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, EvictParams, ListParams, Preconditions};
+use kube::api::{DeleteParams, EvictParams, ListParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -43,7 +43,8 @@ use crate::controllers::node::drain::{
     eviction_outcome, pending_attachments, plan, termination_deadline, Attachment, DrainPlan, DrainPod,
     EvictionOutcome,
 };
-use crate::controllers::{events, writes, ControllerError, Shared};
+use crate::controllers::writes::{self, Guard};
+use crate::controllers::{events, ControllerError, Shared};
 use crate::model::labels::TAINT_DISRUPTED;
 use crate::operator::metrics::{controller, in_controller};
 
@@ -269,7 +270,7 @@ async fn evict(client: &Client, pod: &DrainPod) -> Result<EvictionOutcome, kube:
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
     let params = EvictParams {
         delete_options: Some(DeleteParams {
-            preconditions: Some(Preconditions { uid: pod.uid.clone(), resource_version: None }),
+            preconditions: Some(Guard::uid(pod.uid.clone()).preconditions()),
             ..DeleteParams::default()
         }),
         ..EvictParams::default()
@@ -290,17 +291,10 @@ async fn execute(
     for &(i, grace) in &plan.delete {
         let pod = &pods[i];
         let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
-        let params = DeleteParams {
-            grace_period_seconds: Some(u32::try_from(grace).unwrap_or(u32::MAX)),
-            preconditions: Some(Preconditions { uid: pod.uid.clone(), resource_version: None }),
-            ..DeleteParams::default()
-        };
+        let grace = u32::try_from(grace).unwrap_or(u32::MAX);
         tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), grace_s = grace, "terminationGracePeriod: deleting pod");
-        match api.delete(&pod.name, &params).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
+        // A replacement pod of the same name is another pod: only this uid is deleted.
+        writes::delete_named(&api, &pod.name, &Guard::uid(pod.uid.clone()), Some(grace)).await?;
     }
     let mut outcomes = Vec::with_capacity(plan.evict.len());
     for chunk in plan.evict.chunks(EVICTION_CONCURRENCY) {

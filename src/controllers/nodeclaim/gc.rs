@@ -23,12 +23,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::DeleteParams;
 use kube::runtime::events::Event;
 use kube::{Api, ResourceExt};
 
 use crate::apis::NodeClaim;
 use crate::cloud::{CloudError, CloudProvider, Instance};
+use crate::controllers::writes::{self, Deleted, Guard};
 use crate::controllers::{events, metrics, ControllerError, Shared};
 use crate::model::labels::{CAPACITY_TYPE_SPOT, LABEL_CAPACITY_TYPE};
 use crate::operator::metrics::{controller, in_controller};
@@ -189,15 +189,16 @@ async fn sweep<C: CloudProvider + 'static>(
             Err(_) => continue,
         }
         // The lifecycle may have deleted it meanwhile (its Node went with the VM); count it once.
-        if shared.cluster().nodeclaim(&claim).is_none_or(|c| c.deleting) {
-            continue;
-        }
+        let uid = match shared.cluster().nodeclaim(&claim) {
+            Some(c) if !c.deleting => c.uid.clone(),
+            _ => continue,
+        };
         tracing::info!(nodeclaim = %claim, %provider_id, "garbage collecting NodeClaim whose VM is gone");
-        match api.delete(&claim, &DeleteParams::default()).await {
-            Ok(deleted) => {
+        match writes::delete_named(&api, &claim, &Guard::uid(uid), None).await? {
+            (Deleted::Now, deleting) => {
                 // With our finalizer the API returns the object (now deleting), whose UID the event wants
                 // and whose labels the metric takes. Without it (not ours to finalize) there is neither.
-                let (reference, event) = match deleted.left() {
+                let (reference, event) = match deleting {
                     Some(object) => {
                         let (reason, event) = vanished(&object, &provider_id);
                         metrics::nodeclaim_disrupted(metrics::get(), &object, reason);
@@ -207,8 +208,7 @@ async fn sweep<C: CloudProvider + 'static>(
                 };
                 shared.events.publish(event, reference).await;
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
+            (Deleted::Gone | Deleted::Stale, _) => {}
         }
     }
     Ok(next)
@@ -228,7 +228,7 @@ pub fn vanished(claim: &NodeClaim, provider_id: &str) -> (&'static str, Event) {
 
 /// Deletes Nodes with this providerID that no NodeClaim owns (a NodeClaim's Node goes with its claim).
 async fn delete_orphan_nodes<C>(shared: &Shared<C>, provider_id: &str) -> Result<(), ControllerError> {
-    let names: Vec<String> = {
+    let orphans: Vec<(String, Guard)> = {
         let cluster = shared.cluster();
         cluster
             .nodes()
@@ -236,17 +236,13 @@ async fn delete_orphan_nodes<C>(shared: &Shared<C>, provider_id: &str) -> Result
                 claim.is_none()
                     && n.provider_id.as_deref().is_some_and(|p| p.eq_ignore_ascii_case(provider_id))
             })
-            .map(|(n, _)| n.name().to_string())
+            .map(|(n, _)| (n.name().to_string(), Guard::uid(n.uid.clone())))
             .collect()
     };
     let nodes: Api<Node> = Api::all(shared.client.clone());
-    for name in names {
+    for (name, guard) in orphans {
         tracing::info!(node = %name, %provider_id, "deleting the Node of a garbage-collected VM");
-        match nodes.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        writes::delete_named(&nodes, &name, &guard, None).await?;
     }
     Ok(())
 }
