@@ -6,7 +6,7 @@
 //! missing instance succeeds, an evicted instance reads as `NotFound`, and an image definition without a
 //! published version or a subnet not added reads as `NotFound`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -70,6 +70,10 @@ struct Inner {
     /// When set, image and subnet lookups fail with it.
     lookup_error: Option<CloudError>,
     lookup_calls: u32,
+    /// Network interfaces left without a VM (a refused create's, made by hand).
+    nics: BTreeSet<String>,
+    /// VM and NIC names whose deletes fail, with the error.
+    refused_deletes: BTreeMap<String, CloudError>,
 }
 
 impl FakeCloud {
@@ -107,6 +111,20 @@ impl FakeCloud {
     /// Makes a subnet exist.
     pub fn add_subnet(&self, subnet_id: &str) {
         self.lock().subnets.push(subnet_id.to_ascii_lowercase());
+    }
+
+    /// Leaves a network interface without a VM, as a refused create can.
+    pub fn add_nic(&self, name: &str) {
+        self.lock().nics.insert(name.to_string());
+    }
+
+    /// Makes deletes of the VM or NIC `name` fail with `error` (None: succeed again).
+    pub fn refuse_delete(&self, name: &str, error: Option<CloudError>) {
+        let mut inner = self.lock();
+        match error {
+            Some(error) => inner.refused_deletes.insert(name.to_string(), error),
+            None => inner.refused_deletes.remove(name),
+        };
     }
 
     /// Makes image and subnet lookups fail with `error` (None: answer again).
@@ -173,7 +191,24 @@ impl CloudProvider for FakeCloud {
     async fn delete(&self, provider_id: &str) -> Result<(), CloudError> {
         let name =
             naming::parse_provider_id(provider_id).map_err(|e| CloudError::Invalid(e.to_string()))?.vm_name;
-        self.lock().instances.remove(&name);
+        let mut inner = self.lock();
+        if let Some(error) = inner.refused_deletes.get(&name) {
+            return Err(error.clone());
+        }
+        inner.instances.remove(&name);
+        Ok(())
+    }
+
+    async fn list_nics(&self) -> Result<Vec<String>, CloudError> {
+        Ok(self.lock().nics.iter().cloned().collect())
+    }
+
+    async fn delete_nic(&self, name: &str) -> Result<(), CloudError> {
+        let mut inner = self.lock();
+        if let Some(error) = inner.refused_deletes.get(name) {
+            return Err(error.clone());
+        }
+        inner.nics.remove(name);
         Ok(())
     }
 

@@ -282,6 +282,33 @@ async fn capacity_case(fault: Fault, size: &str, ct: CapacityType) -> (Harness, 
 }
 
 #[tokio::test]
+async fn the_nic_of_a_failed_create_is_collected_once_network_releases_it() {
+    // Network keeps the NIC of a refused create reserved for its VM (180 s in Azure, a second here):
+    // the clean-up after the failure cannot delete it, a delete meanwhile is refused as retryable,
+    // and the same delete succeeds once the reservation is over. (A create that fails later leaves a
+    // VM whose deletion takes the NIC with it.)
+    let h =
+        harness(FakeArmConfig { nic_reservation: Duration::from_secs(1), ..FakeArmConfig::default() }).await;
+    h.fake.inject(Fault::Capacity {
+        error: CreateError::ZonalAllocationFailed,
+        target: Target::default(),
+        delivery: Delivery::Sync,
+        times: None,
+    });
+    let req = request("default-r1", vec![option("Standard_D2s_v5", &[on_demand("eastus-1")])]);
+    let err = h.provider.create(&req).await.unwrap_err();
+    assert_eq!(err.category(), "InsufficientCapacity", "{err}");
+    assert!(h.fake.vms().is_empty(), "no VM was made");
+    assert_eq!(h.provider.list_nics().await.unwrap(), ["aks-default-r1"], "the NIC stays");
+    let refused = h.provider.delete_nic("aks-default-r1").await.unwrap_err();
+    assert!(refused.is_retryable(), "{refused}");
+    assert!(refused.to_string().contains("NicReservedForAnotherVm"), "{refused}");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    h.provider.delete_nic("aks-default-r1").await.expect("released after the reservation");
+    assert_nothing_leaked(&h);
+}
+
+#[tokio::test]
 async fn zonal_allocation_failure_marks_the_zone_for_both_capacity_types() {
     for delivery in [Delivery::Sync, Delivery::Async] {
         let fault = Fault::Capacity {

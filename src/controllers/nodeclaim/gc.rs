@@ -12,7 +12,9 @@
 //!   NotReady (upstream core does), so an evicted spot VM is replaced within one sweep; a spot claim counts
 //!   as `karpenter_nodeclaims_disrupted_total{reason="interruption"}`, any other as `garbage_collected`.
 //!
-//! Nothing happens until the index is synced. The decision is [`decide`], pure over plain lists and `now`.
+//! A delete that fails (a throttled call, a NIC Network still reserves for a refused create) is logged
+//! and tried again at the next sweep; it stops nothing else in this one. Nothing happens until the
+//! index is synced. The decision is [`decide`], pure over plain lists and `now`.
 //!
 //! Tests shorten the interval and grace period with the hidden environment variables
 //! `KARPENTER_GC_INTERVAL` and `KARPENTER_GC_GRACE_PERIOD` (read in `start`).
@@ -161,23 +163,10 @@ async fn sweep<C: CloudProvider + 'static>(
     let claim_of = |name: &str| shared.cloud.claim_of_resource(name);
     let decision = decide(&claims, &vms, &nics, &claim_of, Timestamp::now(), shared.settings.gc_grace);
 
-    for vm in &decision.vms {
-        tracing::info!(vm = %vm.name, provider_id = %vm.provider_id, created = vm.created.as_deref().unwrap_or(""), "garbage collecting VM without a NodeClaim");
-        shared.cloud.delete(&vm.provider_id).await?;
-        delete_orphan_nodes(shared, &vm.provider_id).await?;
-    }
-    let deleted_vms: BTreeSet<String> = decision.vms.iter().map(|vm| vm.name.to_ascii_lowercase()).collect();
-    let mut next = BTreeSet::new();
-    for nic in decision.nics {
-        let key = nic.to_ascii_lowercase();
-        if deleted_vms.contains(&key) {
-            continue;
-        }
-        if suspects.contains(&key) {
-            tracing::info!(nic = %nic, "garbage collecting NIC without a VM or NodeClaim");
-            shared.cloud.delete_nic(&nic).await?;
-        } else {
-            next.insert(key);
+    let collected = collect_orphans(&*shared.cloud, &decision, suspects).await;
+    for provider_id in &collected.vms {
+        if let Err(error) = delete_orphan_nodes(shared, provider_id).await {
+            failed("deleting the Node of an orphan VM", provider_id, &error);
         }
     }
     let api: Api<NodeClaim> = Api::all(shared.client.clone());
@@ -185,8 +174,10 @@ async fn sweep<C: CloudProvider + 'static>(
         match shared.cloud.get(&provider_id).await {
             Err(CloudError::NotFound(_)) => {}
             Ok(_) => continue,
-            Err(error) if error.is_retryable() => return Err(error.into()),
-            Err(_) => continue,
+            Err(error) => {
+                failed("confirming a NodeClaim's VM is gone", &claim, &error.into());
+                continue;
+            }
         }
         // The lifecycle may have deleted it meanwhile (its Node went with the VM); count it once.
         let uid = match shared.cluster().nodeclaim(&claim) {
@@ -194,7 +185,14 @@ async fn sweep<C: CloudProvider + 'static>(
             _ => continue,
         };
         tracing::info!(nodeclaim = %claim, %provider_id, "garbage collecting NodeClaim whose VM is gone");
-        match writes::delete_named(&api, &claim, &Guard::uid(uid), None).await? {
+        let deleted = match writes::delete_named(&api, &claim, &Guard::uid(uid), None).await {
+            Ok(deleted) => deleted,
+            Err(error) => {
+                failed("deleting a NodeClaim whose VM is gone", &claim, &error.into());
+                continue;
+            }
+        };
+        match deleted {
             (Deleted::Now, deleting) => {
                 // With our finalizer the API returns the object (now deleting), whose UID the event wants
                 // and whose labels the metric takes. Without it (not ours to finalize) there is neither.
@@ -211,7 +209,59 @@ async fn sweep<C: CloudProvider + 'static>(
             (Deleted::Gone | Deleted::Stale, _) => {}
         }
     }
-    Ok(next)
+    Ok(collected.suspects)
+}
+
+/// What the cloud side of a sweep did.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Collected {
+    /// The providerIDs of the orphan VMs deleted (with their NICs).
+    vms: Vec<String>,
+    /// The NICs (lower-cased) to delete at the next sweep: found orphaned for the first time, or
+    /// orphaned twice but refused this time.
+    suspects: BTreeSet<String>,
+}
+
+/// Deletes the orphan VMs and the NICs found orphaned by this sweep and the one before. A delete that
+/// fails is logged and tried again by the next sweep; it stops nothing else.
+async fn collect_orphans<C: CloudProvider>(
+    cloud: &C,
+    decision: &Decision,
+    suspects: &BTreeSet<String>,
+) -> Collected {
+    let mut collected = Collected::default();
+    for vm in &decision.vms {
+        tracing::info!(vm = %vm.name, provider_id = %vm.provider_id, created = vm.created.as_deref().unwrap_or(""), "garbage collecting VM without a NodeClaim");
+        match cloud.delete(&vm.provider_id).await {
+            Ok(()) => collected.vms.push(vm.provider_id.clone()),
+            Err(error) => failed("deleting an orphan VM", &vm.name, &error.into()),
+        }
+    }
+    // An orphan VM's NIC goes with it, or is an orphan NIC of the next sweep.
+    let vm_names: BTreeSet<String> = decision.vms.iter().map(|vm| vm.name.to_ascii_lowercase()).collect();
+    for nic in &decision.nics {
+        let key = nic.to_ascii_lowercase();
+        if vm_names.contains(&key) {
+            continue;
+        }
+        if !suspects.contains(&key) {
+            collected.suspects.insert(key);
+            continue;
+        }
+        tracing::info!(nic = %nic, "garbage collecting NIC without a VM or NodeClaim");
+        if let Err(error) = cloud.delete_nic(nic).await {
+            // Still an orphan: the next sweep tries again without a second look (the NIC of a refused
+            // create stays reserved for 180 s after it, `NicReservedForAnotherVm`).
+            failed("deleting an orphan NIC", nic, &error.into());
+            collected.suspects.insert(key);
+        }
+    }
+    collected
+}
+
+/// One step of a sweep that failed: logged, and tried again by the next sweep.
+fn failed(what: &str, name: &str, error: &ControllerError) {
+    tracing::warn!(name, category = error.category(), %error, "garbage collection: {what} failed; the next sweep retries");
 }
 
 /// Why a launched claim whose VM is gone is deleted, and the event that says so: Azure evicts spot VMs
@@ -363,5 +413,55 @@ mod tests {
         let d = decide(&claims, &[alive], &[], now(), GRACE);
         assert_eq!(d.claims, [("gone".to_string(), gone_id)]);
         assert!(d.vms.is_empty() && d.nics.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_failed_delete_stops_nothing_else_and_is_tried_again_next_sweep() {
+        let cloud = FakeCloud::new();
+        let request = |claim: &str| {
+            let option = crate::cloud::InstanceTypeOption {
+                name: "Standard_D2s_v5".into(),
+                family: None,
+                vcpus: 2,
+                accelerated_networking: false,
+                ephemeral_os_disk: None,
+                image_id: "image".into(),
+                offerings: vec![crate::cloud::OfferingChoice {
+                    zone: String::new(),
+                    capacity_type: CapacityType::OnDemand,
+                    price: 0.1,
+                }],
+            };
+            crate::cloud::LaunchRequest::for_test(claim, "default", vec![option])
+        };
+        let stuck = cloud.create(&request("stuck")).await.unwrap();
+        let gone = cloud.create(&request("gone")).await.unwrap();
+        for nic in ["aks-reserved", "aks-free", "aks-new"] {
+            cloud.add_nic(nic);
+        }
+        let reserved = CloudError::Transient("NicReservedForAnotherVm".into());
+        cloud.refuse_delete("aks-stuck", Some(CloudError::Throttled("429".into())));
+        cloud.refuse_delete("aks-reserved", Some(reserved));
+        let decision = Decision {
+            vms: vec![stuck.clone(), gone.clone()],
+            nics: vec!["aks-reserved".into(), "aks-free".into(), "aks-new".into()],
+            claims: vec![],
+        };
+        let suspects: BTreeSet<String> = ["aks-reserved".to_string(), "aks-free".to_string()].into();
+        let collected = collect_orphans(&cloud, &decision, &suspects).await;
+        assert_eq!(collected.vms, [gone.provider_id], "the refused VM delete did not stop the next");
+        assert_eq!(cloud.instances(), [stuck], "the refused VM is still there for the next sweep");
+        let left: BTreeSet<String> = cloud.list_nics().await.unwrap().into_iter().collect();
+        assert_eq!(left, ["aks-new".to_string(), "aks-reserved".to_string()].into(), "the free NIC went");
+        assert_eq!(
+            collected.suspects,
+            ["aks-new".to_string(), "aks-reserved".to_string()].into(),
+            "the refused NIC is deleted at the next sweep without a new first look"
+        );
+        cloud.refuse_delete("aks-reserved", None);
+        let next =
+            Decision { vms: vec![], nics: vec!["aks-reserved".into(), "aks-new".into()], claims: vec![] };
+        let collected = collect_orphans(&cloud, &next, &collected.suspects).await;
+        assert!(collected.suspects.is_empty() && cloud.list_nics().await.unwrap().is_empty());
     }
 }

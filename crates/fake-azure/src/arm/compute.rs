@@ -129,12 +129,19 @@ pub fn put_vm(shared: &Arc<Shared>, request: &ArmRequest, rg: &str, name: &str) 
         spot: spec.spot,
     };
     let mut outcome = Ok(());
+    let vm_arm_id = {
+        let canonical_rg = shared.has_resource_group(rg).unwrap_or(rg);
+        wire::resource_id(&shared.config.subscription_id, canonical_rg, VM_TYPE, name)
+    };
     for (error, delivery) in quota_error(&state, &attempt)
         .into_iter()
         .chain(faults::take_capacity_fault(&mut state.faults, &attempt))
     {
         match delivery {
-            Delivery::Sync => return error.into_response(),
+            Delivery::Sync => {
+                reserve_nics(&mut state, &nics, &vm_arm_id, Instant::now() + shared.config.nic_reservation);
+                return error.into_response();
+            }
             Delivery::Async => outcome = outcome.and(Err(error)),
         }
     }
@@ -335,6 +342,16 @@ fn resolve_nics(state: &State, body: &Value) -> Result<Vec<(String, bool)>, ArmE
         nics.push((id, delete));
     }
     Ok(nics)
+}
+
+/// Holds the NICs of a failed create for the VM `vm_id` until `until`, as Network does (upstream
+/// provider issue 92, `NicReservedForAnotherVm`).
+fn reserve_nics(state: &mut State, nics: &[(String, bool)], vm_id: &str, until: Instant) {
+    for (nic_id, _) in nics {
+        if let Some(nic) = state.nics.values_mut().find(|nic| super::state::nic_id_of(nic) == *nic_id) {
+            nic.reserved_for = Some((vm_id.to_string(), until));
+        }
+    }
 }
 
 /// Marks the VM's NICs as attached (`properties.virtualMachine.id`), as Network does.

@@ -92,7 +92,13 @@ pub fn put_nic(shared: &Shared, request: &ArmRequest, rg: &str, name: &str) -> A
             new_nic_document(&mut state, body, &shared.config.subscription_id, &canonical_rg, name);
         state.nics.insert(
             key.clone(),
-            NicRecord { name: name.to_string(), resource_group: canonical_rg, document, attached_vm: None },
+            NicRecord {
+                name: name.to_string(),
+                resource_group: canonical_rg,
+                document,
+                attached_vm: None,
+                reserved_for: None,
+            },
         );
         201
     };
@@ -124,6 +130,20 @@ pub fn delete_nic(shared: &Shared, rg: &str, name: &str) -> ArmResponse {
                  interface, it must be dissociated from the resource. To learn more, see aka.ms/deletenic."
             ),
         );
+    }
+    if let Some((vm_id, until)) = &nic.reserved_for {
+        let left = until.saturating_duration_since(Instant::now());
+        if !left.is_zero() {
+            return ArmResponse::error(
+                400,
+                "NicReservedForAnotherVm",
+                &format!(
+                    "Nic(s) in request is reserved for another Virtual Machine for {} seconds. Please provide                      another nic(s) or retry after {} seconds. Reserved VM: {vm_id}",
+                    shared.config.nic_reservation.as_secs(),
+                    left.as_secs().max(1)
+                ),
+            );
+        }
     }
     state.nics.remove(&key);
     let op_id = wire::uuid_from(state.next_id(), 0xd7);

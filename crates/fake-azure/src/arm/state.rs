@@ -47,6 +47,10 @@ pub struct FakeArmConfig {
     /// Subnets that exist, in this subscription (changeable later with `FakeArm::add_subnet` /
     /// `delete_subnet`).
     pub subnets: Vec<FakeSubnet>,
+    /// How long Network keeps a NIC reserved for a VM whose create failed: deleting it meanwhile is
+    /// refused with `NicReservedForAnotherVm`. Azure's is 180 s; zero (the default) leaves it out for
+    /// tests that do not model it.
+    pub nic_reservation: Duration,
 }
 
 impl Default for FakeArmConfig {
@@ -66,6 +70,7 @@ impl Default for FakeArmConfig {
             registrar: None,
             gallery_images: gallery::default_images(),
             subnets: subnets::default_subnets(),
+            nic_reservation: Duration::ZERO,
         }
     }
 }
@@ -129,6 +134,8 @@ pub struct NicRecord {
     pub resource_group: String,
     pub document: Value,
     pub attached_vm: Option<String>,
+    /// The VM (its ARM ID) whose failed create holds the NIC, and until when.
+    pub reserved_for: Option<(String, Instant)>,
 }
 
 /// A long-running operation; its status is derived from the clock.
