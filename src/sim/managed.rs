@@ -17,10 +17,8 @@ use k8s_openapi::api::core::v1 as core;
 use super::index::InputOrder;
 use super::load::{Objects, Sourced};
 use super::scenario::Scenario;
-use crate::disruption::{offering_price, DoNotDisrupt, NodePod, PodKind, Snapshot};
+use crate::disruption::{offering_price, DoNotDisrupt, Snapshot};
 use crate::model::labels::ANNOTATION_DO_NOT_DISRUPT;
-use crate::scheduling::Pod;
-use crate::state::records::ANNOTATION_MIRROR_POD;
 
 /// `controller.kubernetes.io/pod-deletion-cost`: the ReplicaSet controller's scale-down order, which
 /// upstream Karpenter also reads as the cost of evicting the pod.
@@ -137,48 +135,4 @@ fn check_pod(s: &Sourced<core::Pod>) -> Result<(), ManagedError> {
     DoNotDisrupt::from_annotation(annotations.get(ANNOTATION_DO_NOT_DISRUPT).map(String::as_str))
         .map_err(|e| error(s, &format!("metadata.annotations[{ANNOTATION_DO_NOT_DISRUPT}]"), e))?;
     Ok(())
-}
-
-/// A running pod with its disruption attributes from its manifest (defaults when the pod came from a
-/// workload expansion and has no manifest).
-pub(crate) fn node_pod(pod: &Pod, source: Option<&Sourced<core::Pod>>) -> Result<NodePod, ManagedError> {
-    let mut out = NodePod {
-        pod: pod.clone(),
-        priority: 0,
-        deletion_cost: 0,
-        do_not_disrupt: DoNotDisrupt::No,
-        started: None,
-        kind: if pod.owner.as_deref().is_some_and(|o| o.starts_with("DaemonSet/")) {
-            PodKind::DaemonSet
-        } else {
-            PodKind::Workload
-        },
-    };
-    let Some(s) = source else { return Ok(out) };
-    let meta = &s.object.metadata;
-    let annotations = meta.annotations.clone().unwrap_or_default();
-    if annotations.contains_key(ANNOTATION_MIRROR_POD) {
-        out.kind = PodKind::Mirror;
-    }
-    out.priority = s.object.spec.as_ref().and_then(|spec| spec.priority).unwrap_or(0);
-    if let Some(cost) = annotations.get(ANNOTATION_POD_DELETION_COST) {
-        out.deletion_cost = cost.parse().map_err(|_| {
-            error(
-                s,
-                &format!("metadata.annotations[{ANNOTATION_POD_DELETION_COST}]"),
-                format!("{cost:?} is not a 32-bit integer; write a whole number such as 100"),
-            )
-        })?;
-    }
-    out.do_not_disrupt =
-        DoNotDisrupt::from_annotation(annotations.get(ANNOTATION_DO_NOT_DISRUPT).map(String::as_str))
-            .map_err(|e| error(s, &format!("metadata.annotations[{ANNOTATION_DO_NOT_DISRUPT}]"), e))?;
-    out.started = s
-        .object
-        .status
-        .as_ref()
-        .and_then(|st| st.start_time.as_ref())
-        .or(meta.creation_timestamp.as_ref())
-        .map(|t| t.0);
-    Ok(out)
 }
