@@ -3,9 +3,11 @@
 //! and what it would cost (`karpenter-azure simulate`).
 //!
 //! - `load`: reading and decoding the files (the only manifest I/O).
-//! - `scenario`: objects to one [`crate::scheduling::SolveInput`] (workload expansion, NodePools,
-//!   limits, DaemonSets); the per-object conversion is [`crate::scheduling::from_k8s`].
-//! - `managed`: the managed nodes of a snapshot as the disruption decisions see them.
+//! - `index`: the objects loaded into the controller's cluster index ([`crate::state::Cluster`]),
+//!   with what a file lacks filled in; the solver and disruption input are that index's snapshots.
+//! - `scenario`: the solver input ([`crate::scheduling::SolveInput`]), plus the pods of workloads the
+//!   input has no pods for.
+//! - `managed`: the disruption input, with the errors and warnings only `simulate` gives.
 //! - `catalog_file`: the `--catalog` JSON list of instance types.
 //! - `report`: table and JSON output; `command`: the command itself. `demo.yaml`: the built-in demo.
 //! - `catalog_command`: the `karpenter-azure catalog` command, which reads a NodePool and AKSNodeClass
@@ -18,12 +20,13 @@ pub mod catalog_command;
 pub mod catalog_file;
 pub mod command;
 pub mod growth;
+pub mod index;
+#[cfg(test)]
+mod index_tests;
 pub mod load;
 pub mod managed;
 pub mod report;
 pub mod scenario;
-#[cfg(test)]
-mod snapshot_tests;
 pub mod timeline;
 pub mod upstream_bench;
 

@@ -1,16 +1,15 @@
-//! Turning a scenario's objects into one [`SolveInput`]: which pods are pending and which run where,
-//! which workloads stand for pods not in the input, the NodePools with their instance types and
-//! remaining limits, and the DaemonSets every new node pays for.
+//! A scenario's solver input: the controller's snapshot of the scenario's objects ([`index`] loads
+//! them into the same cluster index), as the provisioner takes it (with the pods of nodes being
+//! deleted), plus the pods of workloads the input has no pods for.
 //!
 //! Rules, for inputs such as `kubectl get nodes,pods,deploy,rs,nodepools,aksnodeclasses -A -o yaml`:
 //! - A workload (Deployment, ReplicaSet, StatefulSet, Job) expands into pending pods only when no Pod
 //!   or ReplicaSet in the input names it as owner: then those objects already stand for its pods, and
 //!   expanding it as well would count them twice.
-//! - A Pod with `spec.nodeName` runs on that node; one whose node is not in the input is left out with
-//!   a warning. Succeeded and Failed pods are left out. Pending pods owned by a DaemonSet are left out:
-//!   the DaemonSet controller places them, and new nodes already pay for each DaemonSet.
-//! - A NodePool whose AKSNodeClass is not in the input uses the default node-class settings, with a
-//!   warning. Its `remaining` limits subtract the capacity of the Nodes labelled with its name.
+//! - Which pods are pending and which run where, DaemonSets, NodePools with their remaining limits:
+//!   the index's rules ([`crate::state`]); what a file lacks for them is filled in by [`index`].
+//! - Every valid NodePool plans, with its AKSNodeClass's `maxPods` and `osDiskSizeGB` shaping its
+//!   instance types (default settings when the class is not in the input).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -19,16 +18,16 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use super::index::{self, InputOrder};
 use super::load::{Objects, Sourced};
-use crate::apis::validate::{self, ValidationError};
+use super::managed::ManagedError;
+use crate::apis::validate::ValidationError;
+use crate::apis::{AKSNodeClass, NodePool};
 use crate::catalog::{self, CapacityOptions, CatalogError, PriceTable, UnavailableOfferings};
-use crate::model::resources::Resources;
 use crate::model::InstanceType;
-use crate::scheduling::from_k8s::{self, FromK8sError, PodContext, VolumeIndex};
-use crate::scheduling::{SolveInput, SolveOptions};
-
-/// The label the API server puts on every namespace.
-const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+use crate::scheduling::from_k8s::{self, FromK8sError};
+use crate::scheduling::{Pod, SolveInput, SolveOptions};
+use crate::state::Cluster;
 
 /// An object of the scenario cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +39,9 @@ pub enum ScenarioError {
     Invalid { file: String, object: String, error: Box<ValidationError> },
     #[error(transparent)]
     Catalog(#[from] CatalogError),
+    /// A NodeClaim or PodDisruptionBudget the disruption decisions cannot read.
+    #[error(transparent)]
+    Managed(#[from] ManagedError),
 }
 
 impl ScenarioError {
@@ -49,6 +51,7 @@ impl ScenarioError {
             Self::Convert { error, .. } => error.category(),
             Self::Invalid { .. } => "Invalid",
             Self::Catalog(e) => e.category(),
+            Self::Managed(e) => e.category(),
         }
     }
 }
@@ -62,12 +65,25 @@ pub enum Catalog {
     Fixed(Arc<Vec<InstanceType>>),
 }
 
-/// The solver input of a scenario, with what the reader should know about how it was built.
-#[derive(Clone, Debug)]
+/// The solver input of a scenario, with what the reader should know about how it was built and the
+/// index it was taken from.
+#[derive(Debug)]
 pub struct Scenario {
     pub input: SolveInput,
     /// One line each, for the table output.
     pub warnings: Vec<String>,
+    /// The scenario's objects in the controller's index.
+    pub cluster: Cluster,
+    /// The pods of workloads without pods in the input (also in `input.pods`).
+    pub expanded: Vec<Pod>,
+    types: PoolTypes,
+}
+
+impl Scenario {
+    /// Each NodePool's instance types, as the controller's catalog gives them to its snapshots.
+    pub fn catalog(&self) -> impl Fn(&NodePool, Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>> + '_ {
+        |_pool, class| self.types.get(class)
+    }
 }
 
 fn convert<T>(s: &Sourced<T>) -> impl FnOnce(FromK8sError) -> ScenarioError + '_ {
@@ -85,86 +101,70 @@ fn namespace_of(meta: &ObjectMeta) -> &str {
 /// Builds the solver input; pure apart from reading the embedded catalog.
 pub fn build(objects: &Objects, region: &str, catalog: &Catalog) -> Result<Scenario, ScenarioError> {
     let mut warnings = vec![];
-    let ctx = pod_context(objects);
-    let volumes = volume_index(objects);
-    let mut input = SolveInput {
-        options: SolveOptions { region: region.to_string(), ..SolveOptions::default() },
-        ..SolveInput::default()
-    };
-    for n in &objects.nodes {
-        input.nodes.push(from_k8s::node(&n.object).map_err(convert(n))?);
-    }
-    let node_names: BTreeSet<&str> = input.nodes.iter().map(|n| n.name.as_str()).collect();
-    for p in &objects.pods {
-        let phase = p.object.status.as_ref().and_then(|s| s.phase.as_deref());
-        if matches!(phase, Some("Succeeded" | "Failed")) {
-            continue;
-        }
-        let mut pod = from_k8s::from_pod(&p.object, &ctx).map_err(convert(p))?;
-        if let Some(spec) = &p.object.spec {
-            pod.volume_zones = volumes.zones(&pod.namespace, &from_k8s::pod_claims(&pod.name, spec));
-        }
-        match &pod.node_name {
-            Some(node) if node_names.contains(node.as_str()) => input.running.push(pod),
-            Some(node) => warnings
-                .push(format!("{}: runs on node {node:?}, which is not in the input; left out", p.display)),
-            None if pod.owner.as_deref().is_some_and(|o| o.starts_with("DaemonSet/")) => {}
-            None => input.pods.push(pod),
-        }
-    }
-    expand_workloads(objects, &ctx, &volumes, &mut input)?;
-    for d in &objects.daemonsets {
-        let template = &d.object.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
-        let name = d.object.metadata.name.as_deref().unwrap_or_default();
-        let ns = namespace_of(&d.object.metadata);
-        let pods = from_k8s::template_pods(template, ns, "DaemonSet", name, 1, &ctx).map_err(convert(d))?;
-        input.daemonsets.extend(pods);
-    }
-    nodepools(objects, region, catalog, &mut input, &mut warnings)?;
-    Ok(Scenario { input, warnings })
+    let cluster = index::load(objects, &mut warnings)?;
+    let types = PoolTypes::new(&cluster, region, catalog)?;
+    let options = SolveOptions { region: region.to_string(), ..SolveOptions::default() };
+    let mut input = cluster.snapshot(&|_pool, class| types.get(class), options);
+    input.pods.extend(cluster.pods_of_deleting_nodes());
+    let order = InputOrder::new(objects);
+    input.nodes.sort_by_key(|n| order.node(&n.name));
+    input.pods.sort_by_key(|p| order.pod(p));
+    input.running.sort_by_key(|p| order.pod(p));
+    let expanded = expand_workloads(objects, &cluster)?;
+    input.pods.extend(expanded.iter().cloned());
+    Ok(Scenario { input, warnings, cluster, expanded, types })
 }
 
-/// The input's claims, volumes and storage classes, for the zones pods' volumes allow.
-fn volume_index(objects: &Objects) -> VolumeIndex {
-    let mut index = VolumeIndex::new();
-    objects.claims.iter().for_each(|c| index.apply_claim(&c.object));
-    objects.volumes.iter().for_each(|v| index.apply_volume(&v.object));
-    objects.storage_classes.iter().for_each(|c| index.apply_class(&c.object));
-    index
+/// The AKSNodeClass settings that shape instance types: `maxPods` and `osDiskSizeGB`.
+type ClassSettings = (Option<u32>, Option<u32>);
+
+fn settings(class: Option<&AKSNodeClass>) -> ClassSettings {
+    class.map_or((None, None), |c| {
+        (c.spec.max_pods.map(|m| m as u32), c.spec.os_disk_size_gb.map(|g| g as u32))
+    })
 }
 
-/// Namespaces of the input with their labels, for `namespaceSelector`.
-fn pod_context(objects: &Objects) -> PodContext {
-    let mut namespaces: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-    let metas = objects
-        .pods
-        .iter()
-        .map(|p| &p.object.metadata)
-        .chain(objects.deployments.iter().map(|d| &d.object.metadata))
-        .chain(objects.replicasets.iter().map(|d| &d.object.metadata))
-        .chain(objects.statefulsets.iter().map(|d| &d.object.metadata))
-        .chain(objects.jobs.iter().map(|d| &d.object.metadata))
-        .chain(objects.daemonsets.iter().map(|d| &d.object.metadata));
-    for meta in metas {
-        namespaces.entry(namespace_of(meta).to_string()).or_default();
+/// The instance types of the scenario's NodePools: one list per distinct set of node-class settings,
+/// or the one fixed list.
+#[derive(Debug)]
+enum PoolTypes {
+    Fixed(Arc<Vec<InstanceType>>),
+    BySettings(BTreeMap<ClassSettings, Arc<Vec<InstanceType>>>),
+}
+
+impl PoolTypes {
+    fn new(cluster: &Cluster, region: &str, catalog: &Catalog) -> Result<Self, ScenarioError> {
+        if let Catalog::Fixed(types) = catalog {
+            return Ok(Self::Fixed(types.clone()));
+        }
+        let pricing = PriceTable::static_or_fallback(region);
+        let mut by_settings = BTreeMap::new();
+        for pool in cluster.nodepools() {
+            let key = settings(cluster.nodeclass(&pool.spec.template.spec.node_class_ref.name));
+            if by_settings.contains_key(&key) {
+                continue;
+            }
+            let options =
+                CapacityOptions { max_pods: key.0, os_disk_size_gb: key.1, ..CapacityOptions::default() };
+            let unavailable = UnavailableOfferings::default();
+            let types = catalog::instance_types(region, &options, &pricing, &unavailable, Duration::ZERO)?;
+            by_settings.insert(key, Arc::new(types));
+        }
+        Ok(Self::BySettings(by_settings))
     }
-    for ns in &objects.namespaces {
-        let name = ns.object.metadata.name.clone().unwrap_or_default();
-        namespaces.entry(name).or_default().extend(ns.object.metadata.labels.clone().unwrap_or_default());
+
+    fn get(&self, class: Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>> {
+        match self {
+            Self::Fixed(types) => types.clone(),
+            Self::BySettings(by) => by.get(&settings(class)).cloned().unwrap_or_default(),
+        }
     }
-    for (name, labels) in &mut namespaces {
-        labels.insert(NAMESPACE_NAME_LABEL.to_string(), name.clone());
-    }
-    PodContext { namespaces }
 }
 
 /// Expands the workloads no Pod or ReplicaSet of the input stands for.
-fn expand_workloads(
-    objects: &Objects,
-    ctx: &PodContext,
-    volumes: &VolumeIndex,
-    input: &mut SolveInput,
-) -> Result<(), ScenarioError> {
+fn expand_workloads(objects: &Objects, cluster: &Cluster) -> Result<Vec<Pod>, ScenarioError> {
+    let mut out = vec![];
+    let ctx = cluster.pod_context();
     let owned: BTreeSet<(String, String, String)> = objects
         .pods
         .iter()
@@ -193,10 +193,10 @@ fn expand_workloads(
             for pod in &mut pods {
                 let mut claims = from_k8s::pod_claims(&pod.name, spec);
                 claims.extend(claim_templates.iter().map(|t| format!("{t}-{}", pod.name)));
-                pod.volume_zones = volumes.zones(&ns, &claims);
+                pod.volume_zones = cluster.claim_zones(&ns, &claims);
             }
         }
-        input.pods.extend(pods);
+        out.extend(pods);
         Ok(())
     };
     for d in &objects.deployments {
@@ -230,78 +230,5 @@ fn expand_workloads(
         let replicas = spec.and_then(|s| s.completions).map_or(parallelism, |c| c.min(parallelism));
         expand("Job", &j.object.metadata, replicas, spec.map(|s| &s.template), &[]).map_err(convert(j))?;
     }
-    Ok(())
-}
-
-/// The AKSNodeClass settings that shape instance types: `maxPods` and `osDiskSizeGB`.
-type ClassSettings = (Option<u32>, Option<u32>);
-
-/// Validates NodePools and AKSNodeClasses and builds the pools, sharing one instance-type list per
-/// distinct set of node-class settings.
-fn nodepools(
-    objects: &Objects,
-    region: &str,
-    catalog: &Catalog,
-    input: &mut SolveInput,
-    warnings: &mut Vec<String>,
-) -> Result<(), ScenarioError> {
-    let invalid = |file: &str, object: &str| {
-        let (file, object) = (file.to_string(), object.to_string());
-        move |error| ScenarioError::Invalid { file, object, error: Box::new(error) }
-    };
-    let mut classes = BTreeMap::new();
-    for c in &objects.nodeclasses {
-        validate::aksnodeclass(&c.object).map_err(invalid(&c.file, &c.display))?;
-        classes.insert(c.object.metadata.name.clone().unwrap_or_default(), &c.object);
-    }
-    let mut used: BTreeMap<String, Resources> = BTreeMap::new();
-    for n in &objects.nodes {
-        let labels = n.object.metadata.labels.as_ref();
-        if let Some(pool) = labels.and_then(|l| l.get(crate::model::labels::LABEL_NODEPOOL)) {
-            let capacity = from_k8s::node_capacity(&n.object).map_err(convert(n))?;
-            used.entry(pool.clone()).or_default().add_assign(&capacity);
-        }
-    }
-    let pricing = PriceTable::static_or_fallback(region);
-    let mut by_options: BTreeMap<ClassSettings, Arc<Vec<InstanceType>>> = BTreeMap::new();
-    let mut pools = vec![];
-    for p in &objects.nodepools {
-        validate::nodepool(&p.object).map_err(invalid(&p.file, &p.display))?;
-        let class_name = &p.object.spec.template.spec.node_class_ref.name;
-        let mut options = CapacityOptions::default();
-        match classes.get(class_name) {
-            Some(class) => {
-                options.max_pods = class.spec.max_pods.map(|m| m as u32);
-                options.os_disk_size_gb = class.spec.os_disk_size_gb.map(|g| g as u32);
-            }
-            None => warnings.push(format!(
-                "{}: AKSNodeClass {class_name:?} is not in the input; using the default node-class settings",
-                p.display
-            )),
-        }
-        let types = match catalog {
-            Catalog::Fixed(types) => types.clone(),
-            Catalog::Azure => match by_options.get(&(options.max_pods, options.os_disk_size_gb)) {
-                Some(types) => types.clone(),
-                None => {
-                    let unavailable = UnavailableOfferings::default();
-                    let types = Arc::new(catalog::instance_types(
-                        region,
-                        &options,
-                        &pricing,
-                        &unavailable,
-                        Duration::ZERO,
-                    )?);
-                    by_options.insert((options.max_pods, options.os_disk_size_gb), types.clone());
-                    types
-                }
-            },
-        };
-        let name = p.object.metadata.name.clone().unwrap_or_default();
-        let pool_used = used.get(&name).cloned().unwrap_or_default();
-        pools.push(from_k8s::nodepool(&p.object, &pool_used, types).map_err(convert(p))?);
-    }
-    pools.sort_by(|a, b| a.name.cmp(&b.name));
-    input.nodepools = pools;
-    Ok(())
+    Ok(out)
 }

@@ -317,6 +317,17 @@ impl Cluster {
         self.volumes.zones(&pod.pod.namespace, &pod.volume_claims)
     }
 
+    /// The zones the volumes of `claims` (PersistentVolumeClaim names in `namespace`) allow, now; None
+    /// when they do not constrain a pod.
+    pub fn claim_zones(&self, namespace: &str, claims: &[String]) -> Option<Vec<String>> {
+        self.volumes.zones(namespace, claims)
+    }
+
+    /// The namespaces and their labels, as pod-affinity `namespaceSelector`s see them.
+    pub fn pod_context(&self) -> &PodContext {
+        &self.ctx
+    }
+
     /// The PersistentVolume the claim `namespace/name` is bound to, if any.
     pub fn claim_volume(&self, namespace: &str, name: &str) -> Option<&str> {
         self.volumes.claim_volume(namespace, name)

@@ -1,5 +1,5 @@
-//! The index as solver input: the same shape the simulator builds from manifests
-//! ([`crate::sim::scenario`]), from the same conversions, so a what-if run and the controller agree.
+//! The index as solver input. `simulate` loads its manifests into an index too and takes this same
+//! snapshot, so a what-if run and the controller agree.
 //!
 //! - pods: the provisionable pods, with the zones their persistent volumes allow as of now;
 //! - nodes: registered Nodes not being deleted (nor their NodeClaim), by name, then in-flight

@@ -264,7 +264,7 @@ status: {disruptionsAllowed: 0, currentHealthy: 1, desiredHealthy: 1, expectedPo
 "#;
 
 /// The claims behind node-a and node-b, and one launched whose node has not registered.
-const CLAIMS: &str = r#"
+pub(crate) const CLAIMS: &str = r#"
 apiVersion: karpenter.sh/v1
 kind: NodeClaim
 metadata: {name: general-a, labels: {karpenter.sh/nodepool: general}}

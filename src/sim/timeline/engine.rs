@@ -11,6 +11,7 @@
 //! without deciding anything later than the controller would.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -18,9 +19,10 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use super::cluster::{NodeRecord, VirtualCluster};
 use super::file::{Action, Timeline};
 use super::snapshot::{self, launch_hashes};
-use crate::disruption::{self, Command, Options};
+use crate::disruption::{self, Command, Drifted, Options};
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE};
 use crate::model::CapacityType;
+use crate::sim::managed;
 use crate::sim::scenario::{self, Catalog, ScenarioError};
 
 /// Upstream's disruption poll interval.
@@ -93,6 +95,9 @@ pub enum RunError {
     Managed(#[from] crate::sim::managed::ManagedError),
 }
 
+/// What the disruption input depends on: the cluster's fingerprint and which nodes have drifted.
+type SnapshotKey = ((u64, u64), BTreeMap<String, Drifted>);
+
 enum InFlight {
     /// Decided at this time; validated [`VALIDATION_DELAY`] later.
     Validating { command: Command, decided: Timestamp },
@@ -111,8 +116,10 @@ struct Engine<'t> {
     drift_since: BTreeMap<String, Timestamp>,
     /// The cluster's fingerprint at the last pass that found nothing, and until when its answer holds.
     idle_since: Option<((u64, u64), Timestamp)>,
-    /// The solver input of the objects at a cluster version.
-    scenario: Option<(u64, std::rc::Rc<scenario::Scenario>)>,
+    /// The solver input of the cluster at a fingerprint ([`Engine::fingerprint`]).
+    scenario: Option<((u64, u64), Rc<scenario::Scenario>)>,
+    /// The disruption input at a fingerprint and drift.
+    snapshot: Option<(SnapshotKey, Rc<disruption::Snapshot>)>,
     /// The repack lower bound at a cluster version.
     bound: Option<(u64, f64)>,
     /// When expiration last looked, and at which cluster version.
@@ -134,6 +141,7 @@ pub fn run(timeline: &Timeline, region: &str, catalog: Catalog, options: Options
         drift_since: BTreeMap::new(),
         idle_since: None,
         scenario: None,
+        snapshot: None,
         bound: None,
         expiry_checked: None,
         provisioned: None,
@@ -309,7 +317,7 @@ impl Engine<'_> {
     /// Nodes of the initial objects labelled with a NodePool are managed from the start, priced at
     /// their offering (instance type, zone and capacity type labels) in the pool's catalog.
     fn adopt_managed_nodes(&mut self, start: Timestamp) -> Result<(), RunError> {
-        let scenario = self.scenario()?;
+        let scenario = self.scenario(start)?;
         let mut records = vec![];
         for node in &self.cluster.objects.nodes {
             let labels = node.object.metadata.labels.clone().unwrap_or_default();
@@ -357,16 +365,36 @@ impl Engine<'_> {
         Ok(())
     }
 
-    /// The solver input of the objects now, rebuilt only when they changed.
-    fn scenario(&mut self) -> Result<std::rc::Rc<scenario::Scenario>, RunError> {
-        let version = self.cluster.version();
-        if let Some((v, s)) = &self.scenario {
-            if *v == version {
+    /// The solver input of the cluster now, rebuilt only when it changed: the controller's snapshot
+    /// of the cluster's objects ([`snapshot::objects_at`]).
+    fn scenario(&mut self, now: Timestamp) -> Result<Rc<scenario::Scenario>, RunError> {
+        let fingerprint = self.fingerprint(now);
+        if let Some((f, s)) = &self.scenario {
+            if *f == fingerprint {
                 return Ok(s.clone());
             }
         }
-        let built = std::rc::Rc::new(scenario::build(&self.cluster.objects, &self.region, &self.catalog)?);
-        self.scenario = Some((version, built.clone()));
+        let objects = snapshot::objects_at(&self.cluster, now, &BTreeMap::new());
+        let built = Rc::new(scenario::build(&objects, &self.region, &self.catalog)?);
+        self.scenario = Some((fingerprint, built.clone()));
+        Ok(built)
+    }
+
+    /// The disruption input now: the controller's disruption snapshot of the cluster's objects, with
+    /// drift as the controller detects it.
+    fn snapshot(&mut self, now: Timestamp) -> Result<Rc<disruption::Snapshot>, RunError> {
+        let scenario = self.scenario(now)?;
+        let drifted = snapshot::drifted(&self.cluster, &scenario.input, now, &mut self.drift_since);
+        let key = (self.fingerprint(now), drifted);
+        if let Some((k, s)) = &self.snapshot {
+            if *k == key {
+                return Ok(s.clone());
+            }
+        }
+        let objects = snapshot::objects_at(&self.cluster, now, &key.1);
+        let scenario = scenario::build(&objects, &self.region, &self.catalog)?;
+        let built = Rc::new(managed::snapshot(&objects, &scenario, &mut vec![])?);
+        self.snapshot = Some((key, built.clone()));
         Ok(built)
     }
 
@@ -376,7 +404,7 @@ impl Engine<'_> {
         if self.provisioned == Some(self.cluster.version()) || self.cluster.pending_pods().is_empty() {
             return Ok(());
         }
-        let scenario = self.scenario()?;
+        let scenario = self.scenario(now)?;
         if scenario.input.pods.is_empty() {
             return Ok(());
         }
@@ -408,8 +436,7 @@ impl Engine<'_> {
             }
         }
         self.expiry_checked = Some((version, now));
-        let scenario = self.scenario()?;
-        let snapshot = snapshot::build(&self.cluster, &scenario.input, now, &mut self.drift_since)?;
+        let snapshot = self.snapshot(now)?;
         for expired in disruption::expired(&snapshot, now) {
             let pods = self.cluster.delete_node(&expired.node);
             self.run.pods_evicted += pods;
@@ -441,8 +468,7 @@ impl Engine<'_> {
                     self.in_flight = Some(InFlight::Validating { command, decided });
                     return Ok(());
                 }
-                let scenario = self.scenario()?;
-                let snapshot = snapshot::build(&self.cluster, &scenario.input, now, &mut self.drift_since)?;
+                let snapshot = self.snapshot(now)?;
                 if let Err(invalid) = disruption::validate(&command, &snapshot, now, &self.options) {
                     let row = self.command_row(now, &command, format!("invalid: {invalid}"));
                     self.run.decisions.push(row);
@@ -488,8 +514,7 @@ impl Engine<'_> {
                         return Ok(());
                     }
                 }
-                let scenario = self.scenario()?;
-                let snapshot = snapshot::build(&self.cluster, &scenario.input, now, &mut self.drift_since)?;
+                let snapshot = self.snapshot(now)?;
                 let decisions = disruption::decide(&snapshot, now, &self.options);
                 match decisions.commands.into_iter().next() {
                     Some(command) => {
@@ -513,8 +538,7 @@ impl Engine<'_> {
         let lower_bound = match self.bound {
             Some((v, bound)) if v == version => bound,
             _ => {
-                let scenario = self.scenario()?;
-                let snapshot = snapshot::build(&self.cluster, &scenario.input, now, &mut self.drift_since)?;
+                let snapshot = self.snapshot(now)?;
                 let bound = disruption::repack_lower_bound(&snapshot, &|| false).unwrap_or(0.0);
                 self.bound = Some((version, bound));
                 bound

@@ -4,7 +4,8 @@
 //! a configurable boot delay. A simulated day takes seconds, and the same file gives the same run.
 //!
 //! - `file`: the timeline format; `cluster`: the virtual cluster and its controllers' actions;
-//!   `snapshot`: the cluster as disruption sees it; `engine`: the clock and the order of controllers;
+//!   `snapshot`: the cluster as objects of the controller's index now (Nodes with their NodeClaims,
+//!   drift, PDB allowances); `engine`: the clock and the order of controllers;
 //!   `output`: table and JSON; `html`: the self-contained `--report` page.
 //! - `demo.yaml`: the built-in demo (`--timeline demo`).
 

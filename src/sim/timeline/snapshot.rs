@@ -1,6 +1,7 @@
-//! The virtual cluster as disruption sees it: a [`disruption::Snapshot`] built the way the controller
-//! builds one from its index — managed nodes with their NodeClaim, offering, price, lifecycle times,
-//! drift and pods; the NodePools' policies with their solver pools; PDBs with their allowance now.
+//! The virtual cluster as the controller's index would see it now ([`objects_at`]): its nodes as Nodes
+//! with their NodeClaims, pods with their start times, PDBs with their allowance now. The engine loads
+//! these objects as `simulate` loads a file ([`crate::sim::scenario`], [`crate::sim::managed`]), so
+//! the timeline's disruption input is the controller's disruption snapshot.
 //!
 //! Drift here is what the controller detects, by the same functions ([`crate::disruption::drift`]):
 //! the NodePool's template hash or the AKSNodeClass's spec hash changed since launch, the node's
@@ -8,21 +9,27 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod as K8sPod;
+use k8s_openapi::api::core::v1::{NodeCondition, Pod as K8sPod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
-use super::cluster::{node_of, pod_id, VirtualCluster};
+use super::cluster::{node_of, pod_id, NodeRecord, VirtualCluster};
+use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::hash;
+use crate::apis::nodeclaim::NodeClaimStatus;
 use crate::apis::nodepool::NodePool;
-use crate::apis::AKSNodeClass;
+use crate::apis::{AKSNodeClass, NodeClaim};
 use crate::disruption::drift::{self, ClaimFacts, ClassDrift, PoolDrift};
-use crate::disruption::{Drifted, ManagedNode, Pdb, PoolPolicy, Snapshot, UnmanagedNode};
+use crate::disruption::Drifted;
+use crate::model::labels::LABEL_INITIALIZED;
 use crate::model::requirements::Requirements;
-use crate::scheduling::{from_k8s, Pod, SolveInput};
-use crate::sim::load::Sourced;
-use crate::sim::managed::{self, ManagedError};
+use crate::scheduling::{from_k8s, SolveInput};
+use crate::sim::load::{Objects, Sourced};
+
+/// The providerID scheme of the virtual cluster's nodes.
+const PROVIDER: &str = "simulate:///";
 
 /// The hash annotations a node's NodeClaim is stamped with at launch, as the controller stamps them
 /// ([`hash::annotations`]); empty when the pool is gone or cannot be hashed.
@@ -99,94 +106,125 @@ fn drift_reason(
         .map(|r| r.as_str().to_string())
 }
 
-/// Builds the snapshot from the cluster and the solver input of the same moment. `drift_since`
-/// remembers when each node was first seen drifted (kept by the caller across passes). Pods'
-/// disruption attributes are read as `simulate` reads them ([`managed::node_pod`]); a pod started
-/// when the timeline bound it.
-pub fn build(
+/// Which managed nodes have drifted now, with since when: `drift_since` remembers when each node was
+/// first seen drifted (kept by the caller across passes). `input` is the solver input of the moment,
+/// for the instance types each pool still offers.
+pub fn drifted(
     cluster: &VirtualCluster,
     input: &SolveInput,
     now: Timestamp,
     drift_since: &mut BTreeMap<String, Timestamp>,
-) -> Result<Snapshot, ManagedError> {
-    let k8s_pods: BTreeMap<String, &Sourced<K8sPod>> =
-        cluster.objects.pods.iter().map(|p| (pod_id(&p.object), p)).collect();
-    let mut on_node: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
-    for pod in &input.running {
-        if let Some(node) = pod.node_name.as_deref() {
-            on_node.entry(node).or_default().push(pod);
-        }
-    }
-    let mut snapshot = Snapshot {
-        pending: input.pods.clone(),
-        daemonsets: input.daemonsets.clone(),
-        solve_options: input.options.clone(),
-        ..Snapshot::default()
-    };
+) -> BTreeMap<String, Drifted> {
     let inputs = drift_inputs(cluster);
-    for node in &input.nodes {
-        let pods_here = on_node.get(node.name.as_str()).cloned().unwrap_or_default();
-        let Some(record) = cluster.nodes.get(&node.name) else {
-            snapshot
-                .unmanaged
-                .push(UnmanagedNode { node: node.clone(), pods: pods_here.into_iter().cloned().collect() });
-            continue;
-        };
-        let drifted = match drift_reason(cluster, &node.name, input, &inputs, now) {
+    let mut out = BTreeMap::new();
+    for name in cluster.nodes.keys() {
+        match drift_reason(cluster, name, input, &inputs, now) {
             Some(reason) => {
-                let since = *drift_since.entry(node.name.clone()).or_insert(now);
-                Some(Drifted { reason, since })
+                let since = *drift_since.entry(name.clone()).or_insert(now);
+                out.insert(name.clone(), Drifted { reason, since });
             }
-            None => {
-                drift_since.remove(&node.name);
-                None
-            }
-        };
-        let mut pods = vec![];
-        for pod in pods_here {
-            let mut node_pod = managed::node_pod(pod, k8s_pods.get(&pod.id()).copied())?;
-            node_pod.started = cluster.started.get(&pod.id()).copied();
-            pods.push(node_pod);
-        }
-        snapshot.nodes.push(ManagedNode {
-            node: node.clone(),
-            nodeclaim: record.nodeclaim.clone(),
-            nodepool: record.nodepool.clone(),
-            instance_type: record.instance_type.clone(),
-            zone: record.zone.clone(),
-            capacity_type: record.capacity_type,
-            price_per_hour: record.price_per_hour,
-            created: record.launched,
-            initialized: record.ready(now).then_some(record.ready_at),
-            last_pod_event: Some(record.last_pod_event),
-            drifted,
-            do_not_disrupt: false,
-            nominated: false,
-            marked_for_deletion: record.disrupting,
-            ready: record.ready(now),
-            pods,
-        });
-    }
-    for pool in &cluster.objects.nodepools {
-        let name = pool.object.metadata.name.clone().unwrap_or_default();
-        let solver = input.nodepools.iter().find(|p| p.name == name).cloned();
-        // A pool whose policy cannot be read leaves its nodes blocked as of an unknown pool.
-        if let Ok(policy) = PoolPolicy::from_nodepool(&pool.object, solver) {
-            snapshot.nodepools.push(policy);
+            None => drop(drift_since.remove(name)),
         }
     }
-    for pdb in &cluster.objects.pdbs {
-        if let Some(p) = pdb_now(&pdb.object, cluster, now) {
-            snapshot.pdbs.push(p);
-        }
-    }
-    Ok(snapshot)
+    out
 }
 
-/// A PDB with `disruptionsAllowed` as the disruption controller would compute it now: healthy
-/// matching pods (bound to a Ready node) minus `minAvailable`, or `maxUnavailable` minus the
-/// unhealthy ones; percentages of the matching pods, rounded up as Kubernetes does.
-fn pdb_now(pdb: &PodDisruptionBudget, cluster: &VirtualCluster, now: Timestamp) -> Option<Pdb> {
+/// The cluster's objects as the API server would hold them now, for the controller's index: each
+/// launched or adopted node as a Node and its NodeClaim (launched and registered at launch,
+/// initialized and Ready at `ready_at`, `Drifted` per `drifted`, the hash annotations it was stamped
+/// with, its last pod event); pods with the `startTime` they were bound at; PDBs with
+/// `status.disruptionsAllowed` computed now. A node being disrupted already carries the
+/// `karpenter.sh/disrupted` taint.
+pub fn objects_at(cluster: &VirtualCluster, now: Timestamp, drifted: &BTreeMap<String, Drifted>) -> Objects {
+    let mut objects = cluster.objects.clone();
+    for node in &mut objects.nodes {
+        let Some(record) = node.object.metadata.name.as_deref().and_then(|n| cluster.nodes.get(n)) else {
+            continue;
+        };
+        let ready = record.ready(now);
+        let provider_id = format!("{PROVIDER}{}", record.name);
+        let labels = node.object.metadata.labels.get_or_insert_with(BTreeMap::new);
+        if ready {
+            labels.insert(LABEL_INITIALIZED.into(), "true".into());
+        }
+        let labels = labels.clone();
+        node.object.spec.get_or_insert_with(Default::default).provider_id = Some(provider_id.clone());
+        let status = node.object.status.get_or_insert_with(Default::default);
+        status.conditions = Some(vec![NodeCondition {
+            type_: "Ready".into(),
+            status: if ready { "True" } else { "False" }.into(),
+            last_transition_time: Some(Time(if ready { record.ready_at } else { record.launched })),
+            ..NodeCondition::default()
+        }]);
+        if let Some(claim) = claim_of(cluster, record, labels, provider_id, now, drifted.get(&record.name)) {
+            objects.nodeclaims.push(Sourced {
+                file: node.file.clone(),
+                display: format!("NodeClaim/{}", record.nodeclaim),
+                object: claim,
+            });
+        }
+    }
+    for pod in &mut objects.pods {
+        let started = cluster.started.get(&pod_id(&pod.object)).map(|t| Time(*t));
+        pod.object.status.get_or_insert_with(Default::default).start_time = started;
+    }
+    for pdb in &mut objects.pdbs {
+        if let Some(allowed) = pdb_now(&pdb.object, cluster, now) {
+            pdb.object.status.get_or_insert_with(Default::default).disruptions_allowed = allowed;
+        }
+    }
+    objects
+}
+
+/// The NodeClaim behind a node of the cluster.
+fn claim_of(
+    cluster: &VirtualCluster,
+    record: &NodeRecord,
+    labels: BTreeMap<String, String>,
+    provider_id: String,
+    now: Timestamp,
+    drifted: Option<&Drifted>,
+) -> Option<NodeClaim> {
+    let class =
+        find_pool(cluster, &record.nodepool).map(|p| p.spec.template.spec.node_class_ref.name.clone());
+    let spec =
+        serde_json::from_value(serde_json::json!({"nodeClassRef": {"name": class.unwrap_or_default()}}));
+    let mut conditions = vec![];
+    let mut set = |type_: &str, reason: &str, at: Timestamp| {
+        let at = Time(at);
+        conditions::set(&mut conditions, type_, ConditionStatus::True, reason, "", None, &at);
+    };
+    set(conditions::LAUNCHED, conditions::LAUNCHED, record.launched);
+    set(conditions::REGISTERED, conditions::REGISTERED, record.launched);
+    if record.ready(now) {
+        set(conditions::INITIALIZED, conditions::INITIALIZED, record.ready_at);
+    }
+    if let Some(d) = drifted {
+        set(conditions::DRIFTED, &d.reason, d.since);
+    }
+    Some(NodeClaim {
+        metadata: ObjectMeta {
+            name: Some(record.nodeclaim.clone()),
+            labels: Some(labels),
+            annotations: Some(record.annotations.clone()),
+            creation_timestamp: Some(Time(record.launched)),
+            ..ObjectMeta::default()
+        },
+        spec: spec.ok()?,
+        status: Some(NodeClaimStatus {
+            node_name: Some(record.name.clone()),
+            provider_id: Some(provider_id),
+            conditions,
+            last_pod_event_time: Some(Time(record.last_pod_event)),
+            ..NodeClaimStatus::default()
+        }),
+    })
+}
+
+/// A PDB's `disruptionsAllowed` as the disruption controller would compute it now: healthy matching
+/// pods (bound to a Ready node) minus `minAvailable`, or `maxUnavailable` minus the unhealthy ones;
+/// percentages of the matching pods, rounded up as Kubernetes does.
+fn pdb_now(pdb: &PodDisruptionBudget, cluster: &VirtualCluster, now: Timestamp) -> Option<i32> {
     let spec = pdb.spec.as_ref()?;
     let namespace = pdb.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let selector = spec.selector.as_ref().and_then(|s| from_k8s::label_selector("spec.selector", s).ok());
@@ -222,10 +260,5 @@ fn pdb_now(pdb: &PodDisruptionBudget, cluster: &VirtualCluster, now: Timestamp) 
     } else {
         0
     };
-    Some(Pdb {
-        namespace,
-        name: pdb.metadata.name.clone().unwrap_or_default(),
-        selector,
-        disruptions_allowed: allowed.max(0),
-    })
+    Some(allowed.max(0))
 }
