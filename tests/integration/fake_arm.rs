@@ -14,7 +14,8 @@ use azure_identity::{ClientSecretCredential, WorkloadIdentityCredential};
 use azure_mgmt_compute::package_2024_07_01 as compute;
 use base64::Engine as _;
 use fake_azure::arm::{
-    BootedVm, CreateError, Delivery, FakeArm, FakeArmConfig, Fault, NodeRegistrar, QuotaScope, Target,
+    service_account_token, BootedVm, CreateError, Delivery, FakeArm, FakeArmConfig, Fault, NodeRegistrar,
+    QuotaScope, Target,
 };
 use futures::future::BoxFuture;
 use futures::StreamExt;
@@ -195,8 +196,9 @@ async fn raw_get(url: &str, token: Option<&str>) -> reqwest::Response {
 
 #[tokio::test]
 async fn client_secret_and_workload_identity_credentials_get_tokens() {
-    let config =
-        FakeArmConfig { federated_token: Some("projected-sa-token".to_string()), ..FakeArmConfig::default() };
+    let projected =
+        service_account_token("system:serviceaccount:karpenter:karpenter", Duration::from_secs(600));
+    let config = FakeArmConfig { federated_token: Some(projected.clone()), ..FakeArmConfig::default() };
     let h = harness(config, None).await;
     // ClientSecretCredential ran inside harness(); a list proves ARM accepts its token.
     let mut pages = h.nics().list(h.rg(), h.sub()).into_stream();
@@ -208,7 +210,7 @@ async fn client_secret_and_workload_identity_credentials_get_tokens() {
         h.fake.authority_host(),
         h.fake.tenant_id().to_string(),
         "karpenter-client".to_string(),
-        "projected-sa-token".to_string(),
+        projected,
     );
     let token = workload.get_token(&[&scope]).await.expect("federated token exchange");
     let network =
@@ -224,7 +226,7 @@ async fn client_secret_and_workload_identity_credentials_get_tokens() {
         h.fake.authority_host(),
         h.fake.tenant_id().to_string(),
         "karpenter-client".to_string(),
-        "someone-elses-token".to_string(),
+        service_account_token("system:serviceaccount:other:other", Duration::from_secs(600)),
     );
     assert!(wrong.get_token(&[&scope]).await.is_err());
 }

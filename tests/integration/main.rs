@@ -8,7 +8,8 @@
 //! - disruption decisions: `disruption_consolidation`, `disruption_rules`;
 //! - the catalog: `catalog_cli`, `catalog_instance_types`, `catalog_retail`;
 //! - the Azure provider against the fake ARM of `crates/fake-azure`: `azure_images`, `azure_launcher`,
-//!   `azure_security`, `fake_arm` (the fake against the real SDK clients), `launch_priced`;
+//!   `azure_security`, `fake_arm` (the fake against the real SDK clients), `launch_priced`,
+//!   `workload_identity` (a rotated service-account token keeps ARM calls working);
 //! - the CLI's simulator: `simulate_cli`, `simulate_disruption`, `simulate_timeline`,
 //!   `timeline_report_browser` (the HTML report in headless Chromium);
 //! - the repository: `crds_and_examples` (generated files are fresh, examples parse), `layering` (the
@@ -39,3 +40,4 @@ mod solver_feasibility;
 mod solver_oracle;
 mod solver_overlapping;
 mod timeline_report_browser;
+mod workload_identity;

@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use azure_core::auth::TokenCredential;
 use azure_core::{ExponentialRetryOptions, RetryOptions, Url};
-use azure_identity::{ClientSecretCredential, WorkloadIdentityCredential};
+use azure_identity::ClientSecretCredential;
 use azure_mgmt_compute::package_2024_07_01 as compute;
 use serde_json::Value;
 
 use super::bootstrap::Secret;
+use super::credential::FederatedTokenFileCredential;
 use super::errors::ArmFailure;
 
 /// Public cloud endpoints (ARM_CLOUD=AzurePublicCloud upstream).
@@ -136,17 +137,17 @@ impl ArmClients {
                 settings.client_id.clone(),
                 secret.expose().to_string(),
             )),
-            // The file is read once; a projected token is valid for an hour or more and the SDK caches
-            // the ARM token it buys. Re-reading on expiry is a known gap (see the module report).
+            // Read at start so a missing file stops start-up with a message, then again for every
+            // token exchange: the kubelet rotates it.
             CredentialSource::FederatedTokenFile(path) => {
-                let token = std::fs::read_to_string(path)
+                std::fs::read_to_string(path)
                     .map_err(|source| ClientError::TokenFile { path: path.clone(), source })?;
-                Arc::new(WorkloadIdentityCredential::new(
+                Arc::new(FederatedTokenFileCredential::new(
                     http,
                     settings.authority_host.clone(),
                     settings.tenant_id.clone(),
                     settings.client_id.clone(),
-                    token.trim().to_string(),
+                    path.clone(),
                 ))
             }
         };

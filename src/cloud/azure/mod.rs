@@ -1,6 +1,7 @@
 //! The production cloud provider: NodeClaims as Azure VMs through Azure Resource Manager.
 //!
-//! - `client`: ARM clients and credential from settings.
+//! - `client`: ARM clients and credential from settings; `credential`: workload identity that re-reads
+//!   its rotated token file.
 //! - `naming`: `aks-<claim>` names and provider IDs.
 //! - `bootstrap`: the custom data that joins a VM to the cluster (the AKS node-bootstrap contract).
 //! - `network`: the load-balancer backend pools and NSG a NIC joins (listed, cached 2 h).
@@ -17,6 +18,7 @@
 
 pub mod bootstrap;
 pub mod client;
+pub mod credential;
 pub mod errors;
 pub mod imagefamily;
 pub mod instancetypes;

@@ -53,6 +53,8 @@ pub use state::{FakeArmConfig, RequestRecord};
 #[allow(unused_imports)]
 pub use subnets::FakeSubnet;
 #[allow(unused_imports)]
+pub use token::service_account_token;
+#[allow(unused_imports)]
 pub use wire::ArmError;
 
 /// A running fake. Dropping it (or `shutdown`) stops the server.

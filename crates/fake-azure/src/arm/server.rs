@@ -18,6 +18,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use super::faults::{self, ArmRequestFault};
 use super::state::{RequestRecord, Shared};
@@ -317,11 +318,18 @@ fn authenticate(shared: &Shared, request: &ArmRequest) -> Result<(), ArmResponse
         .with_header("WWW-Authenticate", challenge));
     };
     let token = header.strip_prefix("Bearer ").unwrap_or_default();
-    if shared.lock().tokens.contains(token) {
-        return Ok(());
+    let expires = shared.lock().tokens.get(token).copied();
+    match expires {
+        Some(expires) if Instant::now() < expires => Ok(()),
+        Some(_) => Err(ArmResponse::error(
+            401,
+            "ExpiredAuthenticationToken",
+            "The access token expiry UTC time is earlier than current UTC time.",
+        )
+        .with_header("WWW-Authenticate", challenge)),
+        None => Err(ArmResponse::error(401, "InvalidAuthenticationToken", "The access token is invalid.")
+            .with_header("WWW-Authenticate", challenge)),
     }
-    Err(ArmResponse::error(401, "InvalidAuthenticationToken", "The access token is invalid.")
-        .with_header("WWW-Authenticate", challenge))
 }
 
 fn method_not_allowed(request: &ArmRequest) -> ArmResponse {

@@ -27,8 +27,12 @@ pub struct FakeArmConfig {
     pub location: String,
     /// Client-credential pairs the token endpoint accepts.
     pub client_secrets: Vec<(String, String)>,
-    /// Federated (workload identity) assertion the token endpoint accepts; None accepts any non-empty one.
+    /// Federated (workload identity) assertion the token endpoint accepts; None accepts any. Either way
+    /// the assertion must be a JWT that has not expired, as Entra ID requires.
     pub federated_token: Option<String>,
+    /// How long an access token the token endpoint issues is accepted (Entra ID's app tokens: about an
+    /// hour); ARM refuses it after that with `ExpiredAuthenticationToken`.
+    pub token_lifetime: Duration,
     /// How long a VM create stays `Creating`.
     pub provisioning_delay: Duration,
     /// How long a VM delete stays `Deleting`.
@@ -62,6 +66,7 @@ impl Default for FakeArmConfig {
             location: "eastus".to_string(),
             client_secrets: vec![("karpenter-client".to_string(), "karpenter-secret".to_string())],
             federated_token: None,
+            token_lifetime: Duration::from_secs(3599),
             provisioning_delay: Duration::from_millis(300),
             deletion_delay: Duration::from_millis(200),
             lro_retry_after: Duration::from_millis(100),
@@ -163,7 +168,8 @@ pub struct State {
     pub vms: BTreeMap<(String, String), VmRecord>,
     pub nics: BTreeMap<(String, String), NicRecord>,
     pub operations: BTreeMap<String, Operation>,
-    pub tokens: BTreeSet<String>,
+    /// Issued access tokens and when each expires.
+    pub tokens: BTreeMap<String, Instant>,
     pub faults: Vec<Fault>,
     /// PUTs per lower-cased VM name, including refused ones.
     pub vm_puts: BTreeMap<String, u32>,

@@ -8,20 +8,56 @@
 //!   urn:ietf:params:oauth:client-assertion-type:jwt-bearer`, `client_assertion=<service account token>`
 //!   (`WorkloadIdentityCredential::new(http, authority_host, tenant, id, token)`).
 //!
-//! The scope must end in `/.default`. Failures use the OAuth error shape (`error`, `error_description` with
-//! an AADSTS code), not the ARM one. Issued tokens are opaque strings the ARM endpoints then require.
+//! The scope must end in `/.default`. A federated assertion must be a JWT whose `exp` has not passed
+//! (Entra ID: AADSTS700024), which is why a credential that keeps the service-account token it read
+//! once fails after the kubelet rotates it. Failures use the OAuth error shape (`error`,
+//! `error_description` with an AADSTS code), not the ARM one. Issued tokens are opaque strings the ARM
+//! endpoints then require until [`FakeArmConfig::token_lifetime`](super::FakeArmConfig) has passed.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde_json::json;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use serde_json::{json, Value};
+use tokio::time::Instant;
 
 use super::state::Shared;
 use super::wire::{ArmRequest, ArmResponse};
 
 /// Entra ID's federated assertion type (RFC 7521).
 const JWT_BEARER_ASSERTION: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
-/// The lifetime Entra ID reports for app tokens.
-const EXPIRES_IN_SECS: u64 = 3599;
+
+/// A projected service-account token as the kubelet writes it for workload identity: a JWT for the
+/// `api://AzureADTokenExchange` audience that expires `valid_for` from now. The signature is not
+/// checked here (Entra ID checks it against the cluster's OIDC issuer).
+pub fn service_account_token(subject: &str, valid_for: Duration) -> String {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let header = json!({ "alg": "RS256", "typ": "JWT" });
+    let claims = json!({
+        "aud": ["api://AzureADTokenExchange"],
+        "iss": "https://oidc.fake.local/",
+        "sub": subject,
+        "iat": now.as_secs(),
+        "exp": (now + valid_for).as_secs(),
+    });
+    let part = |v: &Value| URL_SAFE_NO_PAD.encode(v.to_string());
+    format!("{}.{}.{}", part(&header), part(&claims), URL_SAFE_NO_PAD.encode(b"unchecked-signature"))
+}
+
+/// Why a federated assertion is refused, as Entra ID words it; None when it is a JWT still valid.
+fn assertion_problem(assertion: &str) -> Option<&'static str> {
+    let claims = assertion
+        .split('.')
+        .nth(1)
+        .and_then(|payload| URL_SAFE_NO_PAD.decode(payload).ok())
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+    let Some(exp) = claims.as_ref().and_then(|c| c.get("exp")).and_then(Value::as_u64) else {
+        return Some("AADSTS50027: JWT token is invalid or malformed.");
+    };
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    (exp <= now).then_some("AADSTS700024: Client assertion is not within its valid time range.")
+}
 
 pub fn issue(shared: &Shared, request: &ArmRequest, tenant: &str) -> ArmResponse {
     if tenant != shared.config.tenant_id {
@@ -54,8 +90,10 @@ pub fn issue(shared: &Shared, request: &ArmRequest, tenant: &str) -> ArmResponse
             return oauth_error(400, "invalid_request", "AADSTS50027: Invalid client_assertion_type.");
         }
         let assertion = field("client_assertion");
-        !assertion.is_empty()
-            && shared.config.federated_token.as_deref().is_none_or(|expected| expected == assertion)
+        if let Some(problem) = assertion_problem(assertion) {
+            return oauth_error(400, "invalid_client", problem);
+        }
+        shared.config.federated_token.as_deref().is_none_or(|expected| expected == assertion)
     } else {
         let secret = field("client_secret");
         shared.config.client_secrets.iter().any(|(id, s)| id == client_id && s == secret)
@@ -70,12 +108,13 @@ pub fn issue(shared: &Shared, request: &ArmRequest, tenant: &str) -> ArmResponse
         );
     }
     let token = mint(shared);
+    let expires_in = shared.config.token_lifetime.as_secs().max(1);
     ArmResponse::json(
         200,
         json!({
             "token_type": "Bearer",
-            "expires_in": EXPIRES_IN_SECS,
-            "ext_expires_in": EXPIRES_IN_SECS,
+            "expires_in": expires_in,
+            "ext_expires_in": expires_in,
             "access_token": token,
         }),
     )
@@ -86,7 +125,7 @@ pub fn mint(shared: &Shared) -> String {
     let mut state = shared.lock();
     let n = state.next_id();
     let token = format!("fake-arm.{n}.{}", super::wire::uuid_from(n, 0x70c3));
-    state.tokens.insert(token.clone());
+    state.tokens.insert(token.clone(), Instant::now() + shared.config.token_lifetime);
     token
 }
 
