@@ -8,7 +8,7 @@ use super::Settings;
 use crate::catalog::regions::FALLBACK_PRICE_REGION;
 use crate::catalog::retail::REFRESH_INTERVAL;
 use crate::catalog::{CatalogError, PriceTable, UnavailableOfferings};
-use crate::cloud::azure::client::ClientError;
+use crate::cloud::azure::client::{http_client, ClientError, HttpTimeouts};
 use crate::cloud::azure::instancetypes::Catalog;
 use crate::cloud::azure::retail::{RetailError, RetailPricesClient};
 use crate::cloud::azure::{
@@ -66,6 +66,7 @@ pub fn arm_settings(v: &Validated) -> Result<ArmSettings, StartError> {
         client_id: client_id.clone(),
         credential,
         retry: RetrySettings::default(),
+        timeouts: HttpTimeouts::default(),
     })
 }
 
@@ -160,7 +161,8 @@ pub fn azure(v: &Validated, ca_bundle_base64: &str) -> Result<Arc<Metered<AzureC
     // One credential and pipeline for the launcher and the SKU refresh.
     let clients = ArmClients::new(&arm_settings(v)?)?;
     catalog.spawn_sku_refresh(clients.clone());
-    let retail = RetailPricesClient::new(reqwest::Client::new(), v.retail_prices_url.as_str())?;
+    let retail_http = http_client(HttpTimeouts::default(), true).map_err(StartError::Client)?;
+    let retail = RetailPricesClient::new(retail_http, v.retail_prices_url.as_str())?;
     catalog.spawn_price_refresh(retail, env_duration(PRICE_REFRESH_INTERVAL_ENV, REFRESH_INTERVAL));
     let provider = AzureCloudProvider::new(clients, launch_settings(v, ca_bundle_base64), Arc::new(catalog));
     Ok(Arc::new(Metered::new(provider, metered::AZURE)))

@@ -13,7 +13,7 @@ use karpenter_azure::catalog::unavailable::OfferingRef;
 use karpenter_azure::catalog::{embedded_sku, Timestamp, UnavailableOfferings};
 use karpenter_azure::cloud::azure::instancetypes::Catalog;
 use karpenter_azure::cloud::azure::{
-    ArmClients, ArmSettings, AzureCloudProvider, LaunchSettings, RetrySettings,
+    ArmClients, ArmSettings, AzureCloudProvider, HttpTimeouts, LaunchSettings, RetrySettings,
 };
 use karpenter_azure::cloud::{
     CloudError, CloudProvider, InstanceTypeOption, KubeletSettings, LaunchRequest, OfferingChoice,
@@ -545,4 +545,41 @@ async fn tags_and_identities_change_in_place_on_the_vm_and_its_nic() {
     h.provider.delete(&instance.provider_id).await.expect("deleted");
     let gone = h.provider.update_in_place(&instance.provider_id, &desired).await;
     assert!(matches!(gone, Err(CloudError::NotFound(_))), "{gone:?}");
+}
+
+#[tokio::test]
+async fn a_hung_arm_request_is_cut_off_at_its_time_limit_and_retried() {
+    let fake = FakeArm::start(FakeArmConfig::default()).await.expect("fake ARM starts");
+    let timeouts = HttpTimeouts { connect: Duration::from_secs(1), request: Duration::from_millis(500) };
+    let arm = ArmSettings {
+        timeouts,
+        ..fake.arm_settings(RetrySettings {
+            max_retries: 2,
+            initial_delay: Duration::from_millis(20),
+            max_delay: Duration::from_millis(100),
+            max_total_elapsed: Duration::from_secs(10),
+        })
+    };
+    let clients = ArmClients::new(&arm).expect("clients build");
+    let launch = fake.launch_settings();
+    let cache = Arc::new(Mutex::new(UnavailableOfferings::new()));
+    let catalog = Catalog::for_region(&launch.location, cache, Arc::new(|| NOW)).unwrap();
+    let provider = AzureCloudProvider::new(clients.clone(), launch, Arc::new(catalog));
+    let arm_paths = format!("/subscriptions/{}/resourceGroups", fake.subscription_id());
+
+    // The SDK's calls: the hung attempt is cut off and the retry answers.
+    fake.inject(Fault::Hang { requests: 1, secs: 60, path_prefix: Some(arm_paths) });
+    let started = std::time::Instant::now();
+    assert_eq!(provider.list_nics().await.expect("the retry answers"), Vec::<String>::new());
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+
+    // Operation polls go outside the SDK: a hung one fails at the limit instead of waiting.
+    let operations =
+        format!("/subscriptions/{}/providers/Microsoft.Compute/locations", fake.subscription_id());
+    fake.inject(Fault::Hang { requests: 1, secs: 60, path_prefix: Some(operations.clone()) });
+    let url = format!("{}{operations}/eastus/operations/hung?api-version=2024-07-01", fake.base_url());
+    let started = std::time::Instant::now();
+    let failure = clients.get_json_polled(&url).await.expect_err("cut off");
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    assert_eq!(failure.status, 0, "no answer: {failure:?}");
 }

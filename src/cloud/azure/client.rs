@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use azure_core::auth::TokenCredential;
-use azure_core::{ExponentialRetryOptions, RetryOptions, Url};
+use azure_core::{ExponentialRetryOptions, HttpClient, RetryOptions, TransportOptions, Url};
 use azure_identity::ClientSecretCredential;
 use azure_mgmt_compute::package_2024_07_01 as compute;
 use serde_json::Value;
@@ -76,6 +76,35 @@ impl RetrySettings {
     }
 }
 
+/// Time limits of each HTTP request to ARM and Entra ID. A request that outlives them fails as an I/O
+/// error, which the SDK's retry policy retries within [`RetrySettings`]; so one hung connection costs a
+/// call at most `request × (max_retries + 1)` plus the backoff, never the launch behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpTimeouts {
+    /// Establishing the TCP and TLS connection.
+    pub connect: Duration,
+    /// The whole request, from sending to the last byte of the answer.
+    pub request: Duration,
+}
+
+impl Default for HttpTimeouts {
+    /// ARM answers a request in seconds (long work is an asynchronous operation that is polled), so a
+    /// request still open after half a minute is taken for hung.
+    fn default() -> Self {
+        HttpTimeouts { connect: Duration::from_secs(10), request: Duration::from_secs(30) }
+    }
+}
+
+/// An HTTP client with `timeouts`; `pooled` keeps idle connections for reuse. The SDK's clients are
+/// built unpooled, as azure_core builds its own (hyperium/hyper#2312 makes pooled ones hang).
+pub fn http_client(timeouts: HttpTimeouts, pooled: bool) -> Result<reqwest::Client, ClientError> {
+    let mut builder = reqwest::Client::builder().connect_timeout(timeouts.connect).timeout(timeouts.request);
+    if !pooled {
+        builder = builder.pool_max_idle_per_host(0);
+    }
+    builder.build().map_err(ClientError::Http)
+}
+
 /// Where ARM is and who we are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArmSettings {
@@ -86,6 +115,7 @@ pub struct ArmSettings {
     pub client_id: String,
     pub credential: CredentialSource,
     pub retry: RetrySettings,
+    pub timeouts: HttpTimeouts,
 }
 
 /// Errors of client construction.
@@ -97,13 +127,15 @@ pub enum ClientError {
     Build(#[from] azure_core::Error),
     #[error("the ARM endpoint cannot be a token scope: {0}")]
     Endpoint(#[from] url::ParseError),
+    #[error("building the HTTP client: {0}")]
+    Http(reqwest::Error),
 }
 
 impl ClientError {
     pub fn category(&self) -> &'static str {
         match self {
             ClientError::TokenFile { .. } => "CredentialUnavailable",
-            ClientError::Build(_) | ClientError::Endpoint(_) => "ClientConfiguration",
+            ClientError::Build(_) | ClientError::Endpoint(_) | ClientError::Http(_) => "ClientConfiguration",
         }
     }
 }
@@ -128,7 +160,7 @@ impl std::fmt::Debug for ArmClients {
 
 impl ArmClients {
     pub fn new(settings: &ArmSettings) -> Result<ArmClients, ClientError> {
-        let http = azure_core::new_http_client();
+        let http: Arc<dyn HttpClient> = Arc::new(http_client(settings.timeouts, false)?);
         let credential: Arc<dyn TokenCredential> = match &settings.credential {
             CredentialSource::ClientSecret(secret) => Arc::new(ClientSecretCredential::new(
                 http,
@@ -160,13 +192,16 @@ impl ArmClients {
         credential: Arc<dyn TokenCredential>,
     ) -> Result<ArmClients, ClientError> {
         let retry = settings.retry.to_options();
+        let sdk_http: Arc<dyn HttpClient> = Arc::new(http_client(settings.timeouts, false)?);
         let compute = compute::Client::builder(credential.clone())
             .endpoint(settings.arm_endpoint.clone())
             .retry(retry.clone())
+            .transport(TransportOptions::new(sdk_http.clone()))
             .build()?;
         let network = azure_mgmt_network::Client::builder(credential.clone())
             .endpoint(settings.arm_endpoint.clone())
             .retry(retry)
+            .transport(TransportOptions::new(sdk_http))
             .build()?;
         let scope = settings.arm_endpoint.join(azure_core::auth::DEFAULT_SCOPE_SUFFIX)?.to_string();
         Ok(ArmClients {
@@ -176,7 +211,7 @@ impl ArmClients {
             credential,
             scope,
             endpoint: settings.arm_endpoint.clone(),
-            http: reqwest::Client::new(),
+            http: http_client(settings.timeouts, true)?,
         })
     }
 

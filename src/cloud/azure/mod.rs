@@ -39,7 +39,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub use bootstrap::{BootstrapSettings, NodeClassBootstrap, Secret};
-pub use client::{ArmClients, ArmSettings, CredentialSource, RetrySettings};
+pub use client::{ArmClients, ArmSettings, CredentialSource, HttpTimeouts, RetrySettings};
 pub use provider::AzureCloudProvider;
 
 /// Upstream polls VM creates every 3 s (instance/poller.go); ours poll sooner when ARM advises it

@@ -8,6 +8,7 @@
 //! {"kind":"quota","scope":"family","limit":10}
 //! {"kind":"throttle","requests":2,"retry_after_secs":1,"path_prefix":"/subscriptions/sub/resourceGroups"}
 //! {"kind":"server_error","requests":1}
+//! {"kind":"hang","requests":1,"secs":120}
 //! {"kind":"slow_provisioning","delay_ms":3000,"target":{"priority":"Spot"}}
 //! ```
 //!
@@ -49,6 +50,15 @@ pub enum Fault {
     /// The next `requests` ARM requests (optionally filtered by path prefix) get 500.
     ServerError {
         requests: u32,
+        #[serde(default)]
+        path_prefix: Option<String>,
+    },
+    /// The next `requests` ARM requests (optionally filtered by path prefix) are answered only after
+    /// `secs`: a connection that hangs, as a stuck gateway's does. The answer, when it comes, is the
+    /// normal one.
+    Hang {
+        requests: u32,
+        secs: u64,
         #[serde(default)]
         path_prefix: Option<String>,
     },
@@ -237,6 +247,22 @@ impl QuotaScope {
             ),
         )
     }
+}
+
+/// How long to hold a request to `path` before answering it, if a hang fault matches; consumes one use.
+pub fn take_hang(faults: &mut Vec<Fault>, path: &str) -> Option<std::time::Duration> {
+    let lower = path.to_ascii_lowercase();
+    let index = faults.iter().position(|fault| match fault {
+        Fault::Hang { requests, path_prefix, .. } => {
+            *requests > 0 && path_prefix.as_deref().is_none_or(|p| lower.starts_with(&p.to_ascii_lowercase()))
+        }
+        _ => false,
+    })?;
+    let Fault::Hang { requests, secs, .. } = &mut faults[index] else { return None };
+    *requests -= 1;
+    let hold = std::time::Duration::from_secs(*secs);
+    faults.retain(|fault| !matches!(fault, Fault::Hang { requests: 0, .. }));
+    Some(hold)
 }
 
 /// A request-level fault (429/500) that matches `path`, if any is left; consumes one use.

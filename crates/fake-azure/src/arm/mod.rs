@@ -159,6 +159,7 @@ impl FakeArm {
             client_id: client_id.to_string(),
             credential: CredentialSource::ClientSecret(Secret::new(secret)),
             retry,
+            timeouts: Default::default(),
         }
     }
 

@@ -71,6 +71,12 @@ async fn handle(
         headers: parts.headers,
         body,
     };
+    if !request.path.starts_with("/_admin") {
+        let hang = faults::take_hang(&mut shared.lock().faults, &request.path);
+        if let Some(hold) = hang {
+            tokio::time::sleep(hold).await;
+        }
+    }
     let response = route(&shared, &request);
     if !request.path.starts_with("/_admin") {
         let mut state = shared.lock();
