@@ -13,6 +13,7 @@ use crate::cloud::CloudError;
 use crate::controllers::node::termination::Termination;
 use crate::controllers::{events, provisioning};
 use crate::operator::server::{Ports, ServerError};
+use crate::operator::supervisor::Supervisor;
 use crate::state::Cluster;
 
 /// What the controllers need from the operator settings.
@@ -93,6 +94,8 @@ pub struct Shared<C> {
     /// Held (shared) by every unit of leader work, so shutdown can wait for in-flight work to finish
     /// (exclusive) before it releases the lease; see [`leading`].
     pub in_flight: tokio::sync::RwLock<()>,
+    /// Restarts the writers when they end or panic; a writer that keeps stopping fails `/healthz`.
+    pub supervisor: Arc<Supervisor>,
 }
 
 impl<C> Shared<C> {

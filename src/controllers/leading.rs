@@ -83,24 +83,34 @@ pub async fn run<C: CloudProvider + 'static>(
     }
 }
 
-/// The controllers that run only while leading.
+/// The controllers that run only while leading, each restarted by the supervisor when it ends or
+/// panics ([`crate::operator::supervisor`]).
 fn spawn_writers<C: CloudProvider + 'static>(
     shared: &Arc<Shared<C>>,
     triggers: &Arc<Mutex<UnboundedReceiver<Trigger>>>,
 ) -> JoinSet<()> {
     let mut tasks = JoinSet::new();
-    tasks.spawn(provisioning::run(shared.clone(), triggers.clone()));
-    tasks.spawn(lifecycle::run(shared.clone()));
-    tasks.spawn(status::run(shared.clone()));
-    tasks.spawn(gc::run(shared.clone()));
-    tasks.spawn(super::nodeclaim::disruption::run(shared.clone()));
-    tasks.spawn(disruption::run(shared.clone()));
-    tasks.spawn(inplace::run(shared.clone()));
+    let supervisor = &shared.supervisor;
+    let mut spawn = |name: &'static str, run: fn(Arc<Shared<C>>) -> BoxedRun| {
+        let shared = shared.clone();
+        tasks.spawn(supervisor.run(name, move || run(shared.clone())));
+    };
+    spawn("lifecycle", |s| Box::pin(lifecycle::run(s)));
+    spawn("status", |s| Box::pin(status::run(s)));
+    spawn("gc", |s| Box::pin(gc::run(s)));
+    spawn("nodeclaim_disruption", |s| Box::pin(super::nodeclaim::disruption::run(s)));
+    spawn("disruption", |s| Box::pin(disruption::run(s)));
+    spawn("inplace", |s| Box::pin(inplace::run(s)));
     if shared.settings.node_repair {
-        tasks.spawn(repair::run(shared.clone()));
+        spawn("repair", |s| Box::pin(repair::run(s)));
     }
+    let (shared, triggers) = (shared.clone(), triggers.clone());
+    tasks.spawn(supervisor.run("provisioning", move || provisioning::run(shared.clone(), triggers.clone())));
     tasks
 }
+
+/// A writer's loop, boxed so the writers fit one table.
+type BoxedRun = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Completes when the lease is lost; never without an elector.
 async fn hold(election: Option<&mut Elector>) {

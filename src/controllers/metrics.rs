@@ -36,6 +36,10 @@ impl<C: CloudProvider + 'static> Probes for Shared<C> {
         readiness(&self.cluster())
     }
 
+    fn live(&self) -> Result<(), String> {
+        self.supervisor.health(tokio::time::Instant::now())
+    }
+
     fn refresh_metrics(&self) {
         refresh(get(), &self.cluster());
         let (source, age) = self.cloud.price_age(crate::cloud::wall_clock()());

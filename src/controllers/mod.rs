@@ -73,6 +73,7 @@ pub async fn run<C: CloudProvider + 'static>(
         termination: node::termination::Termination::new(evictions),
         leading: AtomicBool::new(false),
         in_flight: tokio::sync::RwLock::new(()),
+        supervisor: Arc::new(crate::operator::supervisor::Supervisor::new()),
     });
     let (triggers, trigger_rx) = mpsc::unbounded_channel();
     let mut watches = tokio::task::JoinSet::new();

@@ -138,6 +138,9 @@ pub struct Metrics {
     pub plan_lower_bound: Gauge,
     /// `karpenter_azure_pricing_age_seconds{source}`: ours; one series, for the source in effect.
     pub pricing_age: GaugeVec,
+    /// `karpenter_azure_task_restarts_total{task}`: ours; a long-running task that ended or panicked
+    /// and was started again.
+    pub task_restarts: IntCounterVec,
     /// The disruption controller's.
     pub disruption: DisruptionMetrics,
 }
@@ -310,6 +313,11 @@ impl Metrics {
                 "Age of the VM prices the solver uses: seconds since the last successful Retail Prices API refresh (source=live), or, before the first one, since the controller started on the embedded table (source=static, spot priced as on-demand).",
                 &["source"],
             ),
+            task_restarts: counter(
+                "karpenter_azure_task_restarts_total",
+                "Long-running controller tasks (provisioning, the NodeClaim lifecycle, status, garbage collection, disruption, ...) that ended or panicked and were started again, by task.",
+                &["task"],
+            ),
             registry,
         }
     }
@@ -418,6 +426,11 @@ impl Metrics {
     pub fn set_pricing_age(&self, source: &'static str, age: Duration) {
         self.pricing_age.reset();
         self.pricing_age.with_label_values(&[source]).set(age.as_secs_f64());
+    }
+
+    /// A supervised task ended or panicked and is started again.
+    pub fn task_restarted(&self, task: &str) {
+        self.task_restarts.with_label_values(&[task]).inc();
     }
 
     pub fn vm_create_started(&self, vm: &VmCreate<'_>) {

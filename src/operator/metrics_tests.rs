@@ -88,6 +88,7 @@ fn record_everything(m: &Metrics) {
     m.plan_lower_bound.set(0.3);
     m.set_leading("karpenter-leader-election", true);
     m.set_pricing_age("static", Duration::from_secs(5));
+    m.task_restarted("gc");
     let d = &m.disruption;
     d.evaluation_duration.with_label_values(&["underutilized", "single"]).observe(0.2);
     d.decisions.with_label_values(&["replace", "underutilized", "single"]).inc();
@@ -141,6 +142,7 @@ const EXPECTED: &[(&str, &str, &[&str])] = &[
     ("karpenter_azure_plan_price_dollars_per_hour", "gauge", &["nodepool"]),
     ("karpenter_azure_plan_lower_bound_dollars_per_hour", "gauge", &[]),
     ("karpenter_azure_pricing_age_seconds", "gauge", &["source"]),
+    ("karpenter_azure_task_restarts_total", "counter", &["task"]),
     ("leader_election_master_status", "gauge", &["name"]),
     (
         "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",

@@ -1,6 +1,7 @@
 //! The operator: what runs around the controllers: [`Options`] as flags and environment variables with
 //! upstream's names, [`Validated`], the typed values after checking, the leader election ([`leader`]),
-//! the Prometheus metrics (`metrics`) and the metrics and health servers (`server`).
+//! the Prometheus metrics (`metrics`), the metrics and health servers (`server`), and the supervision
+//! of long-running tasks (`supervisor`).
 
 mod checks;
 pub mod leader;
@@ -9,6 +10,7 @@ mod metrics_disruption;
 pub mod options;
 pub mod server;
 pub mod settings;
+pub mod supervisor;
 
 pub use checks::setting;
 pub use options::{defaults, FeatureGates, Options, OptionsError, Secret, Setting};

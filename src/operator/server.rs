@@ -37,6 +37,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 pub trait Probes: Send + Sync + 'static {
     /// `/readyz`: `Err` says why the controller cannot act yet.
     fn ready(&self) -> Result<(), String>;
+    /// `/healthz`: `Err` says why the process should be restarted.
+    fn live(&self) -> Result<(), String>;
     /// Called before each `/metrics` scrape, to recompute the gauges that describe the cluster.
     fn refresh_metrics(&self);
 }
@@ -197,8 +199,12 @@ async fn health_endpoint(req: Request<Incoming>, probes: Arc<dyn Probes>) -> Res
         return rejected;
     }
     if req.uri().path() == "/healthz" {
-        // Answering at all shows the runtime schedules tasks and the process accepts connections.
-        return text(StatusCode::OK, "ok\n");
+        // Answering at all shows the runtime schedules tasks and the process accepts connections; the
+        // probes say whether what runs on it still works.
+        return match probes.live() {
+            Ok(()) => text(StatusCode::OK, "ok\n"),
+            Err(why) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("unhealthy: {why}\n")),
+        };
     }
     match probes.ready() {
         Ok(()) => text(StatusCode::OK, "ok\n"),

@@ -10,6 +10,7 @@ const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 #[derive(Default)]
 struct Stub {
     ready: AtomicBool,
+    broken: AtomicBool,
     refreshes: AtomicUsize,
 }
 
@@ -19,6 +20,14 @@ impl Probes for Stub {
             Ok(())
         } else {
             Err("the Pod watch has not finished its initial list".into())
+        }
+    }
+
+    fn live(&self) -> Result<(), String> {
+        if self.broken.load(Ordering::SeqCst) {
+            Err("gc stopped 5 times in 10 min".into())
+        } else {
+            Ok(())
         }
     }
 
@@ -62,6 +71,18 @@ async fn healthz_answers_and_readyz_follows_the_probe() {
     assert_eq!(get(ports.health, "/readyz").await.0, 200);
     // Probes with a query string still hit the endpoint.
     assert_eq!(get(ports.health, "/readyz?verbose").await.0, 200);
+}
+
+#[tokio::test]
+async fn healthz_fails_with_the_reason_while_the_probe_says_the_process_is_broken() {
+    let stub = Arc::new(Stub::default());
+    let ports = serve(stub.clone()).await;
+    stub.broken.store(true, Ordering::SeqCst);
+    let (status, _, body) = get(ports.health, "/healthz").await;
+    assert_eq!(status, 500);
+    assert!(body.contains("gc stopped 5 times"), "{body}");
+    stub.broken.store(false, Ordering::SeqCst);
+    assert_eq!(get(ports.health, "/healthz").await.0, 200);
 }
 
 #[tokio::test]
