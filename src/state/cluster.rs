@@ -17,6 +17,7 @@ use crate::scheduling::from_k8s::{self, FromK8sError, PodContext, VolumeIndex};
 use crate::scheduling::Pod;
 
 use super::records::{NodeClaimRecord, NodeRecord, PdbRecord, PodRecord};
+use super::versions::{Version, Versions};
 use super::{key, Kind, Object};
 
 /// The label the API server puts on every namespace.
@@ -58,6 +59,8 @@ pub struct Cluster {
     synced: BTreeSet<Kind>,
     /// Kinds being relisted, with the keys seen so far: at the end, the rest were deleted meanwhile.
     relisting: BTreeMap<Kind, BTreeSet<String>>,
+    /// The version of each object held and the objects deleted, so no older copy replaces a newer one.
+    versions: Versions,
 }
 
 /// The index key of an object.
@@ -99,13 +102,18 @@ impl Cluster {
         Self::default()
     }
 
-    /// Adds or replaces an object (a watch `Apply`, or an `InitApply` during a relist).
+    /// Adds or replaces an object (a watch `Apply`, an `InitApply` during a relist, or the response of
+    /// the controller's own write), unless it is older than the copy held or its object was deleted
+    /// ([`versions`](super::versions)).
     pub fn apply<'a>(&mut self, object: impl Into<Object<'a>>) {
         let object = object.into();
         let kind = object.kind();
         let key = object_key(object);
         if let Some(seen) = self.relisting.get_mut(&kind) {
             seen.insert(key.clone());
+        }
+        if !self.versions.admit(kind, &key, Version::of(object.meta())) {
+            return;
         }
         // The old version goes first, so a failed conversion never leaves it behind as current.
         self.remove(kind, &key);
@@ -114,14 +122,22 @@ impl Cluster {
         }
     }
 
-    /// Removes an object (a watch `Delete`).
+    /// Removes an object (a watch `Delete`); a newer object of the same name stays.
     pub fn delete<'a>(&mut self, object: impl Into<Object<'a>>) {
         let object = object.into();
-        self.delete_key(object.kind(), &object_key(object));
+        let (kind, key) = (object.kind(), object_key(object));
+        if self.versions.remove(kind, &key, Version::of(object.meta())) {
+            self.drop_object(kind, &key);
+        }
     }
 
     /// Removes an object by kind and key (`namespace/name`, or `name` for cluster-scoped kinds).
     pub fn delete_key(&mut self, kind: Kind, key: &str) {
+        self.versions.forget(kind, key);
+        self.drop_object(kind, key);
+    }
+
+    fn drop_object(&mut self, kind: Kind, key: &str) {
         self.remove(kind, key);
         if kind == Kind::Namespace {
             self.reconvert_selector_pods();

@@ -19,6 +19,9 @@ mod disruption;
 mod disruption_tests;
 pub mod records;
 mod snapshot;
+pub mod versions;
+#[cfg(test)]
+mod versions_tests;
 // The simulator's tests reuse the small cluster fixture to compare their assembly with the snapshot.
 #[cfg(test)]
 pub(crate) mod tests;
@@ -27,6 +30,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::apis::{AKSNodeClass, NodeClaim, NodePool};
 
@@ -99,6 +103,23 @@ pub enum Object<'a> {
 }
 
 impl Object<'_> {
+    /// The object's metadata.
+    pub fn meta(&self) -> &ObjectMeta {
+        match self {
+            Object::Pod(o) => &o.metadata,
+            Object::Node(o) => &o.metadata,
+            Object::NodeClaim(o) => &o.metadata,
+            Object::NodePool(o) => &o.metadata,
+            Object::NodeClass(o) => &o.metadata,
+            Object::DaemonSet(o) => &o.metadata,
+            Object::PodDisruptionBudget(o) => &o.metadata,
+            Object::PersistentVolumeClaim(o) => &o.metadata,
+            Object::PersistentVolume(o) => &o.metadata,
+            Object::StorageClass(o) => &o.metadata,
+            Object::Namespace(o) => &o.metadata,
+        }
+    }
+
     pub fn kind(&self) -> Kind {
         match self {
             Object::Pod(_) => Kind::Pod,
