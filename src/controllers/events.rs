@@ -57,8 +57,9 @@ pub mod reason {
     pub const NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
     pub const INTERRUPTED: &str = "Interrupted";
     pub const DRIFTED: &str = "Drifted";
+    pub const UNREADABLE: &str = "Unreadable";
 
-    pub const ALL: [&str; 20] = [
+    pub const ALL: [&str; 21] = [
         NOMINATED,
         FAILED_SCHEDULING,
         LAUNCHED,
@@ -79,6 +80,7 @@ pub mod reason {
         NODE_REPAIR_BLOCKED,
         INTERRUPTED,
         DRIFTED,
+        UNREADABLE,
     ];
 }
 
@@ -244,6 +246,17 @@ pub fn unhealthy(node: &str, condition: &str, since: &str) -> Event {
 /// (upstream `NodeRepairBlocked`).
 pub fn node_repair_blocked(why: &str) -> Event {
     event(EventType::Warning, reason::NODE_REPAIR_BLOCKED, "Repair", format!("Cannot repair node: {why}"))
+}
+
+/// On any object the controller cannot read or convert: it is left out of every decision until it
+/// changes (a NodeClaim so left out keeps its VM: garbage collection spares it).
+pub fn unreadable(why: &str) -> Event {
+    event(
+        EventType::Warning,
+        reason::UNREADABLE,
+        "Read",
+        format!("Left out of provisioning and disruption decisions: {why}"),
+    )
 }
 
 /// On a NodeClaim: Azure evicted its spot VM, so the claim is deleted and its pods provisioned again.

@@ -39,6 +39,11 @@ fn builders_use_their_reason_and_type() {
         (unhealthy("n", "Ready=False", "t"), reason::UNHEALTHY, EventType::Warning),
         (node_repair_blocked("x"), reason::NODE_REPAIR_BLOCKED, EventType::Warning),
         (interrupted("id"), reason::INTERRUPTED, EventType::Warning),
+        (
+            unreadable("spec.requirements[0].operator: unknown variant `Gte`"),
+            reason::UNREADABLE,
+            EventType::Warning,
+        ),
     ];
     assert_eq!(cases.len(), reason::ALL.len());
     for (ev, reason, type_) in cases {

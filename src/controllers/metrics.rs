@@ -110,6 +110,11 @@ pub fn refresh(m: &Metrics, cluster: &Cluster) {
         }
     }
 
+    m.unreadable_objects.reset();
+    for (kind, _, _) in cluster.invalid() {
+        m.unreadable_objects.with_label_values(&[kind.name()]).inc();
+    }
+
     let usage = cluster.nodepool_usage();
     m.nodepools_usage.reset();
     m.nodepools_limit.reset();

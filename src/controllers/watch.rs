@@ -3,18 +3,27 @@
 //! while a watch was down are dropped at the end of its relist. No reflector store is kept: the index
 //! holds only the fields decisions read.
 //!
+//! The custom resources (NodeClaims, NodePools, AKSNodeClasses) are read one object at a time, so one
+//! that this version cannot read (stored by another version) is set aside, logged and evented instead
+//! of failing the whole list; objects that read but do not convert are reported the same way. Either
+//! way the object is left out of every decision ([`Cluster::invalid`]).
+//!
 //! Side effects after an update: a provisionable pod is sent to the provisioning batcher; a NodePool or
 //! AKSNodeClass change wakes the status writer.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ApiResource, DynamicObject, TypeMeta};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Resource, ResourceExt};
@@ -22,8 +31,9 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinSet;
 
-use super::Shared;
+use super::{events, Shared};
 use crate::apis::{AKSNodeClass, NodeClaim, NodePool};
+use crate::scheduling::from_k8s::FromK8sError;
 use crate::state::{self, Cluster, Kind, Object};
 
 /// Starts one watch per kind the index holds.
@@ -45,22 +55,14 @@ pub fn spawn_all<C: Send + Sync + 'static>(
     };
     tasks.spawn(watch(Api::<Pod>::all(client.clone()), Kind::Pod, shared.clone(), pod_hook));
     tasks.spawn(watch(Api::<Node>::all(client.clone()), Kind::Node, shared.clone(), |_, _: &Node| {}));
-    tasks.spawn(watch(
-        Api::<NodeClaim>::all(client.clone()),
-        Kind::NodeClaim,
-        shared.clone(),
-        |_, _: &NodeClaim| {},
-    ));
+    tasks.spawn(watch_tolerant(client.clone(), Kind::NodeClaim, shared.clone(), |_, _: &NodeClaim| {}));
     let notify = shared.clone();
-    tasks.spawn(watch(
-        Api::<NodePool>::all(client.clone()),
-        Kind::NodePool,
-        shared.clone(),
-        move |_, _: &NodePool| notify.status_changed.notify_one(),
-    ));
+    tasks.spawn(watch_tolerant(client.clone(), Kind::NodePool, shared.clone(), move |_, _: &NodePool| {
+        notify.status_changed.notify_one()
+    }));
     let notify = shared.clone();
-    tasks.spawn(watch(
-        Api::<AKSNodeClass>::all(client.clone()),
+    tasks.spawn(watch_tolerant(
+        client.clone(),
         Kind::NodeClass,
         shared.clone(),
         move |_, _: &AKSNodeClass| notify.status_changed.notify_one(),
@@ -100,13 +102,73 @@ pub fn spawn_all<C: Send + Sync + 'static>(
     tasks.spawn(watch(Api::<Namespace>::all(client), Kind::Namespace, shared, |_, _: &Namespace| {}));
 }
 
-/// Runs one watch until the task is aborted. Errors are logged; the stream backs off and relists itself.
+/// A watched object as read: the typed object, or, for a copy that does not fit the API types, its
+/// metadata and why.
+enum Read<K> {
+    Object(K),
+    // Boxed: rare, and the metadata is large.
+    Unreadable(Box<ObjectMeta>, String),
+}
+
+/// Runs one watch of typed objects until the task is aborted. The API server validates the built-in
+/// kinds, so their objects always decode.
 async fn watch<K, C>(api: Api<K>, kind: Kind, shared: Arc<Shared<C>>, after_apply: impl Fn(&Cluster, &K))
 where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
     for<'a> &'a K: Into<Object<'a>>,
 {
-    let mut stream = kube::runtime::watcher(api, watcher::Config::default()).default_backoff().boxed();
+    let stream = kube::runtime::watcher(api, watcher::Config::default()).default_backoff().boxed();
+    run(stream, kind, &shared, Read::Object, after_apply).await;
+}
+
+/// Runs one watch of a custom resource, read object by object: a copy this version's types cannot
+/// read (written by another version of the controller, say a requirement operator it does not know)
+/// is set aside with why ([`Cluster::set_aside`]), instead of failing the whole list and leaving the
+/// kind unsynced.
+async fn watch_tolerant<K, C>(
+    client: kube::Client,
+    kind: Kind,
+    shared: Arc<Shared<C>>,
+    after_apply: impl Fn(&Cluster, &K),
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+    for<'a> &'a K: Into<Object<'a>>,
+{
+    let resource = ApiResource::erase::<K>(&());
+    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let stream = kube::runtime::watcher(api, watcher::Config::default()).default_backoff().boxed();
+    let read = move |object: DynamicObject| read_as::<K>(object, &resource);
+    run(stream, kind, &shared, read, after_apply).await;
+}
+
+/// `object` as a `K`, or why it cannot be one.
+fn read_as<K: DeserializeOwned>(mut object: DynamicObject, resource: &ApiResource) -> Read<K> {
+    // Items of a list may come without their type; the typed object needs it.
+    if object.types.is_none() {
+        object.types =
+            Some(TypeMeta { api_version: resource.api_version.clone(), kind: resource.kind.clone() });
+    }
+    let meta = object.metadata.clone();
+    match serde_json::to_value(&object).and_then(serde_json::from_value::<K>) {
+        Ok(typed) => Read::Object(typed),
+        Err(error) => Read::Unreadable(Box::new(meta), error.to_string()),
+    }
+}
+
+/// Feeds a watch's events into the index; errors are logged and the stream backs off and relists.
+/// An object the index leaves out (unreadable, or not convertible) is logged and evented once per
+/// version.
+async fn run<K, W, C>(
+    mut stream: futures::stream::BoxStream<'static, watcher::Result<Event<W>>>,
+    kind: Kind,
+    shared: &Shared<C>,
+    read: impl Fn(W) -> Read<K>,
+    after_apply: impl Fn(&Cluster, &K),
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+    for<'a> &'a K: Into<Object<'a>>,
+{
+    let mut reported: BTreeMap<String, Option<String>> = BTreeMap::new();
     while let Some(event) = stream.next().await {
         let event = match event {
             Ok(event) => event,
@@ -115,18 +177,118 @@ where
                 continue;
             }
         };
-        let mut cluster = shared.cluster();
-        match event {
-            Event::Init => cluster.begin_relist(kind),
-            Event::InitApply(object) | Event::Apply(object) => {
-                cluster.apply(&object);
-                after_apply(&cluster, &object);
+        let mut left_out = None;
+        {
+            let mut cluster = shared.cluster();
+            match event {
+                Event::Init => cluster.begin_relist(kind),
+                Event::InitApply(object) | Event::Apply(object) => {
+                    let meta = match read(object) {
+                        Read::Object(object) => {
+                            cluster.apply(&object);
+                            after_apply(&cluster, &object);
+                            object.meta().clone()
+                        }
+                        Read::Unreadable(meta, why) => {
+                            cluster.set_aside(kind, &meta, FromK8sError::Undecodable { message: why });
+                            *meta
+                        }
+                    };
+                    let key = state::key(meta.namespace.as_deref(), meta.name.as_deref().unwrap_or_default());
+                    match cluster.invalid_reason(kind, &key) {
+                        Some(why) if reported.get(&key) != Some(&meta.resource_version) => {
+                            reported.insert(key, meta.resource_version.clone());
+                            left_out = Some((meta, why.to_string()));
+                        }
+                        Some(_) => {}
+                        None => drop(reported.remove(&key)),
+                    }
+                }
+                Event::InitDone => {
+                    cluster.mark_synced(kind);
+                    tracing::debug!(kind = kind.name(), "watch synced");
+                }
+                Event::Delete(object) => {
+                    let meta = match read(object) {
+                        Read::Object(object) => {
+                            cluster.delete(&object);
+                            object.meta().clone()
+                        }
+                        Read::Unreadable(meta, _) => {
+                            cluster.delete_unreadable(kind, &meta);
+                            *meta
+                        }
+                    };
+                    reported.remove(&state::key(
+                        meta.namespace.as_deref(),
+                        meta.name.as_deref().unwrap_or_default(),
+                    ));
+                }
             }
-            Event::InitDone => {
-                cluster.mark_synced(kind);
-                tracing::debug!(kind = kind.name(), "watch synced");
-            }
-            Event::Delete(object) => cluster.delete(&object),
         }
+        if let Some((meta, why)) = left_out {
+            let name = meta.name.clone().unwrap_or_default();
+            tracing::warn!(kind = kind.name(), name = %name, namespace = meta.namespace.as_deref().unwrap_or(""), %why, "object left out of every decision: it cannot be read");
+            let reference = ObjectReference {
+                api_version: Some(K::api_version(&()).to_string()),
+                kind: Some(K::kind(&()).to_string()),
+                name: meta.name,
+                namespace: meta.namespace,
+                uid: meta.uid,
+                resource_version: meta.resource_version,
+                ..ObjectReference::default()
+            };
+            shared.events.publish(events::unreadable(&why), reference).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dynamic(operator: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c", "uid": "u", "resourceVersion": "7"},
+            "spec": {"nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": "d"},
+                     "requirements": [{"key": "karpenter.azure.com/sku-cpu", "operator": operator, "values": ["4"]}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_custom_resource_this_version_cannot_read_is_set_aside_with_why_and_the_rest_of_the_kind_syncs() {
+        let resource = ApiResource::erase::<NodeClaim>(&());
+        let Read::Unreadable(meta, why) = read_as::<NodeClaim>(dynamic("Gte"), &resource) else {
+            panic!("an operator this version does not know reads")
+        };
+        assert!(why.contains("Gte"), "{why}");
+        let Read::Object(good) = read_as::<NodeClaim>(dynamic("Gt"), &resource) else { panic!("Gt reads") };
+        let mut other = good.clone();
+        other.metadata.name = Some("other".into());
+        other.metadata.uid = Some("u2".into());
+        other.status =
+            serde_json::from_value(serde_json::json!({"providerID": "azure:///vm/other"})).unwrap();
+
+        let mut cluster = Cluster::new();
+        for kind in Kind::ALL {
+            cluster.mark_synced(kind);
+        }
+        cluster.begin_relist(Kind::NodeClaim);
+        cluster.set_aside(Kind::NodeClaim, &meta, FromK8sError::Undecodable { message: why });
+        cluster.apply(&other);
+        cluster.mark_synced(Kind::NodeClaim);
+        assert!(cluster.synced(), "{:?}", cluster.sync_status());
+        assert!(cluster.nodeclaim("c").is_none() && cluster.nodeclaim("other").is_some());
+        let reason = cluster.invalid_reason(Kind::NodeClaim, "c").map(|e| e.category());
+        assert_eq!(reason, Some("Undecodable"), "kept as set aside through the relist");
+        // A readable copy written later replaces it; the unreadable one's deletion then keeps it.
+        let mut fixed = good;
+        fixed.metadata.resource_version = Some("8".into());
+        cluster.apply(&fixed);
+        assert!(cluster.nodeclaim("c").is_some() && cluster.invalid_reason(Kind::NodeClaim, "c").is_none());
+        cluster.delete_unreadable(Kind::NodeClaim, &meta);
+        assert!(cluster.nodeclaim("c").is_some(), "the deletion of an older copy keeps the newer");
     }
 }

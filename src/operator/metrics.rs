@@ -141,6 +141,9 @@ pub struct Metrics {
     /// `karpenter_azure_task_restarts_total{task}`: ours; a long-running task that ended or panicked
     /// and was started again.
     pub task_restarts: IntCounterVec,
+    /// `karpenter_azure_unreadable_objects{kind}`: ours; objects left out of every decision because
+    /// they cannot be read or converted.
+    pub unreadable_objects: IntGaugeVec,
     /// The disruption controller's.
     pub disruption: DisruptionMetrics,
 }
@@ -312,6 +315,11 @@ impl Metrics {
                 "karpenter_azure_pricing_age_seconds",
                 "Age of the VM prices the solver uses: seconds since the last successful Retail Prices API refresh (source=live), or, before the first one, since the controller started on the embedded table (source=static, spot priced as on-demand).",
                 &["source"],
+            ),
+            unreadable_objects: int_gauge(
+                "karpenter_azure_unreadable_objects",
+                "Objects the controller cannot read or convert (for example a NodeClaim written by another version with an operator this one does not know), by kind; they are left out of every decision, and a NodeClaim among them keeps its VM.",
+                &["kind"],
             ),
             task_restarts: counter(
                 "karpenter_azure_task_restarts_total",

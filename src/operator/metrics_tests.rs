@@ -89,6 +89,7 @@ fn record_everything(m: &Metrics) {
     m.set_leading("karpenter-leader-election", true);
     m.set_pricing_age("static", Duration::from_secs(5));
     m.task_restarted("gc");
+    m.unreadable_objects.with_label_values(&["NodeClaim"]).set(1);
     let d = &m.disruption;
     d.evaluation_duration.with_label_values(&["underutilized", "single"]).observe(0.2);
     d.decisions.with_label_values(&["replace", "underutilized", "single"]).inc();
@@ -143,6 +144,7 @@ const EXPECTED: &[(&str, &str, &[&str])] = &[
     ("karpenter_azure_plan_lower_bound_dollars_per_hour", "gauge", &[]),
     ("karpenter_azure_pricing_age_seconds", "gauge", &["source"]),
     ("karpenter_azure_task_restarts_total", "counter", &["task"]),
+    ("karpenter_azure_unreadable_objects", "gauge", &["kind"]),
     ("leader_election_master_status", "gauge", &["name"]),
     (
         "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",

@@ -10,6 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
 use crate::apis::conditions;
 use crate::apis::{AKSNodeClass, NodePool};
 use crate::model::resources::Resources;
@@ -120,6 +122,33 @@ impl Cluster {
         if let Err(error) = self.insert(object, &key) {
             self.invalid.insert((kind, key), error);
         }
+    }
+
+    /// Holds a copy that could not be read (it does not fit the API types) as set aside under its
+    /// name, with why: it replaces an older readable copy, counts as seen by a relist, and is left out
+    /// of every query like an object that does not convert ([`Cluster::invalid`]).
+    pub fn set_aside(&mut self, kind: Kind, meta: &ObjectMeta, error: FromK8sError) {
+        let key = key(meta.namespace.as_deref(), meta.name.as_deref().unwrap_or_default());
+        if let Some(seen) = self.relisting.get_mut(&kind) {
+            seen.insert(key.clone());
+        }
+        if self.versions.admit(kind, &key, Version::of(meta)) {
+            self.remove(kind, &key);
+            self.invalid.insert((kind, key), error);
+        }
+    }
+
+    /// Removes a copy that could not be read (a watch `Delete` of it); a newer object stays.
+    pub fn delete_unreadable(&mut self, kind: Kind, meta: &ObjectMeta) {
+        let key = key(meta.namespace.as_deref(), meta.name.as_deref().unwrap_or_default());
+        if self.versions.remove(kind, &key, Version::of(meta)) {
+            self.drop_object(kind, &key);
+        }
+    }
+
+    /// Why the object `kind`/`key` is left out, if it is.
+    pub fn invalid_reason(&self, kind: Kind, key: &str) -> Option<&FromK8sError> {
+        self.invalid.get(&(kind, key.to_string()))
     }
 
     /// Removes an object (a watch `Delete`); a newer object of the same name stays.

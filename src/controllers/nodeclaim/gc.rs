@@ -13,7 +13,8 @@
 //!   as `karpenter_nodeclaims_disrupted_total{reason="interruption"}`, any other as `garbage_collected`.
 //!
 //! A delete that fails (a throttled call, a NIC Network still reserves for a refused create) is logged
-//! and tried again at the next sweep; it stops nothing else in this one. Nothing happens until the
+//! and tried again at the next sweep; it stops nothing else in this one. A NodeClaim the index cannot
+//! read (set aside, see `controllers::watch`) keeps its VM and NIC. Nothing happens until the
 //! index is synced. The decision is [`decide`], pure over plain lists and `now`.
 //!
 //! Tests shorten the interval and grace period with the hidden environment variables
@@ -34,6 +35,7 @@ use crate::controllers::writes::{self, Deleted, Guard};
 use crate::controllers::{events, metrics, ControllerError, Shared};
 use crate::model::labels::{CAPACITY_TYPE_SPOT, LABEL_CAPACITY_TYPE};
 use crate::operator::metrics::{controller, in_controller};
+use crate::state::Kind;
 
 /// Upstream's instance GC period.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2 * 60);
@@ -149,6 +151,11 @@ async fn sweep<C: CloudProvider + 'static>(
             tracing::debug!("garbage collection skipped: the index is not synced");
             return Ok(suspects.clone());
         }
+        // A claim the index cannot read still owns its VM (by name): it is never collected.
+        let unreadable = cluster
+            .invalid()
+            .filter(|(kind, _, _)| *kind == Kind::NodeClaim)
+            .map(|(_, name, _)| ClaimView { name: name.to_string(), provider_id: None, deleting: false });
         cluster
             .nodeclaims()
             .map(|c| ClaimView {
@@ -156,6 +163,7 @@ async fn sweep<C: CloudProvider + 'static>(
                 provider_id: c.provider_id.clone(),
                 deleting: c.deleting,
             })
+            .chain(unreadable)
             .collect()
     };
     let vms = shared.cloud.list().await?;

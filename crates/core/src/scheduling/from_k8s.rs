@@ -39,6 +39,9 @@ pub enum FromK8sError {
     Unsupported { field: String, message: String },
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
+    /// The object does not fit this version's API types (a field or value it does not know).
+    #[error("cannot be read: {message}")]
+    Undecodable { message: String },
 }
 
 impl FromK8sError {
@@ -49,6 +52,7 @@ impl FromK8sError {
             Self::Requirement { .. } => "InvalidRequirement",
             Self::Unsupported { .. } => "Unsupported",
             Self::Invalid { .. } => "Invalid",
+            Self::Undecodable { .. } => "Undecodable",
         }
     }
 
