@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 
 use crate::cloud::CloudError;
 use crate::controllers::node::termination::Termination;
+use crate::controllers::watch_health::WatchHealth;
 use crate::controllers::{events, provisioning};
 use crate::operator::server::{Ports, ServerError};
 use crate::operator::supervisor::Supervisor;
@@ -42,6 +43,8 @@ pub struct Settings {
     pub disruption_validation_delay: Duration,
     /// Feature gate `NodeRepair` (upstream default off): [`repair`] replaces nodes that stay unhealthy.
     pub node_repair: bool,
+    /// How long a watch may keep failing before `/readyz` fails (`KARPENTER_WATCH_STALE_AFTER`).
+    pub watch_stale_after: Duration,
 }
 
 /// Why a controller step failed. `category` is the bounded label for logs, metrics and events.
@@ -96,6 +99,8 @@ pub struct Shared<C> {
     pub in_flight: tokio::sync::RwLock<()>,
     /// Restarts the writers when they end or panic; a writer that keeps stopping fails `/healthz`.
     pub supervisor: Arc<Supervisor>,
+    /// The watches' failure streaks; a watch failing too long fails `/readyz`.
+    pub watch_health: WatchHealth,
 }
 
 impl<C> Shared<C> {

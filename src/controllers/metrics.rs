@@ -33,7 +33,8 @@ const TERMINATION_FORCEFUL: &str = "forceful";
 
 impl<C: CloudProvider + 'static> Probes for Shared<C> {
     fn ready(&self) -> Result<(), String> {
-        readiness(&self.cluster())
+        readiness(&self.cluster())?;
+        self.watch_health.ready(tokio::time::Instant::now())
     }
 
     fn live(&self) -> Result<(), String> {
@@ -42,6 +43,10 @@ impl<C: CloudProvider + 'static> Probes for Shared<C> {
 
     fn refresh_metrics(&self) {
         refresh(get(), &self.cluster());
+        get().watch_failing.reset();
+        for (kind, failing) in self.watch_health.failing(tokio::time::Instant::now()) {
+            get().watch_failing.with_label_values(&[kind.name()]).set(failing.as_secs_f64());
+        }
         let (source, age) = self.cloud.price_age(crate::cloud::wall_clock()());
         get().set_pricing_age(source.as_str(), age);
     }

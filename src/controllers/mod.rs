@@ -36,6 +36,7 @@ pub mod provisioning;
 pub mod start;
 pub mod status;
 pub mod watch;
+pub mod watch_health;
 pub mod writes;
 
 use std::collections::BTreeMap;
@@ -61,6 +62,7 @@ pub async fn run<C: CloudProvider + 'static>(
     settings: Settings,
     election: Option<Elector>,
 ) -> Result<(), ControllerError> {
+    let settings_stale_after = settings.watch_stale_after;
     let shared = Arc::new(Shared {
         events: events::Events::new(client.clone()),
         client,
@@ -74,6 +76,7 @@ pub async fn run<C: CloudProvider + 'static>(
         leading: AtomicBool::new(false),
         in_flight: tokio::sync::RwLock::new(()),
         supervisor: Arc::new(crate::operator::supervisor::Supervisor::new()),
+        watch_health: watch_health::WatchHealth::new(settings_stale_after),
     });
     let (triggers, trigger_rx) = mpsc::unbounded_channel();
     let mut watches = tokio::task::JoinSet::new();

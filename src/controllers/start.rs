@@ -190,6 +190,7 @@ pub fn settings(v: &Validated) -> Settings {
             DISRUPTION_VALIDATION_DELAY,
         ),
         node_repair: v.feature_gates.node_repair,
+        watch_stale_after: env_duration(WATCH_STALE_AFTER_ENV, super::watch_health::DEFAULT_STALE_AFTER),
     }
 }
 
@@ -221,6 +222,9 @@ pub const GC_INTERVAL_ENV: &str = "KARPENTER_GC_INTERVAL";
 pub const PRICE_REFRESH_INTERVAL_ENV: &str = "KARPENTER_PRICE_REFRESH_INTERVAL";
 /// Hidden override of the garbage-collection grace period for unowned VMs, for tests.
 pub const GC_GRACE_ENV: &str = "KARPENTER_GC_GRACE_PERIOD";
+
+/// How long a watch may keep failing before `/readyz` fails (a duration such as `2m`).
+pub const WATCH_STALE_AFTER_ENV: &str = "KARPENTER_WATCH_STALE_AFTER";
 
 /// Hidden override of the registration timeout, so tests of nodes that never join need not wait 15 minutes.
 pub const REGISTRATION_TIMEOUT_ENV: &str = "KARPENTER_REGISTRATION_TIMEOUT";

@@ -173,10 +173,12 @@ async fn run<K, W, C>(
         let event = match event {
             Ok(event) => event,
             Err(error) => {
+                shared.watch_health.failed(kind, tokio::time::Instant::now());
                 tracing::warn!(kind = kind.name(), %error, "watch failed; retrying");
                 continue;
             }
         };
+        shared.watch_health.delivered(kind);
         let mut left_out = None;
         {
             let mut cluster = shared.cluster();

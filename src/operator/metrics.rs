@@ -144,6 +144,8 @@ pub struct Metrics {
     /// `karpenter_azure_unreadable_objects{kind}`: ours; objects left out of every decision because
     /// they cannot be read or converted.
     pub unreadable_objects: IntGaugeVec,
+    /// `karpenter_azure_watch_failing_seconds{kind}`: ours; how long each failing watch has failed.
+    pub watch_failing: GaugeVec,
     /// The disruption controller's.
     pub disruption: DisruptionMetrics,
 }
@@ -315,6 +317,11 @@ impl Metrics {
                 "karpenter_azure_pricing_age_seconds",
                 "Age of the VM prices the solver uses: seconds since the last successful Retail Prices API refresh (source=live), or, before the first one, since the controller started on the embedded table (source=static, spot priced as on-demand).",
                 &["source"],
+            ),
+            watch_failing: gauge(
+                "karpenter_azure_watch_failing_seconds",
+                "How long the watch of each kind has been failing (a series only while it fails); past KARPENTER_WATCH_STALE_AFTER (5 minutes) /readyz fails.",
+                &["kind"],
             ),
             unreadable_objects: int_gauge(
                 "karpenter_azure_unreadable_objects",

@@ -90,6 +90,7 @@ fn record_everything(m: &Metrics) {
     m.set_pricing_age("static", Duration::from_secs(5));
     m.task_restarted("gc");
     m.unreadable_objects.with_label_values(&["NodeClaim"]).set(1);
+    m.watch_failing.with_label_values(&["Pod"]).set(30.0);
     let d = &m.disruption;
     d.evaluation_duration.with_label_values(&["underutilized", "single"]).observe(0.2);
     d.decisions.with_label_values(&["replace", "underutilized", "single"]).inc();
@@ -145,6 +146,7 @@ const EXPECTED: &[(&str, &str, &[&str])] = &[
     ("karpenter_azure_pricing_age_seconds", "gauge", &["source"]),
     ("karpenter_azure_task_restarts_total", "counter", &["task"]),
     ("karpenter_azure_unreadable_objects", "gauge", &["kind"]),
+    ("karpenter_azure_watch_failing_seconds", "gauge", &["kind"]),
     ("leader_election_master_status", "gauge", &["name"]),
     (
         "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
