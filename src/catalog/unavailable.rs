@@ -101,6 +101,8 @@ struct FamilyBlock {
 pub struct UnavailableOfferings {
     entries: BTreeMap<Scope, Timestamp>,
     families: BTreeMap<FamilyScope, FamilyBlock>,
+    /// Region-wide blocks by capacity type: every size with at least `min_vcpus` vCPUs.
+    regional: BTreeMap<CapacityType, FamilyBlock>,
     seq: u64,
 }
 
@@ -114,7 +116,7 @@ impl UnavailableOfferings {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty() && self.families.is_empty()
+        self.entries.is_empty() && self.families.is_empty() && self.regional.is_empty()
     }
 
     /// Records an Azure error for an attempt to launch `sku` in `zone` with `capacity_type`, marking the
@@ -196,6 +198,34 @@ impl UnavailableOfferings {
         self.seq += 1;
     }
 
+    /// The region's vCPU quota is exhausted for `capacity_type`: blocks every size with more than
+    /// `headroom` vCPUs (the quota left; None when Azure did not say, which blocks every size) for `ttl`.
+    /// Upstream does not cache this error, so each launch fails again and its claim is created and
+    /// deleted over and over; here the solver plans within the quota left until the block expires.
+    /// Overlapping blocks keep the lower threshold and the later expiry.
+    pub fn mark_regional_quota(
+        &mut self,
+        capacity_type: CapacityType,
+        headroom: Option<u32>,
+        ttl: Duration,
+        now: Timestamp,
+    ) {
+        let min_vcpus = headroom.map_or(0, |h| h.saturating_add(1));
+        let block = FamilyBlock { min_vcpus, expires_at: now + ttl };
+        self.regional
+            .entry(capacity_type)
+            .and_modify(|b| {
+                if b.expires_at <= now {
+                    *b = block;
+                } else {
+                    b.min_vcpus = b.min_vcpus.min(min_vcpus);
+                    b.expires_at = b.expires_at.max(block.expires_at);
+                }
+            })
+            .or_insert(block);
+        self.seq += 1;
+    }
+
     /// Whether the offering is blocked at `now` by any entry.
     pub fn is_unavailable(&self, offering: &OfferingRef<'_>, now: Timestamp) -> bool {
         let live = |expires_at: &Timestamp| *expires_at > now;
@@ -211,7 +241,12 @@ impl UnavailableOfferings {
                 self.entries.get(&scope).is_some_and(live)
             })
         });
+        let regional = self
+            .regional
+            .get(&offering.capacity_type)
+            .is_some_and(|b| live(&b.expires_at) && offering.vcpus >= b.min_vcpus);
         by_offering
+            || regional
             || offering.family.is_some_and(|family| {
                 zones.iter().any(|zone| {
                     let scope = FamilyScope {
@@ -228,10 +263,11 @@ impl UnavailableOfferings {
 
     /// Drops expired entries (the upstream 10 s cleanup loop calls the equivalent).
     pub fn evict_expired(&mut self, now: Timestamp) {
-        let before = self.entries.len() + self.families.len();
+        let before = self.entries.len() + self.families.len() + self.regional.len();
         self.entries.retain(|_, expires_at| *expires_at > now);
         self.families.retain(|_, b| b.expires_at > now);
-        if self.entries.len() + self.families.len() != before {
+        self.regional.retain(|_, b| b.expires_at > now);
+        if self.entries.len() + self.families.len() + self.regional.len() != before {
             self.seq += 1;
         }
     }
@@ -316,6 +352,21 @@ mod tests {
         assert!(!cache.is_unavailable(&offering(Spot, "Standard_D4s_v5", "eastus-2"), T0));
         cache.mark(UnavailableReason::AllocationFailed, Spot, "Standard_E4s_v5", "eastus-1", T0);
         assert!(cache.is_unavailable(&offering(OnDemand, "Standard_E4s_v5", "eastus-3"), T0));
+    }
+
+    #[test]
+    fn a_regional_quota_block_leaves_the_sizes_that_fit_the_quota_left() {
+        let mut cache = UnavailableOfferings::new();
+        let size = |vcpus| OfferingRef { capacity_type: OnDemand, sku: "S", zone: "z", family: None, vcpus };
+        cache.mark_regional_quota(OnDemand, Some(4), 10 * MINUTE, T0);
+        assert!(!cache.is_unavailable(&size(4), T0), "4 vCPUs fit the 4 left");
+        assert!(cache.is_unavailable(&size(8), T0));
+        let spot = OfferingRef { capacity_type: CapacityType::Spot, ..size(8) };
+        assert!(!cache.is_unavailable(&spot, T0), "spot has its own quota");
+        cache.mark_regional_quota(OnDemand, None, 10 * MINUTE, T0 + MINUTE);
+        assert!(cache.is_unavailable(&size(2), T0 + MINUTE), "no headroom known: every size");
+        cache.evict_expired(T0 + 12 * MINUTE);
+        assert!(cache.is_empty());
     }
 
     #[test]

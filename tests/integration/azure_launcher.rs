@@ -365,6 +365,37 @@ async fn family_quota_marks_the_size_in_every_zone() {
 }
 
 #[tokio::test]
+async fn regional_quota_leaves_out_the_sizes_larger_than_the_quota_left_until_it_expires() {
+    // 6 regular cores in the region: a 4-core VM runs, an 8-core one is refused with the quota left (2).
+    let h = harness(FakeArmConfig::default()).await;
+    h.fake.inject(Fault::Quota { scope: QuotaScope::Regional, limit: 6, delivery: Delivery::Sync });
+    let first = request("default-q1", vec![option("Standard_D4s_v5", &[on_demand("eastus-1")])]);
+    h.provider.create(&first).await.expect("4 of 6 cores");
+    let big = request("default-q2", vec![option("Standard_D8s_v5", &[on_demand("eastus-1")])]);
+    let err = h.provider.create(&big).await.unwrap_err();
+    assert!(err.to_string().contains("RegionalQuotaReached"), "{err}");
+    assert!(blocked(&h, "Standard_D8s_v5", "eastus-2", CapacityType::OnDemand), "every zone");
+    assert!(blocked(&h, "Standard_E4s_v5", "eastus-3", CapacityType::OnDemand), "every family over 2 cores");
+    assert!(!blocked(&h, "Standard_D2s_v5", "eastus-1", CapacityType::OnDemand), "2 cores still fit");
+    assert!(!blocked(&h, "Standard_D8s_v5", "eastus-1", CapacityType::Spot), "spot has its own quota");
+    // The next launch of a blocked size is not even tried: no second PUT.
+    let puts = h.fake.vm_put_count("aks-default-q3");
+    let again = request("default-q3", vec![option("Standard_D8s_v5", &[on_demand("eastus-2")])]);
+    assert_eq!(h.provider.create(&again).await.unwrap_err().category(), "InsufficientCapacity");
+    assert_eq!(h.fake.vm_put_count("aks-default-q3"), puts);
+    let later = NOW + Duration::from_secs(11 * 60);
+    let sku = embedded_sku("Standard_D8s_v5").unwrap();
+    let key = OfferingRef {
+        capacity_type: CapacityType::OnDemand,
+        sku: "Standard_D8s_v5",
+        zone: "eastus-1",
+        family: sku.family.as_deref(),
+        vcpus: sku.vcpus,
+    };
+    assert!(!h.cache.lock().unwrap().is_unavailable(&key, later), "the quota may have freed up: tried again");
+}
+
+#[tokio::test]
 async fn low_priority_quota_blocks_all_spot() {
     let fault = Fault::Quota { scope: QuotaScope::LowPriority, limit: 2, delivery: Delivery::Async };
     let (h, _) = capacity_case(fault, "Standard_D4s_v5", CapacityType::Spot).await;

@@ -49,8 +49,9 @@ impl ArmFailure {
 pub enum CapacityClass {
     /// Mark the offering(s) the reason implies and try another offering next solve.
     Unavailable(UnavailableReason),
-    /// Out of regional cores: nothing to cache (upstream does not), but the claim cannot launch.
-    RegionalQuota,
+    /// Out of regional cores: `headroom` is the quota left (Current Limit − Current Usage) when the
+    /// message says it; `limit_zero` when the limit is 0.
+    RegionalQuota { headroom: Option<u32>, limit_zero: bool },
 }
 
 /// The quota message marker for the family quota (`... approved standardDSv5Family Cores quota`).
@@ -81,7 +82,13 @@ pub fn capacity_class(failure: &ArmFailure) -> Option<CapacityClass> {
                 let limit_zero = message.contains(ZERO_LIMIT_MARKER);
                 unavailable(UnavailableReason::SkuFamilyQuota { limit_zero })
             } else if message.contains(REGIONAL_QUOTA_MARKER) {
-                Some(CapacityClass::RegionalQuota)
+                let headroom = quota_number(message, "Current Limit:")
+                    .zip(quota_number(message, "Current Usage:"))
+                    .map(|(limit, usage)| limit.saturating_sub(usage));
+                Some(CapacityClass::RegionalQuota {
+                    headroom,
+                    limit_zero: message.contains(ZERO_LIMIT_MARKER),
+                })
             } else {
                 None
             }
@@ -90,13 +97,19 @@ pub fn capacity_class(failure: &ArmFailure) -> Option<CapacityClass> {
     }
 }
 
+/// The number after `label` in a quota message (`... Current Limit: 100, Current Usage: 96, ...`).
+fn quota_number(message: &str, label: &str) -> Option<u32> {
+    let rest = &message[message.find(label)? + label.len()..];
+    rest.trim_start().split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
 /// The `error_code` of a failed VM create in `karpenter_instance_vm_create_failure_total`: the capacity
 /// reason it marks, else the category of its [`CloudError`]. Upstream uses the raw ARM code, which a
 /// server may make up; these are a fixed set.
 pub fn failure_label(failure: &ArmFailure) -> &'static str {
     match capacity_class(failure) {
         Some(CapacityClass::Unavailable(reason)) => reason.category(),
-        Some(CapacityClass::RegionalQuota) => "RegionalQuota",
+        Some(CapacityClass::RegionalQuota { .. }) => "RegionalQuota",
         None => cloud_error(failure, "").category(),
     }
 }
@@ -172,7 +185,21 @@ mod tests {
             Some(CapacityClass::Unavailable(UnavailableReason::LowPriorityQuota))
         );
         let regional = failure(409, "OperationNotAllowed", "exceeding approved Total Regional Cores quota.");
-        assert_eq!(capacity_class(&regional), Some(CapacityClass::RegionalQuota));
+        assert_eq!(
+            capacity_class(&regional),
+            Some(CapacityClass::RegionalQuota { headroom: None, limit_zero: false })
+        );
+        let detailed = failure(
+            409,
+            "OperationNotAllowed",
+            "Operation could not be completed as it results in exceeding approved Total Regional Cores quota. \
+             Additional details - Deployment Model: Resource Manager, Location: eastus, Current Limit: 100, \
+             Current Usage: 96, Additional Required: 8, (Minimum) New Limit Required: 104.",
+        );
+        assert_eq!(
+            capacity_class(&detailed),
+            Some(CapacityClass::RegionalQuota { headroom: Some(4), limit_zero: false })
+        );
         assert_eq!(capacity_class(&failure(409, "OperationNotAllowed", "VM is marked for deletion")), None);
     }
 

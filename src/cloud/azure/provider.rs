@@ -26,13 +26,16 @@ use super::subnet::SubnetId;
 use super::{imagefamily, launch, lookups, naming, network, nic, vm, LaunchSettings};
 use crate::apis::{AKSNodeClass, NodeClaim};
 use crate::catalog::unavailable::OfferingRef;
-use crate::catalog::{PriceSource, UnavailableOfferings};
+use crate::catalog::{PriceSource, UnavailableOfferings, UnavailableReason};
 use crate::cloud::{
     allocation, logical_zone, Clock, CloudError, CloudProvider, InPlace, Instance, InstanceTypeOption,
     LaunchRequest, LaunchRequestError, OfferingChoice, RefusedOffering,
 };
 use crate::model::{labels, InstanceType};
 use crate::operator::metrics::{self, VmCreate};
+
+/// Reason reported for an offering refused because the region's vCPU quota is exhausted.
+const REGIONAL_QUOTA: &str = "RegionalQuotaReached";
 
 /// Reason reported for offerings skipped because the cache already blocks them.
 const CACHED_REASON: &str = "MarkedUnavailable";
@@ -306,7 +309,15 @@ impl AzureCloudProvider {
                 self.cache().mark(reason, offering.capacity_type, &option.name, &offering.zone, now);
                 refused(option, offering, reason.category())
             }
-            CapacityClass::RegionalQuota => refused(option, offering, code),
+            CapacityClass::RegionalQuota { headroom, limit_zero } => {
+                // Cached, unlike upstream: otherwise every launch fails the same way and its claim is
+                // created and deleted again every few seconds.
+                let now = (self.clock)();
+                let ttl = UnavailableReason::SkuFamilyQuota { limit_zero }.ttl(offering.capacity_type);
+                self.cache().mark_regional_quota(offering.capacity_type, headroom, ttl, now);
+                tracing::warn!(capacity_type = offering.capacity_type.as_str(), headroom_vcpus = ?headroom, ttl_s = ttl.as_secs(), code, "the region's vCPU quota is exhausted; larger sizes are left out until it frees up");
+                refused(option, offering, REGIONAL_QUOTA)
+            }
         }
     }
 }
