@@ -26,13 +26,15 @@ use super::LeaderElection;
 
 /// How long a Lease stays valid after its last observed change. Shorter than client-go's 15 s default
 /// so that a standby takes over within 15 s of the leader dying: it notices the last renewal at most one
-/// retry period late and tries again one retry period after expiry, `2 + 10 + 2 = 14 s` at worst.
-pub const LEASE_DURATION: Duration = Duration::from_secs(10);
-/// The leader gives up when it could not renew for this long; it must be below [`LEASE_DURATION`] so
-/// the old leader has stopped before a standby can consider the Lease expired.
+/// retry period late and tries again one retry period after expiry, `1 + 12 + 1 = 14 s` at worst.
+pub const LEASE_DURATION: Duration = Duration::from_secs(12);
+/// The leader stops acting when it could not renew for this long. The margin to [`LEASE_DURATION`],
+/// 5 s, is client-go's (15 s − 10 s): an old leader whose renewals stall has aborted its writers, and
+/// their last calls have landed, well before any standby can consider the Lease expired.
 pub const RENEW_DEADLINE: Duration = Duration::from_secs(7);
-/// How often the leader renews and a candidate retries (client-go's default).
-pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
+/// How often the leader renews and a candidate retries (client-go: 2 s; shorter here so the takeover
+/// stays within 15 s with client-go's margin).
+pub const RETRY_PERIOD: Duration = Duration::from_secs(1);
 
 /// The part of a Lease the protocol reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,14 +160,16 @@ impl Elector {
         }
     }
 
-    /// Renews every [`RETRY_PERIOD`] while this replica leads; returns as soon as it does not.
+    /// Renews every [`RETRY_PERIOD`] while this replica leads; returns as soon as it does not, at the
+    /// latest [`RENEW_DEADLINE`] after its last successful renewal.
     pub async fn hold(&mut self) {
         loop {
-            tokio::time::sleep(RETRY_PERIOD).await;
-            // A hung API call must not keep a leader acting past its deadline.
             let left =
-                RENEW_DEADLINE.saturating_sub(self.last_renewed.map_or(RENEW_DEADLINE, |at| at.elapsed()));
-            let attempt = tokio::time::timeout(left, self.try_acquire_or_renew()).await;
+                || RENEW_DEADLINE.saturating_sub(self.last_renewed.map_or(RENEW_DEADLINE, |at| at.elapsed()));
+            // Wake at the deadline rather than a retry period past it.
+            tokio::time::sleep(RETRY_PERIOD.min(left())).await;
+            // A hung API call must not keep a leader acting past its deadline.
+            let attempt = tokio::time::timeout(left(), self.try_acquire_or_renew()).await;
             let result = attempt.unwrap_or_else(|_| Err(LeaderError::Timeout));
             match result {
                 Ok(true) => {}
@@ -331,12 +335,17 @@ mod tests {
         let t0 = Instant::now();
         let seen = observe(None, record("a", "1"), t0);
         // The leader renews (new resourceVersion) 9 s later: the clock restarts.
-        let renewed = observe(Some(seen), record("a", "2"), t0 + Duration::from_secs(9));
-        assert_eq!(decide("b", &renewed, t0 + Duration::from_secs(12)), Decision::Wait);
+        let renewed_at = t0 + Duration::from_secs(9);
+        let renewed = observe(Some(seen), record("a", "2"), renewed_at);
+        assert_eq!(decide("b", &renewed, t0 + LEASE_DURATION + Duration::from_secs(2)), Decision::Wait);
         // No change seen again: the observation time stays, and expiry follows one duration later.
-        let same = observe(Some(renewed), record("a", "2"), t0 + Duration::from_secs(15));
-        assert_eq!(same.at, t0 + Duration::from_secs(9));
-        assert_eq!(decide("b", &same, t0 + Duration::from_secs(19)), Decision::Take);
+        let same = observe(Some(renewed), record("a", "2"), renewed_at + Duration::from_secs(6));
+        assert_eq!(same.at, renewed_at);
+        assert_eq!(
+            decide("b", &same, renewed_at + LEASE_DURATION - Duration::from_millis(1)),
+            Decision::Wait
+        );
+        assert_eq!(decide("b", &same, renewed_at + LEASE_DURATION), Decision::Take);
     }
 
     #[test]
@@ -348,6 +357,8 @@ mod tests {
 
     #[test]
     fn an_old_leader_stops_before_a_standby_may_take_over() {
+        // At least client-go's margin between the leader stopping and the Lease expiring (15 s − 10 s).
+        assert!(LEASE_DURATION - RENEW_DEADLINE >= Duration::from_secs(5));
         assert!(RENEW_DEADLINE + RETRY_PERIOD <= LEASE_DURATION);
         // Worst case from the leader's death to a standby's takeover stays within 15 s.
         assert!(RETRY_PERIOD + LEASE_DURATION + RETRY_PERIOD <= Duration::from_secs(15));
