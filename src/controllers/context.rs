@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 
 use crate::cloud::CloudError;
 use crate::controllers::node::termination::Termination;
+use crate::controllers::observed::FirstSeen;
 use crate::controllers::watch_health::WatchHealth;
 use crate::controllers::{events, provisioning};
 use crate::operator::server::{Ports, ServerError};
@@ -101,6 +102,8 @@ pub struct Shared<C> {
     pub supervisor: Arc<Supervisor>,
     /// The watches' failure streaks; a watch failing too long fails `/readyz`.
     pub watch_health: WatchHealth,
+    /// When this process first saw what a timeout is about, so clock skew fires none early.
+    pub first_seen: FirstSeen,
 }
 
 impl<C> Shared<C> {

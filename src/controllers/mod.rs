@@ -32,6 +32,7 @@ pub mod leading;
 pub mod metrics;
 pub mod node;
 pub mod nodeclaim;
+pub mod observed;
 pub mod provisioning;
 pub mod start;
 pub mod status;
@@ -77,6 +78,7 @@ pub async fn run<C: CloudProvider + 'static>(
         in_flight: tokio::sync::RwLock::new(()),
         supervisor: Arc::new(crate::operator::supervisor::Supervisor::new()),
         watch_health: watch_health::WatchHealth::new(settings_stale_after),
+        first_seen: observed::FirstSeen::default(),
     });
     let (triggers, trigger_rx) = mpsc::unbounded_channel();
     let mut watches = tokio::task::JoinSet::new();

@@ -51,7 +51,7 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
         if shared.cluster().synced() {
             let _in_flight = shared.begin_work().await;
             let now = Timestamp::now();
-            let plan = repair::decide(&health(&shared), toleration, now);
+            let plan = repair::decide(&health(&shared, now), toleration, now);
             if let Some(due) = plan.next_due {
                 let until = Duration::try_from(due.duration_since(now)).unwrap_or_default();
                 wait = wait.min(until.max(Duration::from_secs(1)));
@@ -64,20 +64,39 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
     }
 }
 
-/// Every Node of the index, as repair sees it.
-fn health<C>(shared: &Shared<C>) -> Vec<NodeHealth> {
+/// Every Node of the index, as repair sees it. A node's unhealthy time counts from its Ready
+/// transition (the kubelet's or the node controller's clock), but never from before this process saw
+/// it unhealthy: a controller clock running fast cannot make a node that just went NotReady look long
+/// unhealthy (`controllers::observed`).
+fn health<C>(shared: &Shared<C>, now: Timestamp) -> Vec<NodeHealth> {
+    let seen_at = std::time::Instant::now();
     let cluster = shared.cluster();
-    cluster
+    let mut unhealthy = std::collections::BTreeSet::new();
+    let nodes = cluster
         .nodes()
-        .map(|(node, claim)| NodeHealth {
-            node: node.name().to_string(),
-            nodeclaim: claim.map(|c| c.name.clone()),
-            nodepool: node.node.nodepool.clone().or_else(|| claim.and_then(|c| c.nodepool.clone())),
-            ready: node.ready,
-            ready_since: node.ready_since,
-            deleting: claim.is_some_and(|c| c.deleting),
+        .map(|(node, claim)| {
+            let mut ready_since = node.ready_since;
+            if let (false, Some(since)) = (node.ready, node.ready_since) {
+                let key = format!("Unready/{}/{since}", node.name());
+                let wall = Duration::try_from(now.duration_since(since)).unwrap_or_default();
+                let age = shared.first_seen.guarded(&key, wall, seen_at);
+                ready_since = now
+                    .checked_sub(k8s_openapi::jiff::SignedDuration::try_from(age).unwrap_or_default())
+                    .ok();
+                unhealthy.insert(key);
+            }
+            NodeHealth {
+                node: node.name().to_string(),
+                nodeclaim: claim.map(|c| c.name.clone()),
+                nodepool: node.node.nodepool.clone().or_else(|| claim.and_then(|c| c.nodepool.clone())),
+                ready: node.ready,
+                ready_since,
+                deleting: claim.is_some_and(|c| c.deleting),
+            }
         })
-        .collect()
+        .collect();
+    shared.first_seen.retain(|key| !key.starts_with("Unready/") || unhealthy.contains(key));
+    nodes
 }
 
 async fn act<C>(shared: &Shared<C>, plan: &RepairPlan) -> Result<(), ControllerError> {

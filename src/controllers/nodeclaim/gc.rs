@@ -66,12 +66,15 @@ pub struct Decision {
 
 /// The pure GC decision over the index's NodeClaims, the cluster's VMs and NIC names, at `now`.
 /// `claim_of` names the NodeClaim a VM or NIC was made for, from its name
-/// ([`CloudProvider::claim_of_resource`]).
+/// ([`CloudProvider::claim_of_resource`]); `seen_for` says how long this process has seen a VM (by
+/// name): a VM is old enough to collect only when both its `timeCreated` and that say so, so a
+/// controller clock running fast cannot collect a VM whose claim is still on its way.
 pub fn decide(
     claims: &[ClaimView],
     vms: &[Instance],
     nics: &[String],
     claim_of: &dyn Fn(&str) -> Option<String>,
+    seen_for: &dyn Fn(&str) -> Duration,
     now: Timestamp,
     grace: Duration,
 ) -> Decision {
@@ -84,7 +87,7 @@ pub fn decide(
             return false;
         };
         let age = now.as_millisecond().saturating_sub(created.as_millisecond());
-        age >= 0 && Duration::from_millis(age as u64) >= grace
+        age >= 0 && Duration::from_millis(age as u64).min(seen_for(&vm.name)) >= grace
     };
     let orphan_vms: Vec<Instance> = vms
         .iter()
@@ -169,7 +172,21 @@ async fn sweep<C: CloudProvider + 'static>(
     let vms = shared.cloud.list().await?;
     let nics = shared.cloud.list_nics().await?;
     let claim_of = |name: &str| shared.cloud.claim_of_resource(name);
-    let decision = decide(&claims, &vms, &nics, &claim_of, Timestamp::now(), shared.settings.gc_grace);
+    let seen_at = std::time::Instant::now();
+    let seen_for = |name: &str| shared.first_seen.age(&format!("VM/{name}"), seen_at);
+    let grace = shared.settings.gc_grace;
+    let decision = decide(&claims, &vms, &nics, &claim_of, &seen_for, Timestamp::now(), grace);
+    // What is gone is forgotten: VMs not listed, NodeClaims not in the index.
+    let listed: BTreeSet<String> = vms.iter().map(|vm| format!("VM/{}", vm.name)).collect();
+    let live_claims: BTreeSet<String> = {
+        let cluster = shared.cluster();
+        cluster.nodeclaims().filter_map(|c| c.uid.as_ref()).map(|uid| format!("NodeClaim/{uid}")).collect()
+    };
+    shared.first_seen.retain(|key| match key.split_once('/') {
+        Some(("VM", _)) => listed.contains(key),
+        Some(("NodeClaim", _)) => live_claims.contains(key),
+        _ => true,
+    });
 
     let collected = collect_orphans(&*shared.cloud, &decision, suspects).await;
     for provider_id in &collected.vms {
@@ -325,7 +342,8 @@ mod tests {
         grace: Duration,
     ) -> Decision {
         let cloud = FakeCloud::new();
-        super::decide(claims, vms, nics, &|name| cloud.claim_of_resource(name), now, grace)
+        let long_seen = |_: &str| Duration::MAX;
+        super::decide(claims, vms, nics, &|name| cloud.claim_of_resource(name), &long_seen, now, grace)
     }
 
     fn now() -> Timestamp {
@@ -368,6 +386,19 @@ mod tests {
         // Exactly at the grace period counts as old enough.
         let at = vec![vm("at", Some("2025-01-01T11:55:00Z"), "Succeeded")];
         assert_eq!(decide(&[], &at, &[], now(), GRACE).vms.len(), 1);
+    }
+
+    #[test]
+    fn a_vm_is_old_enough_only_once_this_process_has_also_seen_it_for_the_grace_period() {
+        // timeCreated says 10 minutes (a controller clock running fast), but it was first listed a
+        // minute ago: its claim may still be on its way.
+        let vms = vec![vm("young", OLD, "Succeeded")];
+        let cloud = FakeCloud::new();
+        let claim_of = |name: &str| cloud.claim_of_resource(name);
+        let seen_for = |_: &str| Duration::from_secs(60);
+        assert!(super::decide(&[], &vms, &[], &claim_of, &seen_for, now(), GRACE).vms.is_empty());
+        let seen_long = |_: &str| GRACE;
+        assert_eq!(super::decide(&[], &vms, &[], &claim_of, &seen_long, now(), GRACE).vms.len(), 1);
     }
 
     #[test]

@@ -108,9 +108,14 @@ async fn step<C: CloudProvider + 'static>(
     let node_name = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
     let node_deleting = node_name.and_then(|n| shared.cluster().node(n).map(|n| n.deleting));
     let timeouts = Timeouts { registration: shared.settings.registration_timeout, ..Timeouts::default() };
-    match phase::phase(claim, node_deleting, now, &timeouts) {
+    let seen_as = format!("NodeClaim/{}", claim.uid().unwrap_or_default());
+    let age = shared.first_seen.guarded(&seen_as, phase::age(claim, now), std::time::Instant::now());
+    match phase::phase_at_age(claim, node_deleting, age, &timeouts) {
         Phase::Terminating => finalize::finalize(claim, shared, &api).await,
-        Phase::Released => Ok(Action::await_change()),
+        Phase::Released => {
+            shared.first_seen.retain(|key| key != seen_as);
+            Ok(Action::await_change())
+        }
         Phase::AddFinalizer => {
             let mut finalizers = claim.finalizers().to_vec();
             finalizers.push(FINALIZER_TERMINATION.to_string());

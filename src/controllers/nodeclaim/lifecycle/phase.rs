@@ -69,6 +69,17 @@ pub enum Phase {
 /// The phase of `claim` at `now`. `node_deleting` is whether the index holds the claim's Node
 /// (`status.nodeName`) as being deleted (None when it holds no such Node).
 pub fn phase(claim: &NodeClaim, node_deleting: Option<bool>, now: Timestamp, timeouts: &Timeouts) -> Phase {
+    phase_at_age(claim, node_deleting, age(claim, now), timeouts)
+}
+
+/// [`phase`] for a claim `age` old (the controller passes an age guarded against clock skew,
+/// `controllers::observed`).
+pub fn phase_at_age(
+    claim: &NodeClaim,
+    node_deleting: Option<bool>,
+    age: Duration,
+    timeouts: &Timeouts,
+) -> Phase {
     let has_finalizer = claim.finalizers().iter().any(|f| f == FINALIZER_TERMINATION);
     if claim.metadata.deletion_timestamp.is_some() {
         return if has_finalizer { Phase::Terminating } else { Phase::Released };
@@ -77,7 +88,6 @@ pub fn phase(claim: &NodeClaim, node_deleting: Option<bool>, now: Timestamp, tim
         return Phase::AddFinalizer;
     }
     let status = claim.status.clone().unwrap_or_default();
-    let age = age(claim, now);
     let Some(provider_id) = status.provider_id.filter(|p| !p.is_empty()) else {
         if age > timeouts.launch {
             return Phase::LaunchTimedOut { timeout: timeouts.launch };
