@@ -9,6 +9,7 @@ use crate::catalog::regions::FALLBACK_PRICE_REGION;
 use crate::catalog::retail::REFRESH_INTERVAL;
 use crate::catalog::{CatalogError, PriceTable, UnavailableOfferings};
 use crate::cloud::azure::client::{http_client, ClientError, HttpTimeouts};
+use crate::cloud::azure::credential::imds_endpoint;
 use crate::cloud::azure::instancetypes::Catalog;
 use crate::cloud::azure::retail::{RetailError, RetailPricesClient};
 use crate::cloud::azure::{
@@ -22,8 +23,8 @@ use crate::operator::{Credential, NetworkDataplane, NetworkPlugin, NetworkPolicy
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("managed identity credentials are not supported yet; use a client secret or workload identity")]
-    ManagedIdentityUnsupported,
+    #[error("AZURE_POD_IDENTITY_AUTHORITY_HOST is not a URL: {0}")]
+    MetadataHost(url::ParseError),
     #[error(transparent)]
     Client(#[from] ClientError),
     #[error(transparent)]
@@ -38,7 +39,7 @@ pub enum StartError {
 impl StartError {
     pub fn category(&self) -> &'static str {
         match self {
-            StartError::ManagedIdentityUnsupported => "CredentialUnsupported",
+            StartError::MetadataHost(_) => "InvalidSetting",
             StartError::Client(e) => e.category(),
             StartError::Catalog(e) => e.category(),
             StartError::NoClusterCa => "ClusterCAMissing",
@@ -51,19 +52,25 @@ impl StartError {
 pub fn arm_settings(v: &Validated) -> Result<ArmSettings, StartError> {
     let (tenant_id, client_id, credential) = match &v.azure.credential {
         Credential::ClientSecret { tenant_id, client_id, secret } => {
-            (tenant_id, client_id, CredentialSource::ClientSecret(secret.clone()))
+            (tenant_id.clone(), client_id.clone(), CredentialSource::ClientSecret(secret.clone()))
         }
         Credential::WorkloadIdentity { tenant_id, client_id, token_file } => {
-            (tenant_id, client_id, CredentialSource::FederatedTokenFile(token_file.clone()))
+            (tenant_id.clone(), client_id.clone(), CredentialSource::FederatedTokenFile(token_file.clone()))
         }
-        Credential::ManagedIdentity { .. } => return Err(StartError::ManagedIdentityUnsupported),
+        Credential::ManagedIdentity { client_id } => {
+            // The instance metadata service's host, overridable as azidentity allows (Azure SDK for Go).
+            let host = std::env::var(IMDS_HOST_ENV).ok();
+            let endpoint = imds_endpoint(host.as_deref()).map_err(StartError::MetadataHost)?;
+            let credential = CredentialSource::ManagedIdentity { client_id: client_id.clone(), endpoint };
+            (String::new(), client_id.clone().unwrap_or_default(), credential)
+        }
     };
     Ok(ArmSettings {
         arm_endpoint: v.azure.arm_endpoint.clone(),
         authority_host: v.azure.authority_host.clone(),
         subscription_id: v.azure.subscription_id.clone(),
-        tenant_id: tenant_id.clone(),
-        client_id: client_id.clone(),
+        tenant_id,
+        client_id,
         credential,
         retry: RetrySettings::default(),
         timeouts: HttpTimeouts::default(),
@@ -225,6 +232,9 @@ pub const GC_GRACE_ENV: &str = "KARPENTER_GC_GRACE_PERIOD";
 
 /// How long a watch may keep failing before `/readyz` fails (a duration such as `2m`).
 pub const WATCH_STALE_AFTER_ENV: &str = "KARPENTER_WATCH_STALE_AFTER";
+
+/// The host of the instance metadata service managed identity tokens come from (azidentity's name).
+pub const IMDS_HOST_ENV: &str = "AZURE_POD_IDENTITY_AUTHORITY_HOST";
 
 /// Hidden override of the registration timeout, so tests of nodes that never join need not wait 15 minutes.
 pub const REGISTRATION_TIMEOUT_ENV: &str = "KARPENTER_REGISTRATION_TIMEOUT";

@@ -15,7 +15,7 @@ use azure_mgmt_compute::package_2024_07_01 as compute;
 use serde_json::Value;
 
 use super::bootstrap::Secret;
-use super::credential::FederatedTokenFileCredential;
+use super::credential::{FederatedTokenFileCredential, ManagedIdentityCredential};
 use super::errors::ArmFailure;
 
 /// Public cloud endpoints (ARM_CLOUD=AzurePublicCloud upstream).
@@ -29,6 +29,9 @@ pub enum CredentialSource {
     ClientSecret(Secret),
     /// `AZURE_FEDERATED_TOKEN_FILE` (workload identity): a projected service-account token.
     FederatedTokenFile(PathBuf),
+    /// Neither: the managed identity of the VM, from its instance metadata service at `endpoint`;
+    /// `client_id` (`AZURE_CLIENT_ID`) picks a user-assigned identity.
+    ManagedIdentity { client_id: Option<String>, endpoint: Url },
 }
 
 /// Retry budget of every ARM request (the SDK retries 408/429/500/502/503/504, honouring Retry-After).
@@ -180,6 +183,13 @@ impl ArmClients {
                     settings.tenant_id.clone(),
                     settings.client_id.clone(),
                     path.clone(),
+                ))
+            }
+            CredentialSource::ManagedIdentity { client_id, endpoint } => {
+                Arc::new(ManagedIdentityCredential::new(
+                    http_client(settings.timeouts, true)?,
+                    endpoint.clone(),
+                    client_id.clone(),
                 ))
             }
         };

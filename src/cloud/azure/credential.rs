@@ -9,6 +9,9 @@
 //!
 //! Access tokens are cached per scope and bought again [`REFRESH_BEFORE`] their expiry (or halfway
 //! through their life when that is shorter), so a rotated file is picked up at the next refresh.
+//!
+//! [`ManagedIdentityCredential`] takes the tokens of the VM's managed identity from the instance
+//! metadata service instead (azure_identity 0.21's only serves the system-assigned identity).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -122,9 +125,125 @@ impl TokenCredential for FederatedTokenFileCredential {
     }
 }
 
+/// Azure's instance metadata token endpoint, reachable from every VM.
+pub const IMDS_TOKEN_ENDPOINT: &str = "http://169.254.169.254/metadata/identity/oauth2/token";
+/// The path of the token endpoint under an IMDS host.
+const IMDS_TOKEN_PATH: &str = "/metadata/identity/oauth2/token";
+/// The IMDS API version of managed-identity tokens.
+const IMDS_API_VERSION: &str = "2018-02-01";
+
+/// The token endpoint of the instance metadata service at `host` (azidentity's
+/// `AZURE_POD_IDENTITY_AUTHORITY_HOST`), else Azure's.
+pub fn imds_endpoint(host: Option<&str>) -> Result<Url, url::ParseError> {
+    match host.map(str::trim).filter(|h| !h.is_empty()) {
+        Some(host) => Url::parse(&format!("{}{IMDS_TOKEN_PATH}", host.trim_end_matches('/'))),
+        None => Url::parse(IMDS_TOKEN_ENDPOINT),
+    }
+}
+
+/// The managed identity of the VM the controller runs on, from the instance metadata service: the
+/// VM's own (system-assigned), or the user-assigned one `client_id` names (on AKS, for example, the
+/// kubelet identity). Tokens are cached per scope as [`FederatedTokenFileCredential`]'s are.
+pub struct ManagedIdentityCredential {
+    http: reqwest::Client,
+    endpoint: Url,
+    client_id: Option<String>,
+    cache: Mutex<BTreeMap<Vec<String>, (AccessToken, OffsetDateTime)>>,
+}
+
+impl fmt::Debug for ManagedIdentityCredential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManagedIdentityCredential")
+            .field("endpoint", &self.endpoint.as_str())
+            .field("client_id", &self.client_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The instance metadata service's answer.
+#[derive(serde::Deserialize)]
+struct ImdsToken {
+    access_token: String,
+    /// Unix seconds, as a string.
+    expires_on: String,
+}
+
+impl ManagedIdentityCredential {
+    pub fn new(http: reqwest::Client, endpoint: Url, client_id: Option<String>) -> Self {
+        ManagedIdentityCredential { http, endpoint, client_id, cache: Mutex::new(BTreeMap::new()) }
+    }
+
+    async fn fetch(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
+        let [scope] = scopes else {
+            return Err(Error::message(ErrorKind::Credential, "managed identity takes exactly one scope"));
+        };
+        let resource = scope.strip_suffix("/.default").unwrap_or(scope);
+        let mut url = self.endpoint.clone();
+        url.query_pairs_mut().append_pair("api-version", IMDS_API_VERSION).append_pair("resource", resource);
+        if let Some(client_id) = &self.client_id {
+            url.query_pairs_mut().append_pair("client_id", client_id);
+        }
+        let failed = |what: String| Error::message(ErrorKind::Credential, what);
+        let response = self
+            .http
+            .get(url.as_str())
+            .header("Metadata", "true")
+            .send()
+            .await
+            .map_err(|e| failed(format!("asking the instance metadata service for a token: {e}")))?;
+        let status = response.status();
+        let body = response.text().await.unwrap_or_default();
+        if !status.is_success() {
+            let identity = self.client_id.as_deref().unwrap_or("the VM's system-assigned identity");
+            return Err(failed(format!(
+                "the instance metadata service refused a token for {identity} ({status}): {body}"
+            )));
+        }
+        let token: ImdsToken = serde_json::from_str(&body)
+            .map_err(|e| failed(format!("reading the instance metadata service's token: {e}")))?;
+        let expires_on = token
+            .expires_on
+            .parse::<i64>()
+            .ok()
+            .and_then(|secs| OffsetDateTime::from_unix_timestamp(secs).ok())
+            .ok_or_else(|| failed(format!("the token's expires_on {:?} is not a time", token.expires_on)))?;
+        Ok(AccessToken::new(token.access_token, expires_on))
+    }
+}
+
+#[async_trait::async_trait]
+impl TokenCredential for ManagedIdentityCredential {
+    async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
+        let key: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
+        let mut cache = self.cache.lock().await;
+        let now = OffsetDateTime::now_utc();
+        if let Some((token, refresh)) = cache.get(&key) {
+            if now < *refresh {
+                return Ok(token.clone());
+            }
+        }
+        let token = self.fetch(scopes).await?;
+        cache.insert(key, (token.clone(), refresh_at(now, token.expires_on)));
+        Ok(token)
+    }
+
+    async fn clear_cache(&self) -> azure_core::Result<()> {
+        self.cache.lock().await.clear();
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_metadata_endpoint_is_azures_unless_a_host_is_given() {
+        assert_eq!(imds_endpoint(None).unwrap().as_str(), IMDS_TOKEN_ENDPOINT);
+        assert_eq!(imds_endpoint(Some(" ")).unwrap().as_str(), IMDS_TOKEN_ENDPOINT);
+        let local = imds_endpoint(Some("http://127.0.0.1:8081/")).unwrap();
+        assert_eq!(local.as_str(), "http://127.0.0.1:8081/metadata/identity/oauth2/token");
+    }
 
     #[test]
     fn tokens_are_bought_again_five_minutes_early_or_halfway_when_they_live_less() {

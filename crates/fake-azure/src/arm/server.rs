@@ -112,8 +112,15 @@ fn to_hyper(response: ArmResponse, shared: &Shared) -> Response<Full<Bytes>> {
 /// Which handler a path belongs to.
 enum Route<'a> {
     Admin,
-    Token { tenant: &'a str },
-    Arm { subscription: &'a str, target: ArmTarget<'a> },
+    Token {
+        tenant: &'a str,
+    },
+    /// The instance metadata service's managed identity token endpoint.
+    Imds,
+    Arm {
+        subscription: &'a str,
+        target: ArmTarget<'a>,
+    },
     Unknown,
 }
 
@@ -132,6 +139,7 @@ fn parse_route<'a>(segments: &[&'a str]) -> Route<'a> {
     let is = |s: &str, expected: &str| s.eq_ignore_ascii_case(expected);
     match segments {
         ["_admin", ..] => Route::Admin,
+        ["metadata", "identity", "oauth2", "token"] => Route::Imds,
         [tenant, oauth, version, "token"] if is(oauth, "oauth2") && is(version, "v2.0") => {
             Route::Token { tenant }
         }
@@ -196,10 +204,11 @@ fn route(shared: &Arc<Shared>, request: &ArmRequest) -> ArmResponse {
     match parse_route(&segments) {
         Route::Admin => admin::handle(shared, request, &segments[1..]),
         Route::Token { tenant } if request.method == Method::POST => token::issue(shared, request, tenant),
+        Route::Imds if request.method == Method::GET => token::imds(shared, request),
         Route::Arm { subscription, target } => {
             arm_request(shared, request, subscription, target).unwrap_or_else(|refused| refused)
         }
-        Route::Token { .. } | Route::Unknown => ArmResponse::error(
+        Route::Token { .. } | Route::Imds | Route::Unknown => ArmResponse::error(
             404,
             "InvalidResourceType",
             &format!("The resource type for path '{}' could not be found.", request.path),

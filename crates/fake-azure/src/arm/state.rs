@@ -30,6 +30,9 @@ pub struct FakeArmConfig {
     /// Federated (workload identity) assertion the token endpoint accepts; None accepts any. Either way
     /// the assertion must be a JWT that has not expired, as Entra ID requires.
     pub federated_token: Option<String>,
+    /// Client IDs of the user-assigned managed identities the instance metadata service serves tokens
+    /// for (`GET /metadata/identity/oauth2/token`); the system-assigned identity is always served.
+    pub managed_identities: Vec<String>,
     /// How long an access token the token endpoint issues is accepted (Entra ID's app tokens: about an
     /// hour); ARM refuses it after that with `ExpiredAuthenticationToken`.
     pub token_lifetime: Duration,
@@ -67,6 +70,7 @@ impl Default for FakeArmConfig {
             client_secrets: vec![("karpenter-client".to_string(), "karpenter-secret".to_string())],
             federated_token: None,
             token_lifetime: Duration::from_secs(3599),
+            managed_identities: vec![],
             provisioning_delay: Duration::from_millis(300),
             deletion_delay: Duration::from_millis(200),
             lro_retry_after: Duration::from_millis(100),

@@ -120,6 +120,45 @@ pub fn issue(shared: &Shared, request: &ArmRequest, tenant: &str) -> ArmResponse
     )
 }
 
+/// The instance metadata service's managed identity endpoint, `GET /metadata/identity/oauth2/token`
+/// (api-version 2018-02-01): it requires the `Metadata: true` header and a `resource`, serves the
+/// system-assigned identity or the user-assigned one `client_id` names if the VM has it, and answers
+/// with string fields (`expires_on` in Unix seconds), as IMDS does.
+pub fn imds(shared: &Shared, request: &ArmRequest) -> ArmResponse {
+    let refuse = |description: &str| {
+        ArmResponse::json(400, json!({ "error": "invalid_request", "error_description": description }))
+    };
+    let metadata = request.headers.get("metadata").and_then(|v| v.to_str().ok());
+    if metadata != Some("true") {
+        return refuse("Required metadata header not specified");
+    }
+    if !request.query.contains_key("api-version") {
+        return refuse("Required query variable 'api-version' is missing");
+    }
+    let Some(resource) = request.query.get("resource").filter(|r| !r.is_empty()) else {
+        return refuse("Required audience parameter not specified");
+    };
+    if let Some(client_id) = request.query.get("client_id") {
+        if !shared.config.managed_identities.contains(client_id) {
+            return refuse("Identity not found");
+        }
+    }
+    let token = mint(shared);
+    let lifetime = shared.config.token_lifetime.as_secs().max(1);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    ArmResponse::json(
+        200,
+        json!({
+            "access_token": token,
+            "expires_in": lifetime.to_string(),
+            "expires_on": (now + lifetime).to_string(),
+            "not_before": now.to_string(),
+            "resource": resource,
+            "token_type": "Bearer",
+        }),
+    )
+}
+
 /// A new token the ARM endpoints accept.
 pub fn mint(shared: &Shared) -> String {
     let mut state = shared.lock();
