@@ -235,7 +235,7 @@ impl CloudProvider for FakeCloud {
     ) -> Option<serde_json::Value> {
         let mut checks = self.node_class_checks.lock().await;
         let (subnet, node_resource_group) = (FAKE_CLUSTER_SUBNET, FAKE_RESOURCE_GROUP);
-        checks.status(self, class, version, subnet, node_resource_group, Instant::now(), now).await
+        checks.status(self, class, version, subnet, node_resource_group, None, Instant::now(), now).await
     }
 
     fn forget_unused_node_class_lookups(&self) {

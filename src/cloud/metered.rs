@@ -118,6 +118,10 @@ impl<C: CloudProvider> CloudProvider for Metered<C> {
         self.inner.forget_unused_node_class_lookups()
     }
 
+    fn credentials_failing(&self) -> Option<(Duration, String)> {
+        self.inner.credentials_failing()
+    }
+
     fn instance_types(&self, class: Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>> {
         self.inner.instance_types(class)
     }

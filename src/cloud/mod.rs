@@ -79,6 +79,11 @@ pub trait CloudProvider: Send + Sync {
         version: &str,
         now: &Time,
     ) -> impl Future<Output = Option<serde_json::Value>> + Send;
+    /// How long the cloud credential has failed to get tokens without a success in between, and the
+    /// last failure; None while it works. Clouds without credentials never fail.
+    fn credentials_failing(&self) -> Option<(Duration, String)> {
+        None
+    }
     /// Forgets the lookups no class asked for since the last call (deleted classes, superseded
     /// Kubernetes versions), so what is remembered stays bounded by what the classes need.
     fn forget_unused_node_class_lookups(&self);

@@ -46,6 +46,9 @@ pub struct Settings {
     pub node_repair: bool,
     /// How long a watch may keep failing before `/readyz` fails (`KARPENTER_WATCH_STALE_AFTER`).
     pub watch_stale_after: Duration,
+    /// How long the Azure credential may keep failing before `/healthz` fails, so the kubelet restarts
+    /// the pod (`KARPENTER_CREDENTIAL_RESTART_AFTER`; a restart rereads mounted secrets).
+    pub credential_restart_after: Duration,
 }
 
 /// Why a controller step failed. `category` is the bounded label for logs, metrics and events.

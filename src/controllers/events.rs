@@ -58,8 +58,9 @@ pub mod reason {
     pub const INTERRUPTED: &str = "Interrupted";
     pub const DRIFTED: &str = "Drifted";
     pub const UNREADABLE: &str = "Unreadable";
+    pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
 
-    pub const ALL: [&str; 21] = [
+    pub const ALL: [&str; 22] = [
         NOMINATED,
         FAILED_SCHEDULING,
         LAUNCHED,
@@ -81,6 +82,7 @@ pub mod reason {
         INTERRUPTED,
         DRIFTED,
         UNREADABLE,
+        CREDENTIALS_UNAVAILABLE,
     ];
 }
 
@@ -256,6 +258,16 @@ pub fn unreadable(why: &str) -> Event {
         reason::UNREADABLE,
         "Read",
         format!("Left out of provisioning and disruption decisions: {why}"),
+    )
+}
+
+/// On an AKSNodeClass: the controller's Azure credential keeps failing, so nothing launches.
+pub fn credentials_unavailable(why: &str) -> Event {
+    event(
+        EventType::Warning,
+        reason::CREDENTIALS_UNAVAILABLE,
+        "Authenticate",
+        format!("The controller cannot get Azure tokens: {why}"),
     )
 }
 

@@ -44,6 +44,7 @@ fn builders_use_their_reason_and_type() {
             reason::UNREADABLE,
             EventType::Warning,
         ),
+        (credentials_unavailable("expired assertion"), reason::CREDENTIALS_UNAVAILABLE, EventType::Warning),
     ];
     assert_eq!(cases.len(), reason::ALL.len());
     for (ev, reason, type_) in cases {

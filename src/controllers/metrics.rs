@@ -38,11 +38,19 @@ impl<C: CloudProvider + 'static> Probes for Shared<C> {
     }
 
     fn live(&self) -> Result<(), String> {
-        self.supervisor.health(tokio::time::Instant::now())
+        self.supervisor.health(tokio::time::Instant::now())?;
+        match self.cloud.credentials_failing() {
+            Some((failing, why)) if failing > self.settings.credential_restart_after => {
+                Err(format!("Azure credentials failing for {} s: {why}", failing.as_secs()))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn refresh_metrics(&self) {
         refresh(get(), &self.cluster());
+        let credential_failing = self.cloud.credentials_failing().map_or(0.0, |(f, _)| f.as_secs_f64());
+        get().credential_failing.set(credential_failing);
         get().watch_failing.reset();
         for (kind, failing) in self.watch_health.failing(tokio::time::Instant::now()) {
             get().watch_failing.with_label_values(&[kind.name()]).set(failing.as_secs_f64());

@@ -198,6 +198,7 @@ pub fn settings(v: &Validated) -> Settings {
         ),
         node_repair: v.feature_gates.node_repair,
         watch_stale_after: env_duration(WATCH_STALE_AFTER_ENV, super::watch_health::DEFAULT_STALE_AFTER),
+        credential_restart_after: env_duration(CREDENTIAL_RESTART_AFTER_ENV, CREDENTIAL_RESTART_AFTER),
     }
 }
 
@@ -229,6 +230,12 @@ pub const GC_INTERVAL_ENV: &str = "KARPENTER_GC_INTERVAL";
 pub const PRICE_REFRESH_INTERVAL_ENV: &str = "KARPENTER_PRICE_REFRESH_INTERVAL";
 /// Hidden override of the garbage-collection grace period for unowned VMs, for tests.
 pub const GC_GRACE_ENV: &str = "KARPENTER_GC_GRACE_PERIOD";
+
+/// How long the Azure credential may keep failing before `/healthz` fails (a duration such as `5m`).
+pub const CREDENTIAL_RESTART_AFTER_ENV: &str = "KARPENTER_CREDENTIAL_RESTART_AFTER";
+/// Its default: long enough for Entra ID or IMDS trouble to pass, short enough that a rotated secret
+/// (read at start) is picked up within the hour.
+pub const CREDENTIAL_RESTART_AFTER: Duration = Duration::from_secs(15 * 60);
 
 /// How long a watch may keep failing before `/readyz` fails (a duration such as `2m`).
 pub const WATCH_STALE_AFTER_ENV: &str = "KARPENTER_WATCH_STALE_AFTER";

@@ -146,6 +146,9 @@ pub struct Metrics {
     pub unreadable_objects: IntGaugeVec,
     /// `karpenter_azure_watch_failing_seconds{kind}`: ours; how long each failing watch has failed.
     pub watch_failing: GaugeVec,
+    /// `karpenter_azure_credential_failing_seconds`: ours; how long the Azure credential has failed
+    /// to get tokens (0 while it works).
+    pub credential_failing: Gauge,
     /// The disruption controller's.
     pub disruption: DisruptionMetrics,
 }
@@ -196,6 +199,12 @@ impl Metrics {
         )
         .expect("a valid metric definition");
         registry.register(Box::new(plan_lower_bound.clone())).expect("metric names are unique");
+        let credential_failing = Gauge::new(
+            "karpenter_azure_credential_failing_seconds",
+            "How long the Azure credential has failed to get tokens without a success in between; 0 while it works. Past a minute the AKSNodeClasses show CredentialsReady=False, past KARPENTER_CREDENTIAL_RESTART_AFTER (15 minutes) /healthz fails.",
+        )
+        .expect("a valid metric definition");
+        registry.register(Box::new(credential_failing.clone())).expect("metric names are unique");
         let disruption = DisruptionMetrics::register(&registry);
         Metrics {
             disruption,
@@ -318,6 +327,7 @@ impl Metrics {
                 "Age of the VM prices the solver uses: seconds since the last successful Retail Prices API refresh (source=live), or, before the first one, since the controller started on the embedded table (source=static, spot priced as on-demand).",
                 &["source"],
             ),
+            credential_failing,
             watch_failing: gauge(
                 "karpenter_azure_watch_failing_seconds",
                 "How long the watch of each kind has been failing (a series only while it fails); past KARPENTER_WATCH_STALE_AFTER (5 minutes) /readyz fails.",

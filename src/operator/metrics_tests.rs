@@ -147,6 +147,7 @@ const EXPECTED: &[(&str, &str, &[&str])] = &[
     ("karpenter_azure_task_restarts_total", "counter", &["task"]),
     ("karpenter_azure_unreadable_objects", "gauge", &["kind"]),
     ("karpenter_azure_watch_failing_seconds", "gauge", &["kind"]),
+    ("karpenter_azure_credential_failing_seconds", "gauge", &[]),
     ("leader_election_master_status", "gauge", &["name"]),
     (
         "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",

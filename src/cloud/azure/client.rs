@@ -15,7 +15,9 @@ use azure_mgmt_compute::package_2024_07_01 as compute;
 use serde_json::Value;
 
 use super::bootstrap::Secret;
-use super::credential::{FederatedTokenFileCredential, ManagedIdentityCredential};
+use super::credential::{
+    CredentialHealth, FederatedTokenFileCredential, ManagedIdentityCredential, WatchedCredential,
+};
 use super::errors::ArmFailure;
 
 /// Public cloud endpoints (ARM_CLOUD=AzurePublicCloud upstream).
@@ -150,6 +152,7 @@ pub struct ArmClients {
     pub network: azure_mgmt_network::Client,
     pub subscription_id: String,
     credential: Arc<dyn TokenCredential>,
+    credential_health: Arc<CredentialHealth>,
     scope: String,
     http: reqwest::Client,
     endpoint: url::Url,
@@ -196,11 +199,19 @@ impl ArmClients {
         Self::with_credential(settings, credential)
     }
 
+    /// Whether the credential gets tokens (every client shares it).
+    pub fn credential_health(&self) -> Arc<CredentialHealth> {
+        self.credential_health.clone()
+    }
+
     /// Clients over an existing credential (e.g. a managed identity built elsewhere).
     pub fn with_credential(
         settings: &ArmSettings,
         credential: Arc<dyn TokenCredential>,
     ) -> Result<ArmClients, ClientError> {
+        let credential_health = Arc::new(CredentialHealth::default());
+        let credential: Arc<dyn TokenCredential> =
+            Arc::new(WatchedCredential::new(credential, credential_health.clone()));
         let retry = settings.retry.to_options();
         let sdk_http: Arc<dyn HttpClient> = Arc::new(http_client(settings.timeouts, false)?);
         let compute = compute::Client::builder(credential.clone())
@@ -219,6 +230,7 @@ impl ArmClients {
             network,
             subscription_id: settings.subscription_id.clone(),
             credential,
+            credential_health,
             scope,
             endpoint: settings.arm_endpoint.clone(),
             http: http_client(settings.timeouts, true)?,

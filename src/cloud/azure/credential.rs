@@ -233,6 +233,61 @@ impl TokenCredential for ManagedIdentityCredential {
     }
 }
 
+/// Whether the credential gets tokens: since when it has kept failing, and the last failure. Shared
+/// by the credential ([`WatchedCredential`]) and what reports on it (metrics, the AKSNodeClass status,
+/// `/healthz`).
+#[derive(Debug, Default)]
+pub struct CredentialHealth {
+    failing: std::sync::Mutex<Option<(std::time::Instant, String)>>,
+}
+
+impl CredentialHealth {
+    fn succeeded(&self) {
+        *self.failing.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    fn failed(&self, why: String, now: std::time::Instant) {
+        let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        let since = failing.as_ref().map_or(now, |(since, _)| *since);
+        *failing = Some((since, why));
+    }
+
+    /// How long the credential has failed without a success in between, and why, at `now`.
+    pub fn failing(&self, now: std::time::Instant) -> Option<(Duration, String)> {
+        let failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        failing.as_ref().map(|(since, why)| (now.saturating_duration_since(*since), why.clone()))
+    }
+}
+
+/// A credential whose successes and failures are recorded in a [`CredentialHealth`].
+#[derive(Debug)]
+pub struct WatchedCredential {
+    inner: Arc<dyn TokenCredential>,
+    health: Arc<CredentialHealth>,
+}
+
+impl WatchedCredential {
+    pub fn new(inner: Arc<dyn TokenCredential>, health: Arc<CredentialHealth>) -> Self {
+        WatchedCredential { inner, health }
+    }
+}
+
+#[async_trait::async_trait]
+impl TokenCredential for WatchedCredential {
+    async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
+        let result = self.inner.get_token(scopes).await;
+        match &result {
+            Ok(_) => self.health.succeeded(),
+            Err(error) => self.health.failed(error.to_string(), std::time::Instant::now()),
+        }
+        result
+    }
+
+    async fn clear_cache(&self) -> azure_core::Result<()> {
+        self.inner.clear_cache().await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,6 +298,18 @@ mod tests {
         assert_eq!(imds_endpoint(Some(" ")).unwrap().as_str(), IMDS_TOKEN_ENDPOINT);
         let local = imds_endpoint(Some("http://127.0.0.1:8081/")).unwrap();
         assert_eq!(local.as_str(), "http://127.0.0.1:8081/metadata/identity/oauth2/token");
+    }
+
+    #[test]
+    fn a_failing_credential_counts_from_its_first_failure_until_a_success() {
+        let health = CredentialHealth::default();
+        let t0 = std::time::Instant::now();
+        health.failed("expired assertion".into(), t0);
+        health.failed("expired assertion again".into(), t0 + Duration::from_secs(30));
+        let (failing, why) = health.failing(t0 + Duration::from_secs(60)).unwrap();
+        assert_eq!((failing, why.as_str()), (Duration::from_secs(60), "expired assertion again"));
+        health.succeeded();
+        assert!(health.failing(t0 + Duration::from_secs(61)).is_none());
     }
 
     #[test]

@@ -34,6 +34,9 @@ use crate::cloud::{
 use crate::model::{labels, InstanceType};
 use crate::operator::metrics::{self, VmCreate};
 
+/// How long the credential must keep failing before the AKSNodeClasses say so.
+pub const CREDENTIAL_CONDITION_AFTER: Duration = Duration::from_secs(60);
+
 /// Reason reported for an offering refused because the region's vCPU quota is exhausted.
 const REGIONAL_QUOTA: &str = "RegionalQuotaReached";
 
@@ -428,7 +431,26 @@ impl CloudProvider for AzureCloudProvider {
     ) -> Option<serde_json::Value> {
         let mut checks = self.node_class_checks.lock().await;
         let (subnet, node_resource_group) = (&self.settings.subnet_id, &self.settings.node_resource_group);
-        checks.status(self, class, version, subnet, node_resource_group, Instant::now(), now).await
+        // A token failure that a retry fixes is no news; one that lasts is the class's first problem.
+        let credentials =
+            self.credentials_failing().filter(|(failing, _)| *failing >= CREDENTIAL_CONDITION_AFTER);
+        let credentials = credentials.map(|(_, why)| why);
+        checks
+            .status(
+                self,
+                class,
+                version,
+                subnet,
+                node_resource_group,
+                credentials.as_deref(),
+                Instant::now(),
+                now,
+            )
+            .await
+    }
+
+    fn credentials_failing(&self) -> Option<(Duration, String)> {
+        self.clients.credential_health().failing(std::time::Instant::now())
     }
 
     fn forget_unused_node_class_lookups(&self) {

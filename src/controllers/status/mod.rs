@@ -14,14 +14,15 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::{AKSNodeClass, NodePool};
+use crate::cloud::azure::nodeclass::status::CREDENTIALS_READY;
 use crate::cloud::CloudProvider;
 use crate::controllers::nodeclaim::resource_list;
-use crate::controllers::{ControllerError, Shared};
+use crate::controllers::{events, ControllerError, Shared};
 
 /// Status is recomputed at least this often (node counts and the Kubernetes version change without a
 /// NodePool or AKSNodeClass event).
@@ -51,6 +52,9 @@ async fn sync_all<C: CloudProvider>(shared: &Shared<C>) -> Result<(), Controller
             if let Some(status) = shared.cloud.node_class_status(class, &version, &now()).await {
                 let patch = Patch::Merge(json!({ "status": status }));
                 classes_api.patch_status(&class.name_any(), &PatchParams::default(), &patch).await?;
+                if let Some(why) = newly_failing_credentials(class, &status) {
+                    shared.events.publish(events::credentials_unavailable(&why), class.object_ref(&())).await;
+                }
                 tracing::info!(aksnodeclass = %class.name_any(), kubernetes_version = %version, ready = %ready_summary(&status), "updated aksnodeclass status");
             }
         }
@@ -85,6 +89,16 @@ async fn sync_all<C: CloudProvider>(shared: &Shared<C>) -> Result<(), Controller
 
 fn now() -> Time {
     Time(Timestamp::now())
+}
+
+/// The message of a `CredentialsReady=False` condition the new status brings and the class did not
+/// have: the moment to tell whoever looks at the class.
+fn newly_failing_credentials(class: &AKSNodeClass, status: &serde_json::Value) -> Option<String> {
+    let had =
+        class.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == CREDENTIALS_READY));
+    let conditions = status["conditions"].as_array()?;
+    let failing = conditions.iter().find(|c| c["type"] == CREDENTIALS_READY && c["status"] == "False")?;
+    (!had).then(|| failing["message"].as_str().unwrap_or_default().to_string())
 }
 
 /// `v1.34.2+k3s1` → `1.34.2`.

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::recheck::{Rechecks, Schedule};
-use super::status::{nodeclass_status, ImagesCheck, SubnetCheck};
+use super::status::{nodeclass_status_with, ImagesCheck, SubnetCheck};
 use crate::apis::AKSNodeClass;
 use crate::cloud::azure::imagefamily::{self, class_definitions, node_image, ImageDefinition};
 use crate::cloud::azure::subnet::{class_subnet, SubnetId};
@@ -93,12 +93,13 @@ impl NodeClassChecks {
         version: &str,
         cluster_subnet_id: &str,
         node_resource_group: &str,
+        credentials_failing: Option<&str>,
         now: Instant,
         time: &Time,
     ) -> Option<serde_json::Value> {
         let images = self.images(cloud, class, version, now).await;
         let subnet = self.subnet(cloud, class, cluster_subnet_id, node_resource_group, now).await;
-        nodeclass_status(class, version, &images, &subnet, time)
+        nodeclass_status_with(class, version, &images, &subnet, credentials_failing, time)
     }
 
     /// The class's images on a cluster at Kubernetes `version`.

@@ -29,12 +29,29 @@ pub enum SubnetCheck {
     NotReady { reason: &'static str, message: String },
 }
 
+/// The condition written while the controller's Azure credentials keep failing (ours: there is nothing
+/// to launch with, and the cause belongs where users look first). It is absent while they work.
+pub const CREDENTIALS_READY: &str = "CredentialsReady";
+
 /// The status to write, or None when what is stored is already right.
 pub fn nodeclass_status(
     class: &AKSNodeClass,
     version: &str,
     images: &ImagesCheck,
     subnet: &SubnetCheck,
+    now: &Time,
+) -> Option<serde_json::Value> {
+    nodeclass_status_with(class, version, images, subnet, None, now)
+}
+
+/// [`nodeclass_status`] with the credentials' failure, when they keep failing: `CredentialsReady=False`
+/// with it as the message, and the class not Ready.
+pub fn nodeclass_status_with(
+    class: &AKSNodeClass,
+    version: &str,
+    images: &ImagesCheck,
+    subnet: &SubnetCheck,
+    credentials_failing: Option<&str>,
     now: &Time,
 ) -> Option<serde_json::Value> {
     let current = class.status.clone().unwrap_or_default();
@@ -71,13 +88,24 @@ pub fn nodeclass_status(
             set(&mut list, conditions::VALIDATION_SUCCEEDED, f, problem.category(), &problem.to_string())
         }
     };
+    changed |= match credentials_failing {
+        Some(why) => set(&mut list, CREDENTIALS_READY, f, "CredentialsUnavailable", why),
+        None => {
+            let before = list.len();
+            list.retain(|c| c.type_ != CREDENTIALS_READY);
+            list.len() != before
+        }
+    };
+    let present = |type_: &&str| *type_ != CREDENTIALS_READY || conditions::get(&list, type_).is_some();
     let unhealthy: Vec<String> = [
         conditions::KUBERNETES_VERSION_READY,
         conditions::IMAGES_READY,
         conditions::SUBNETS_READY,
         conditions::VALIDATION_SUCCEEDED,
+        CREDENTIALS_READY,
     ]
     .into_iter()
+    .filter(present)
     .filter(|type_| !conditions::is_true(&list, type_))
     .map(|type_| format!("{type_}=False"))
     .collect();
@@ -222,5 +250,28 @@ mod tests {
         apply(&mut class, status);
         assert!(class.status.as_ref().unwrap().images.is_empty());
         assert_eq!(condition(&class, "Ready").message, "ImagesReady=False, SubnetsReady=False");
+    }
+
+    #[test]
+    fn failing_credentials_make_the_class_not_ready_with_the_cause_until_they_work() {
+        let mut class = class();
+        let resolved = ImagesCheck::Resolved(images("1"));
+        let failing = "the instance metadata service refused a token (400): Identity not found";
+        let status =
+            nodeclass_status_with(&class, "1.34.4", &resolved, &SubnetCheck::Ready, Some(failing), &now())
+                .unwrap();
+        apply(&mut class, status);
+        let credentials = condition(&class, CREDENTIALS_READY);
+        assert_eq!((credentials.status, credentials.message.as_str()), (ConditionStatus::False, failing));
+        let ready = condition(&class, "Ready");
+        assert_eq!(
+            (ready.status, ready.message.as_str()),
+            (ConditionStatus::False, "CredentialsReady=False")
+        );
+        let status = nodeclass_status(&class, "1.34.4", &resolved, &SubnetCheck::Ready, &now()).unwrap();
+        apply(&mut class, status);
+        let conditions = &class.status.as_ref().unwrap().conditions;
+        assert!(conditions.iter().all(|c| c.type_ != CREDENTIALS_READY), "gone once they work");
+        assert_eq!(condition(&class, "Ready").status, ConditionStatus::True);
     }
 }
