@@ -107,6 +107,8 @@ pub struct Shared<C> {
     pub watch_health: WatchHealth,
     /// When this process first saw what a timeout is about, so clock skew fires none early.
     pub first_seen: FirstSeen,
+    /// Pods the solver panicked on, left out of provisioning until the time given.
+    pub quarantine: Mutex<BTreeMap<String, std::time::Instant>>,
 }
 
 impl<C> Shared<C> {
@@ -114,6 +116,14 @@ impl<C> Shared<C> {
     /// cannot cope with (every update replaces whole records), so a poisoned lock is used as is.
     pub fn cluster(&self) -> MutexGuard<'_, Cluster> {
         self.cluster.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The pods left out of provisioning now (the solver panicked on them); expired entries are dropped.
+    pub fn quarantined(&self) -> std::collections::BTreeSet<String> {
+        let mut map = self.quarantine.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        map.retain(|_, until| *until > now);
+        map.keys().cloned().collect()
     }
 
     /// Names (Nodes or NodeClaims) nominated within [`provisioning::NOMINATION_WINDOW`]; older

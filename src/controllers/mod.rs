@@ -79,6 +79,7 @@ pub async fn run<C: CloudProvider + 'static>(
         supervisor: Arc::new(crate::operator::supervisor::Supervisor::new()),
         watch_health: watch_health::WatchHealth::new(settings_stale_after),
         first_seen: observed::FirstSeen::default(),
+        quarantine: Mutex::new(BTreeMap::new()),
     });
     let (triggers, trigger_rx) = mpsc::unbounded_channel();
     let mut watches = tokio::task::JoinSet::new();

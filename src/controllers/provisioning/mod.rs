@@ -7,6 +7,7 @@
 //! watch first seeing it provisionable to its first decision is recorded (`batch::DecisionClock`).
 
 pub mod batch;
+pub mod isolate;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -121,6 +122,8 @@ async fn provision<C: CloudProvider + 'static>(
         let cluster = shared.cluster();
         let mut input = cluster.snapshot(&|_pool, class| shared.cloud.instance_types(class), options);
         input.pods.extend(cluster.pods_of_deleting_nodes());
+        let quarantined = shared.quarantined();
+        input.pods.retain(|p| !quarantined.contains(&p.id()));
         input
     };
     if input.pods.is_empty() {
@@ -129,9 +132,16 @@ async fn provision<C: CloudProvider + 'static>(
     let pods = input.pods.len();
     let m = metrics::get();
     m.set_queue_depth(PROVISIONER, pods);
-    let solved = tokio::task::spawn_blocking(move || scheduling::solve(&input)).await;
+    let solved = tokio::task::spawn_blocking(move || {
+        isolate::solve_isolating(&input, &|batch: &scheduling::SolveInput| scheduling::solve(batch))
+    })
+    .await;
     m.set_queue_depth(PROVISIONER, 0);
-    let plan: Plan = solved.map_err(|e| ControllerError::Invalid(format!("the solver panicked: {e}")))?;
+    let (plan, bad) = solved.map_err(|e| ControllerError::Invalid(format!("the solver failed: {e}")))?;
+    if !bad.is_empty() {
+        set_aside(shared, &bad);
+    }
+    let Some(plan) = plan else { return Ok(()) };
     m.scheduling_finished(PROVISIONER, started.elapsed(), plan.unschedulable.len());
     metrics::record_plan(m, &plan);
     // Only pods waiting for capacity count (not the pods of nodes being deleted, planned every round).
@@ -195,6 +205,32 @@ async fn provision<C: CloudProvider + 'static>(
     }
     pod_events(shared, &plan, nominations);
     failed.map_or(Ok(()), |e| Err(e.into()))
+}
+
+/// Leaves the pods the solver panicked on out of provisioning for [`isolate::QUARANTINE`], and says so
+/// on each pod.
+fn set_aside<C>(shared: &Shared<C>, pods: &[PodId]) {
+    let until = Instant::now() + isolate::QUARANTINE;
+    shared
+        .quarantine
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .extend(pods.iter().map(|p| (p.clone(), until)));
+    tracing::error!(pods = ?pods, retry_in_s = isolate::QUARANTINE.as_secs(), "the solver panicked on these pods; they are left out of provisioning for now");
+    let why = format!(
+        "the solver failed on this pod; it is left out of provisioning for {} minutes",
+        isolate::QUARANTINE.as_secs() / 60
+    );
+    let out: Vec<_> = {
+        let cluster = shared.cluster();
+        pods.iter()
+            .map(|pod| {
+                let uid = cluster.pod(pod).and_then(|p| p.uid.clone());
+                (events::failed_scheduling(&why), events::pod_ref(pod, uid))
+            })
+            .collect()
+    };
+    shared.events.spawn_all(out);
 }
 
 enum Target {
