@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 
 use crate::cloud::CloudError;
 use crate::controllers::node::termination::Termination;
+use crate::controllers::nodepool_health::RegistrationHistory;
 use crate::controllers::observed::FirstSeen;
 use crate::controllers::watch_health::WatchHealth;
 use crate::controllers::{events, provisioning};
@@ -109,6 +110,8 @@ pub struct Shared<C> {
     pub first_seen: FirstSeen,
     /// Pods the solver panicked on, left out of provisioning until the time given.
     pub quarantine: Mutex<BTreeMap<String, std::time::Instant>>,
+    /// Whether each NodePool's claims register (`NodeRegistrationHealthy`).
+    pub registrations: RegistrationHistory,
 }
 
 impl<C> Shared<C> {

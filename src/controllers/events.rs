@@ -59,8 +59,9 @@ pub mod reason {
     pub const DRIFTED: &str = "Drifted";
     pub const UNREADABLE: &str = "Unreadable";
     pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
+    pub const NODE_REGISTRATION_UNHEALTHY: &str = "NodeRegistrationUnhealthy";
 
-    pub const ALL: [&str; 22] = [
+    pub const ALL: [&str; 23] = [
         NOMINATED,
         FAILED_SCHEDULING,
         LAUNCHED,
@@ -83,6 +84,7 @@ pub mod reason {
         DRIFTED,
         UNREADABLE,
         CREDENTIALS_UNAVAILABLE,
+        NODE_REGISTRATION_UNHEALTHY,
     ];
 }
 
@@ -269,6 +271,11 @@ pub fn credentials_unavailable(why: &str) -> Event {
         "Authenticate",
         format!("The controller cannot get Azure tokens: {why}"),
     )
+}
+
+/// On a NodePool: its nodes keep failing to register (`NodeRegistrationHealthy=False`).
+pub fn registration_unhealthy(why: &str) -> Event {
+    event(EventType::Warning, reason::NODE_REGISTRATION_UNHEALTHY, "Register", why.to_string())
 }
 
 /// On a NodeClaim: Azure evicted its spot VM, so the claim is deleted and its pods provisioned again.

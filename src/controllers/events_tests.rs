@@ -45,6 +45,7 @@ fn builders_use_their_reason_and_type() {
             EventType::Warning,
         ),
         (credentials_unavailable("expired assertion"), reason::CREDENTIALS_UNAVAILABLE, EventType::Warning),
+        (registration_unhealthy("2 of the last 2"), reason::NODE_REGISTRATION_UNHEALTHY, EventType::Warning),
     ];
     assert_eq!(cases.len(), reason::ALL.len());
     for (ev, reason, type_) in cases {

@@ -32,6 +32,7 @@ pub mod leading;
 pub mod metrics;
 pub mod node;
 pub mod nodeclaim;
+pub mod nodepool_health;
 pub mod observed;
 pub mod provisioning;
 pub mod start;
@@ -80,6 +81,7 @@ pub async fn run<C: CloudProvider + 'static>(
         watch_health: watch_health::WatchHealth::new(settings_stale_after),
         first_seen: observed::FirstSeen::default(),
         quarantine: Mutex::new(BTreeMap::new()),
+        registrations: nodepool_health::RegistrationHistory::default(),
     });
     let (triggers, trigger_rx) = mpsc::unbounded_channel();
     let mut watches = tokio::task::JoinSet::new();

@@ -22,6 +22,7 @@ use crate::apis::{AKSNodeClass, NodePool};
 use crate::cloud::azure::nodeclass::status::CREDENTIALS_READY;
 use crate::cloud::CloudProvider;
 use crate::controllers::nodeclaim::resource_list;
+use crate::controllers::nodepool_health::Registration;
 use crate::controllers::{events, ControllerError, Shared};
 
 /// Status is recomputed at least this often (node counts and the Kubernetes version change without a
@@ -78,9 +79,27 @@ async fn sync_all<C: CloudProvider>(shared: &Shared<C>) -> Result<(), Controller
         let class = classes.iter().find(|c| &c.name_any() == class_name);
         let used = usage.get(&name).cloned().unwrap_or_default();
         let nodes = node_counts.get(&name).copied().unwrap_or(0);
-        if let Some(status) = nodepool_status(pool, class, resource_list(&used), nodes, &now()) {
+        let registration = shared.registrations.state(&name);
+        if let Some(status) =
+            nodepool_status(pool, class, resource_list(&used), nodes, registration.as_ref(), &now())
+        {
             api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": status })))
                 .await?;
+            if let Some(Registration::Unhealthy { .. }) = &registration {
+                let was = pool
+                    .status
+                    .as_ref()
+                    .and_then(|s| conditions::get(&s.conditions, conditions::NODE_REGISTRATION_HEALTHY));
+                if was.is_none_or(|c| c.status != ConditionStatus::False) {
+                    let (_, _, message) =
+                        registration.as_ref().map(Registration::condition).unwrap_or_default();
+                    tracing::warn!(nodepool = %name, %message, "the NodePool's nodes do not register");
+                    shared
+                        .events
+                        .publish(events::registration_unhealthy(&message), pool.object_ref(&()))
+                        .await;
+                }
+            }
             tracing::debug!(nodepool = %name, "updated nodepool status");
         }
     }
@@ -122,12 +141,15 @@ fn ready_summary(status: &serde_json::Value) -> String {
     }
 }
 
-/// The pool's status, or None when what is stored is already right.
+/// The pool's status, or None when what is stored is already right. `registration` is what its recent
+/// launches say about `NodeRegistrationHealthy` (None: nothing yet; a pool without the condition
+/// gets it as Unknown).
 pub fn nodepool_status(
     pool: &NodePool,
     class: Option<&AKSNodeClass>,
     resources: crate::apis::common::ResourceList,
     nodes: i64,
+    registration: Option<&Registration>,
     now: &Time,
 ) -> Option<serde_json::Value> {
     let current = pool.status.clone().unwrap_or_default();
@@ -150,6 +172,30 @@ pub fn nodepool_status(
         conditions::set(&mut list, conditions::NODE_CLASS_READY, status, reason, &message, generation, now);
     let ready_reason = if status == ConditionStatus::True { "Ready" } else { reason };
     changed |= conditions::set(&mut list, conditions::READY, status, ready_reason, &message, generation, now);
+    changed |= match registration.map(Registration::condition) {
+        Some((healthy, reason, message)) => {
+            let status = if healthy { ConditionStatus::True } else { ConditionStatus::False };
+            conditions::set(
+                &mut list,
+                conditions::NODE_REGISTRATION_HEALTHY,
+                status,
+                reason,
+                &message,
+                generation,
+                now,
+            )
+        }
+        None if conditions::get(&list, conditions::NODE_REGISTRATION_HEALTHY).is_none() => conditions::set(
+            &mut list,
+            conditions::NODE_REGISTRATION_HEALTHY,
+            ConditionStatus::Unknown,
+            "AwaitingRegistration",
+            "no NodeClaim of this NodePool has registered yet",
+            generation,
+            now,
+        ),
+        None => false,
+    };
     changed |= current.resources != resources || current.nodes != Some(nodes);
     changed.then(|| json!({ "resources": resources, "nodes": nodes, "conditions": list }))
 }
@@ -172,5 +218,36 @@ mod tests {
             {"type": "SubnetsReady", "status": "False", "reason": "SubnetNotFound"},
             {"type": "Ready", "status": "False", "reason": "UnhealthyDependents"}]});
         assert_eq!(ready_summary(&bad), "SubnetsReady=SubnetNotFound,Ready=UnhealthyDependents");
+    }
+
+    #[test]
+    fn node_registration_health_starts_unknown_and_follows_the_launches() {
+        let mut pool: NodePool = serde_yaml::from_str(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.azure.com, kind: AKSNodeClass, name: c}\n      requirements: []\n",
+        )
+        .unwrap();
+        let now = Time(Timestamp::UNIX_EPOCH);
+        let condition = |pool: &NodePool| {
+            let c = conditions::get(
+                &pool.status.as_ref().unwrap().conditions,
+                conditions::NODE_REGISTRATION_HEALTHY,
+            );
+            c.map(|c| (c.status, c.reason.clone())).unwrap()
+        };
+        let apply = |pool: &mut NodePool, registration: Option<&Registration>| {
+            if let Some(status) = nodepool_status(pool, None, Default::default(), 0, registration, &now) {
+                pool.status = Some(serde_json::from_value(status).unwrap());
+            }
+        };
+        apply(&mut pool, None);
+        assert_eq!(condition(&pool), (ConditionStatus::Unknown, "AwaitingRegistration".to_string()));
+        apply(&mut pool, Some(&Registration::Unhealthy { failed: 2, of: 2 }));
+        assert_eq!(condition(&pool), (ConditionStatus::False, "RegistrationFailed".to_string()));
+        apply(&mut pool, None);
+        assert_eq!(condition(&pool).0, ConditionStatus::False, "a restart keeps what was written");
+        apply(&mut pool, Some(&Registration::Healthy));
+        assert_eq!(condition(&pool), (ConditionStatus::True, "NodeRegistrationHealthy".to_string()));
+        let ready = conditions::get(&pool.status.as_ref().unwrap().conditions, conditions::READY).unwrap();
+        assert_eq!(ready.reason, "NodeClassNotFound", "registration health is not a condition of Ready");
     }
 }

@@ -20,6 +20,7 @@ pub const READY: &str = "Ready";
 // NodePool (upstream core `pkg/apis/v1/nodepool_status.go`).
 pub const NODE_CLASS_READY: &str = "NodeClassReady";
 pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
 
 // AKSNodeClass (upstream provider `aksnodeclass_status.go`).
 pub const IMAGES_READY: &str = "ImagesReady";

@@ -124,6 +124,7 @@ async fn step<C: CloudProvider + 'static>(
         }
         Phase::Launch => launch::launch(claim, shared, &api, now).await,
         Phase::LaunchTimedOut { timeout } => {
+            record_failure(shared, claim);
             shared.events.on_claim(claim, events::launch_timeout(timeout)).await;
             delete_claim(&api, claim, "launch_timeout").await
         }
@@ -131,6 +132,7 @@ async fn step<C: CloudProvider + 'static>(
             registration::register(claim, shared, &api, &provider_id, now).await
         }
         Phase::RegistrationTimedOut { timeout } => {
+            record_failure(shared, claim);
             shared.events.on_claim(claim, events::registration_timeout(timeout)).await;
             delete_claim(&api, claim, "registration_timeout").await
         }
@@ -148,6 +150,13 @@ async fn step<C: CloudProvider + 'static>(
         }
         Phase::Initialize => initialization::initialize(claim, shared, &api, now).await,
         Phase::Settled => Ok(Action::requeue(RESYNC)),
+    }
+}
+
+/// A claim of its NodePool is given up for not launching or registering in time.
+fn record_failure<C>(shared: &Shared<C>, claim: &NodeClaim) {
+    if let Some(pool) = claim.labels().get(crate::model::labels::LABEL_NODEPOOL) {
+        shared.registrations.record(pool, false);
     }
 }
 

@@ -96,6 +96,9 @@ pub(super) async fn register<C>(
         return Ok(Action::requeue(WAIT_POLL));
     }
     metrics::node_created(metrics::get(), claim);
+    if let Some(pool) = claim.labels().get(LABEL_NODEPOOL) {
+        shared.registrations.record(pool, true);
+    }
     tracing::info!(
         nodeclaim = %claim.name_any(),
         node = %node_name,
