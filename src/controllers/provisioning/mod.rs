@@ -20,7 +20,7 @@ use tokio::sync::Mutex;
 use crate::cloud::CloudProvider;
 use crate::controllers::events::{self, Nomination};
 use crate::controllers::nodeclaim::{self, CreateError};
-use crate::controllers::{metrics, ControllerError, Shared};
+use crate::controllers::{metrics, nodepool_health, ControllerError, Shared};
 use crate::operator::metrics::controller::PROVISIONER;
 use crate::scheduling::{self, Plan, PodId, SolveOptions};
 use batch::{DecisionClock, Window};
@@ -171,9 +171,13 @@ async fn provision<C: CloudProvider + 'static>(
         tracing::info!(pod = %u.pod, reason = %u.reason, "pod cannot be scheduled");
     }
     let mut nominations = Vec::new();
+    let held_back = probing_only(shared, &plan);
     let creates = plan
         .nodeclaims
         .iter()
+        .enumerate()
+        .filter(|(i, _)| !held_back.contains(i))
+        .map(|(_, planned)| planned)
         .map(|planned| async move { (planned, nodeclaim::create(shared, planned, BTreeMap::new()).await) });
     let mut failed = None;
     for (planned, result) in futures::future::join_all(creates).await {
@@ -205,6 +209,40 @@ async fn provision<C: CloudProvider + 'static>(
     }
     pod_events(shared, &plan, nominations);
     failed.map_or(Ok(()), |e| Err(e.into()))
+}
+
+/// The planned claims not to create this round: a NodePool whose nodes keep failing to register
+/// (`NodeRegistrationHealthy=False`) launches one claim at a time, a probe, instead of a whole plan of
+/// VMs that would not join either; its other pods wait for the next round.
+fn probing_only<C>(shared: &Shared<C>, plan: &Plan) -> HashSet<usize> {
+    let cluster = shared.cluster();
+    let mut probing: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut held = HashSet::new();
+    for (i, planned) in plan.nodeclaims.iter().enumerate() {
+        let pool = planned.nodepool.as_str();
+        if !matches!(shared.registrations.state(pool), Some(nodepool_health::Registration::Unhealthy { .. }))
+        {
+            continue;
+        }
+        let launching = probing.entry(pool).or_insert_with(|| {
+            cluster
+                .nodeclaims()
+                .filter(|c| c.nodepool.as_deref() == Some(pool) && !c.registered && !c.deleting)
+                .count()
+        });
+        if *launching > 0 {
+            held.insert(i);
+        } else {
+            *launching += 1;
+        }
+    }
+    if !held.is_empty() {
+        tracing::warn!(
+            held_back = held.len(),
+            "NodePools whose nodes do not register launch one NodeClaim at a time"
+        );
+    }
+    held
 }
 
 /// Leaves the pods the solver panicked on out of provisioning for [`isolate::QUARANTINE`], and says so
