@@ -19,7 +19,6 @@ use serde_json::json;
 
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::{AKSNodeClass, NodePool};
-use crate::cloud::azure::nodeclass::status::CREDENTIALS_READY;
 use crate::cloud::CloudProvider;
 use crate::controllers::nodeclaim::resource_list;
 use crate::controllers::nodepool_health::Registration;
@@ -113,10 +112,13 @@ fn now() -> Time {
 /// The message of a `CredentialsReady=False` condition the new status brings and the class did not
 /// have: the moment to tell whoever looks at the class.
 fn newly_failing_credentials(class: &AKSNodeClass, status: &serde_json::Value) -> Option<String> {
-    let had =
-        class.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == CREDENTIALS_READY));
-    let conditions = status["conditions"].as_array()?;
-    let failing = conditions.iter().find(|c| c["type"] == CREDENTIALS_READY && c["status"] == "False")?;
+    let had = class
+        .status
+        .as_ref()
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == conditions::CREDENTIALS_READY));
+    let written = status["conditions"].as_array()?;
+    let failing =
+        written.iter().find(|c| c["type"] == conditions::CREDENTIALS_READY && c["status"] == "False")?;
     (!had).then(|| failing["message"].as_str().unwrap_or_default().to_string())
 }
 

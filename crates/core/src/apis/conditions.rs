@@ -26,6 +26,8 @@ pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
 pub const IMAGES_READY: &str = "ImagesReady";
 pub const KUBERNETES_VERSION_READY: &str = "KubernetesVersionReady";
 pub const SUBNETS_READY: &str = "SubnetsReady";
+/// Ours: written only while the controller's Azure credentials keep failing.
+pub const CREDENTIALS_READY: &str = "CredentialsReady";
 
 /// The status of a condition.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

@@ -31,7 +31,7 @@ pub enum SubnetCheck {
 
 /// The condition written while the controller's Azure credentials keep failing (ours: there is nothing
 /// to launch with, and the cause belongs where users look first). It is absent while they work.
-pub const CREDENTIALS_READY: &str = "CredentialsReady";
+pub use conditions::CREDENTIALS_READY;
 
 /// The status to write, or None when what is stored is already right.
 pub fn nodeclass_status(
