@@ -125,7 +125,7 @@ pub fn cloud_error(failure: &ArmFailure, what: &str) -> CloudError {
         format!("{what}: {} ({})", failure.code, failure.message)
     };
     if failure.code.eq_ignore_ascii_case(NIC_RESERVED) {
-        // Network holds the NIC of a failed create for 180 s (upstream provider issue 92): the same
+        // Network holds the NIC of a failed create for 180 s (Azure/karpenter-provider-azure#92): the same
         // delete succeeds once that is over.
         return CloudError::Transient(detail);
     }

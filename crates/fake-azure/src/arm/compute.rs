@@ -345,7 +345,7 @@ fn resolve_nics(state: &State, body: &Value) -> Result<Vec<(String, bool)>, ArmE
 }
 
 /// Holds the NICs of a failed create for the VM `vm_id` until `until`, as Network does (upstream
-/// provider issue 92, `NicReservedForAnotherVm`).
+/// Azure/karpenter-provider-azure#92, `NicReservedForAnotherVm`).
 fn reserve_nics(state: &mut State, nics: &[(String, bool)], vm_id: &str, until: Instant) {
     for (nic_id, _) in nics {
         if let Some(nic) = state.nics.values_mut().find(|nic| super::state::nic_id_of(nic) == *nic_id) {
