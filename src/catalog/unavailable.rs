@@ -96,6 +96,19 @@ struct FamilyBlock {
     expires_at: Timestamp,
 }
 
+impl FamilyBlock {
+    /// Folds a new block into this one: an expired one is replaced; a live one keeps the lower
+    /// threshold and the later expiry.
+    fn merge(&mut self, new: FamilyBlock, now: Timestamp) {
+        if self.expires_at <= now {
+            *self = new;
+        } else {
+            self.min_vcpus = self.min_vcpus.min(new.min_vcpus);
+            self.expires_at = self.expires_at.max(new.expires_at);
+        }
+    }
+}
+
 /// The cache. `seq` changes on every mark and eviction so callers can tell when to recompute.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UnavailableOfferings {
@@ -184,17 +197,7 @@ impl UnavailableOfferings {
     ) {
         let scope = FamilyScope { family: family.to_string(), zone: zone.map(str::to_string), capacity_type };
         let block = FamilyBlock { min_vcpus, expires_at: now + ttl };
-        self.families
-            .entry(scope)
-            .and_modify(|b| {
-                if b.expires_at <= now {
-                    *b = block;
-                } else {
-                    b.min_vcpus = b.min_vcpus.min(min_vcpus);
-                    b.expires_at = b.expires_at.max(block.expires_at);
-                }
-            })
-            .or_insert(block);
+        self.families.entry(scope).and_modify(|b| b.merge(block, now)).or_insert(block);
         self.seq += 1;
     }
 
@@ -212,17 +215,7 @@ impl UnavailableOfferings {
     ) {
         let min_vcpus = headroom.map_or(0, |h| h.saturating_add(1));
         let block = FamilyBlock { min_vcpus, expires_at: now + ttl };
-        self.regional
-            .entry(capacity_type)
-            .and_modify(|b| {
-                if b.expires_at <= now {
-                    *b = block;
-                } else {
-                    b.min_vcpus = b.min_vcpus.min(min_vcpus);
-                    b.expires_at = b.expires_at.max(block.expires_at);
-                }
-            })
-            .or_insert(block);
+        self.regional.entry(capacity_type).and_modify(|b| b.merge(block, now)).or_insert(block);
         self.seq += 1;
     }
 

@@ -37,7 +37,7 @@ pub struct FederatedTokenFileCredential {
     client_id: String,
     path: PathBuf,
     /// By scopes: the token and when it should be bought again.
-    cache: Mutex<BTreeMap<Vec<String>, (AccessToken, OffsetDateTime)>>,
+    cache: TokenCache,
 }
 
 impl fmt::Debug for FederatedTokenFileCredential {
@@ -64,7 +64,7 @@ impl FederatedTokenFileCredential {
             tenant_id,
             client_id,
             path,
-            cache: Mutex::new(BTreeMap::new()),
+            cache: TokenCache::default(),
         }
     }
 
@@ -88,6 +88,38 @@ impl FederatedTokenFileCredential {
     }
 }
 
+/// Access tokens by scopes, each with when to buy it again ([`refresh_at`]).
+#[derive(Default)]
+struct TokenCache {
+    tokens: Mutex<BTreeMap<Vec<String>, (AccessToken, OffsetDateTime)>>,
+}
+
+impl TokenCache {
+    /// The cached token for `scopes` while it is fresh, else the one `buy` gets, cached. One purchase
+    /// at a time: concurrent callers wait for it instead of each buying a token.
+    async fn get_or_buy<F, Fut>(&self, scopes: &[&str], buy: F) -> azure_core::Result<AccessToken>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = azure_core::Result<AccessToken>>,
+    {
+        let key: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
+        let mut tokens = self.tokens.lock().await;
+        let now = OffsetDateTime::now_utc();
+        if let Some((token, refresh)) = tokens.get(&key) {
+            if now < *refresh {
+                return Ok(token.clone());
+            }
+        }
+        let token = buy().await?;
+        tokens.insert(key, (token.clone(), refresh_at(now, token.expires_on)));
+        Ok(token)
+    }
+
+    async fn clear(&self) {
+        self.tokens.lock().await.clear();
+    }
+}
+
 /// When a token that expires at `expires_on`, bought at `now`, should be bought again.
 fn refresh_at(now: OffsetDateTime, expires_on: OffsetDateTime) -> OffsetDateTime {
     let life = (expires_on - now).max(time::Duration::ZERO);
@@ -98,29 +130,22 @@ fn refresh_at(now: OffsetDateTime, expires_on: OffsetDateTime) -> OffsetDateTime
 #[async_trait::async_trait]
 impl TokenCredential for FederatedTokenFileCredential {
     async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
-        let key: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
-        // One exchange at a time: concurrent callers wait for it instead of each buying a token.
-        let mut cache = self.cache.lock().await;
-        let now = OffsetDateTime::now_utc();
-        if let Some((token, refresh)) = cache.get(&key) {
-            if now < *refresh {
-                return Ok(token.clone());
-            }
-        }
-        let exchange = WorkloadIdentityCredential::new(
-            self.http.clone(),
-            self.authority_host.clone(),
-            self.tenant_id.clone(),
-            self.client_id.clone(),
-            self.read_assertion()?,
-        );
-        let token = exchange.get_token(scopes).await?;
-        cache.insert(key, (token.clone(), refresh_at(now, token.expires_on)));
-        Ok(token)
+        self.cache
+            .get_or_buy(scopes, || async {
+                let exchange = WorkloadIdentityCredential::new(
+                    self.http.clone(),
+                    self.authority_host.clone(),
+                    self.tenant_id.clone(),
+                    self.client_id.clone(),
+                    self.read_assertion()?,
+                );
+                exchange.get_token(scopes).await
+            })
+            .await
     }
 
     async fn clear_cache(&self) -> azure_core::Result<()> {
-        self.cache.lock().await.clear();
+        self.cache.clear().await;
         Ok(())
     }
 }
@@ -148,7 +173,7 @@ pub struct ManagedIdentityCredential {
     http: reqwest::Client,
     endpoint: Url,
     client_id: Option<String>,
-    cache: Mutex<BTreeMap<Vec<String>, (AccessToken, OffsetDateTime)>>,
+    cache: TokenCache,
 }
 
 impl fmt::Debug for ManagedIdentityCredential {
@@ -170,7 +195,7 @@ struct ImdsToken {
 
 impl ManagedIdentityCredential {
     pub fn new(http: reqwest::Client, endpoint: Url, client_id: Option<String>) -> Self {
-        ManagedIdentityCredential { http, endpoint, client_id, cache: Mutex::new(BTreeMap::new()) }
+        ManagedIdentityCredential { http, endpoint, client_id, cache: TokenCache::default() }
     }
 
     async fn fetch(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
@@ -214,21 +239,11 @@ impl ManagedIdentityCredential {
 #[async_trait::async_trait]
 impl TokenCredential for ManagedIdentityCredential {
     async fn get_token(&self, scopes: &[&str]) -> azure_core::Result<AccessToken> {
-        let key: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
-        let mut cache = self.cache.lock().await;
-        let now = OffsetDateTime::now_utc();
-        if let Some((token, refresh)) = cache.get(&key) {
-            if now < *refresh {
-                return Ok(token.clone());
-            }
-        }
-        let token = self.fetch(scopes).await?;
-        cache.insert(key, (token.clone(), refresh_at(now, token.expires_on)));
-        Ok(token)
+        self.cache.get_or_buy(scopes, || self.fetch(scopes)).await
     }
 
     async fn clear_cache(&self) -> azure_core::Result<()> {
-        self.cache.lock().await.clear();
+        self.cache.clear().await;
         Ok(())
     }
 }

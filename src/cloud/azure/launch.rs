@@ -10,6 +10,7 @@ use crate::apis::{AKSNodeClass, NodeClaim};
 use crate::catalog::{embedded_sku, NodeSecurity, SkuRecord};
 use crate::cloud::azure::bootstrap::{kubelet_config_flags, NodeClassBootstrap};
 use crate::cloud::azure::imagefamily::image_for;
+use crate::cloud::azure::instancetypes::Catalog;
 use crate::cloud::{
     allocation, InstanceTypeOption, KubeletSettings, LaunchRequest, LaunchRequestError, OfferingChoice,
 };
@@ -119,6 +120,17 @@ pub fn request_with(
         security: NodeSecurity::from_spec(class.spec.security.as_ref()),
         node_class: NodeClassBootstrap::from_class(class),
     })
+}
+
+/// [`request_with`] from `catalog`: its sizes for the class and its size facts. The one body of every
+/// provider's `CloudProvider::launch_request`.
+pub fn request_from(
+    catalog: &Catalog,
+    claim: &NodeClaim,
+    class: Option<&AKSNodeClass>,
+) -> Result<LaunchRequest, LaunchRequestError> {
+    let types = catalog.types_for(class);
+    request_with(claim, class, &types, &|name| catalog.sku_record(name))
 }
 
 /// Why a class's conditions do not allow launches (upstream launches only from a Ready class); None

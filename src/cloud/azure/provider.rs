@@ -469,8 +469,7 @@ impl CloudProvider for AzureCloudProvider {
         claim: &NodeClaim,
         class: Option<&AKSNodeClass>,
     ) -> Result<LaunchRequest, LaunchRequestError> {
-        let types = self.catalog.types_for(class);
-        launch::request_with(claim, class, &types, &|name| self.catalog.sku_record(name))
+        launch::request_from(&self.catalog, claim, class)
     }
 
     fn price_age(&self, now: Duration) -> (PriceSource, Duration) {
