@@ -614,3 +614,38 @@ async fn a_hung_arm_request_is_cut_off_at_its_time_limit_and_retried() {
     assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
     assert_eq!(failure.status, 0, "no answer: {failure:?}");
 }
+
+#[tokio::test]
+async fn a_wait_for_a_long_running_operation_holds_no_call_permit_while_it_sleeps() {
+    // One call at a time, and VM deletes that take 3 s: a create issued while a delete is waiting
+    // finishes long before the delete, because the delete holds the permit only for each request.
+    let h =
+        harness(FakeArmConfig { deletion_delay: Duration::from_secs(3), ..FakeArmConfig::default() }).await;
+    let launch = LaunchSettings {
+        max_concurrent_calls: 1,
+        poll_interval: Duration::from_millis(100),
+        ..h.fake.launch_settings()
+    };
+    let catalog = Catalog::for_region(&launch.location, h.cache.clone(), Arc::new(|| NOW)).unwrap();
+    let clients = ArmClients::new(&h.arm).expect("clients build");
+    let provider = Arc::new(AzureCloudProvider::new(clients, launch, Arc::new(catalog)));
+    let options = vec![option("Standard_D2s_v5", &[on_demand("eastus-1")])];
+    let first = provider.create(&request("default-w1", options.clone())).await.expect("the first create");
+
+    let deleting = {
+        let provider = provider.clone();
+        tokio::spawn(async move {
+            provider.delete(&first.provider_id).await.expect("the delete ends");
+            std::time::Instant::now()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    provider.create(&request("default-w2", options)).await.expect("the second create");
+    let created = std::time::Instant::now();
+    let deleted = deleting.await.unwrap();
+    assert!(
+        created < deleted,
+        "the create waited for the whole delete: it ended {:?} after it",
+        created - deleted
+    );
+}

@@ -6,9 +6,40 @@
 //! the configured interval (upstream polls VM creates every 3 s, `pkg/providers/instance/poller.go`), so an
 //! advice of a minute does not slow a launch, and never less than [`MIN_POLL`]. The operation is given
 //! up at a deadline (interval × polls), not after a count of polls, so a quicker cadence does not shorten
-//! how long a slow create may take. Pure: the caller reads the headers and the clock.
+//! how long a slow create may take. The cadence is pure: the caller reads the headers and the clock.
+//!
+//! [`Polling`] carries the cadence and the provider's concurrency limit into a wait: each request of the
+//! wait (the first call and every poll) takes a permit and gives it back before sleeping, so a thousand
+//! VMs being created or deleted hold no permit while they wait, and their polls queue behind the limit
+//! like any other ARM call.
 
+use std::future::Future;
 use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+/// How a long-running operation is waited for: the concurrency limit its requests share with every other
+/// ARM call of the provider, and the cadence.
+#[derive(Debug, Clone, Copy)]
+pub struct Polling<'a> {
+    pub limiter: &'a Semaphore,
+    pub interval: Duration,
+    pub max_polls: u32,
+}
+
+impl Polling<'_> {
+    /// Runs one request under the concurrency limit.
+    pub async fn call<T>(&self, request: impl Future<Output = T>) -> T {
+        // The semaphore is never closed, so acquire cannot fail; run unlimited rather than panic if it did.
+        let _permit = self.limiter.acquire().await.ok();
+        request.await
+    }
+
+    /// How long the operation may run (see [`deadline`]).
+    pub fn deadline(&self) -> Duration {
+        deadline(self.interval, self.max_polls)
+    }
+}
 
 /// The shortest wait between two polls, whatever ARM advises: ARM's own unit is the second, and a burst
 /// of launches polls once per VM per wait, so a shorter advice would turn a burst into a flood of reads

@@ -5,13 +5,13 @@
 //! configurations, accelerated networking when the size supports it, no IP forwarding, our tags.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::client::ArmClients;
 use super::errors::ArmFailure;
+use super::lro;
 use super::network::{attach_nsg, NetworkAttachments};
 use super::LaunchSettings;
 
@@ -101,13 +101,12 @@ pub async fn delete_nic(
     clients: &ArmClients,
     rg: &str,
     name: &str,
-    poll_interval: Duration,
-    max_polls: u32,
+    polling: &lro::Polling<'_>,
 ) -> Result<(), ArmFailure> {
     let nics = clients.network.network_interfaces_client();
     let mut last = None;
-    for _ in 0..max_polls.max(1) {
-        match nics.delete(rg, name, &clients.subscription_id).send().await {
+    for _ in 0..polling.max_polls.max(1) {
+        match polling.call(nics.delete(rg, name, &clients.subscription_id).send()).await {
             Ok(_) => {}
             Err(err) => {
                 let failure = ArmFailure::from_sdk(&err);
@@ -118,16 +117,16 @@ pub async fn delete_nic(
                     return Err(failure);
                 }
                 last = Some(failure);
-                tokio::time::sleep(poll_interval).await;
+                tokio::time::sleep(polling.interval).await;
                 continue;
             }
         }
-        match nics.get(rg, name, &clients.subscription_id).await {
+        match polling.call(async { nics.get(rg, name, &clients.subscription_id).await }).await {
             Err(err) if ArmFailure::from_sdk(&err).is_not_found() => return Ok(()),
             Err(err) => last = Some(ArmFailure::from_sdk(&err)),
             Ok(_) => {}
         }
-        tokio::time::sleep(poll_interval).await;
+        tokio::time::sleep(polling.interval).await;
     }
     Err(last.unwrap_or_else(|| timed_out(name)))
 }
@@ -209,7 +208,7 @@ mod tests {
                 network_plugin: network_plugin.into(),
                 ..BootstrapSettings::new("https://c:443", Secret::new("abcdef.0123456789abcdef"), "")
             },
-            poll_interval: Duration::from_secs(1),
+            poll_interval: std::time::Duration::from_secs(1),
             max_polls: 1,
             max_concurrent_calls: 1,
         }

@@ -23,7 +23,7 @@ use super::errors::{self, ArmFailure, CapacityClass};
 use super::instancetypes::Catalog;
 use super::nodeclass::checks::{NodeClassChecks, NodeClassLookups};
 use super::subnet::SubnetId;
-use super::{imagefamily, launch, lookups, naming, network, nic, vm, LaunchSettings};
+use super::{imagefamily, launch, lookups, lro, naming, network, nic, vm, LaunchSettings};
 use crate::apis::{AKSNodeClass, NodeClaim};
 use crate::catalog::unavailable::OfferingRef;
 use crate::catalog::{PriceSource, UnavailableOfferings, UnavailableReason};
@@ -88,9 +88,14 @@ impl AzureCloudProvider {
 
     /// Runs one ARM call under the concurrency limit.
     async fn limited<T>(&self, call: impl Future<Output = T>) -> T {
-        // The semaphore is never closed, so acquire cannot fail; run unlimited rather than panic if it did.
-        let _permit = self.limiter.acquire().await.ok();
-        call.await
+        self.polling().call(call).await
+    }
+
+    /// How the provider waits for a long-running operation: each request under the concurrency limit,
+    /// none while it sleeps.
+    fn polling(&self) -> lro::Polling<'_> {
+        let s = &self.settings;
+        lro::Polling { limiter: &self.limiter, interval: s.poll_interval, max_polls: s.max_polls }
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, UnavailableOfferings> {
@@ -143,17 +148,10 @@ impl AzureCloudProvider {
                 Err(CloudError::Transient(format!("an earlier create of VM {name} failed; it was removed")))
             }
             _ => {
-                let s = &self.settings;
-                let doc = vm::wait_for_create(
-                    &self.clients,
-                    self.rg(),
-                    name,
-                    &vm::SubmittedCreate::default(),
-                    s.poll_interval,
-                    s.max_polls,
-                )
-                .await
-                .map_err(|f| errors::cloud_error(&f, "waiting for VM"))?;
+                let submitted = vm::SubmittedCreate::default();
+                let doc = vm::wait_for_create(&self.clients, self.rg(), name, &submitted, &self.polling())
+                    .await
+                    .map_err(|f| errors::cloud_error(&f, "waiting for VM"))?;
                 Ok(Some(self.instance(&doc)))
             }
         }
@@ -161,15 +159,10 @@ impl AzureCloudProvider {
 
     /// Deletes the VM and NIC of `name`, best effort: GC finds anything left by its tags.
     async fn cleanup(&self, name: &str) {
-        let s = &self.settings;
-        if let Err(failure) =
-            self.limited(vm::delete_vm(&self.clients, self.rg(), name, s.poll_interval, s.max_polls)).await
-        {
+        if let Err(failure) = vm::delete_vm(&self.clients, self.rg(), name, &self.polling()).await {
             tracing::warn!(vm = name, code = %failure.code, "cleaning up a failed create: VM delete failed");
         }
-        if let Err(failure) =
-            self.limited(nic::delete_nic(&self.clients, self.rg(), name, s.poll_interval, s.max_polls)).await
-        {
+        if let Err(failure) = nic::delete_nic(&self.clients, self.rg(), name, &self.polling()).await {
             tracing::warn!(nic = name, code = %failure.code, "cleaning up a failed create: NIC delete failed");
         }
     }
@@ -267,10 +260,9 @@ impl AzureCloudProvider {
             .limited(vm::submit_create(&self.clients, self.rg(), &name, vm::vm_body(s, &spec)))
             .await
             .inspect_err(|f| m.vm_create_failed(&labels, "sync", errors::failure_label(f)))?;
-        let doc =
-            vm::wait_for_create(&self.clients, self.rg(), &name, &submitted, s.poll_interval, s.max_polls)
-                .await
-                .inspect_err(|f| m.vm_create_failed(&labels, "async", errors::failure_label(f)))?;
+        let doc = vm::wait_for_create(&self.clients, self.rg(), &name, &submitted, &self.polling())
+            .await
+            .inspect_err(|f| m.vm_create_failed(&labels, "async", errors::failure_label(f)))?;
         Ok(self.instance(&doc))
     }
 
@@ -383,12 +375,11 @@ impl CloudProvider for AzureCloudProvider {
     async fn delete(&self, provider_id: &str) -> Result<(), CloudError> {
         let vm_ref =
             naming::parse_provider_id(provider_id).map_err(|e| CloudError::Invalid(e.to_string()))?;
-        let s = &self.settings;
         let (rg, name) = (&vm_ref.resource_group, &vm_ref.vm_name);
-        self.limited(vm::delete_vm(&self.clients, rg, name, s.poll_interval, s.max_polls))
+        vm::delete_vm(&self.clients, rg, name, &self.polling())
             .await
             .map_err(|f| errors::cloud_error(&f, "deleting VM"))?;
-        self.limited(nic::delete_nic(&self.clients, rg, name, s.poll_interval, s.max_polls))
+        nic::delete_nic(&self.clients, rg, name, &self.polling())
             .await
             .map_err(|f| errors::cloud_error(&f, "deleting NIC"))
     }
@@ -417,8 +408,7 @@ impl CloudProvider for AzureCloudProvider {
     }
 
     async fn delete_nic(&self, name: &str) -> Result<(), CloudError> {
-        let s = &self.settings;
-        self.limited(nic::delete_nic(&self.clients, self.rg(), name, s.poll_interval, s.max_polls))
+        nic::delete_nic(&self.clients, self.rg(), name, &self.polling())
             .await
             .map_err(|f| errors::cloud_error(&f, "deleting NIC"))
     }

@@ -219,18 +219,20 @@ pub async fn wait_for_create(
     rg: &str,
     name: &str,
     submitted: &SubmittedCreate,
-    poll_interval: Duration,
-    max_polls: u32,
+    polling: &lro::Polling<'_>,
 ) -> Result<Value, ArmFailure> {
-    let give_up = Instant::now() + lro::deadline(poll_interval, max_polls);
+    let poll_interval = polling.interval;
+    let give_up = Instant::now() + polling.deadline();
     let mut advised = submitted.retry_after;
     loop {
         if let Some(url) = submitted.operation.as_deref() {
             // A failed poll (e.g. a throttled status GET) just costs one poll.
-            if let Ok((status, advice)) = clients.get_json_polled(url).await {
+            if let Ok((status, advice)) = polling.call(clients.get_json_polled(url)).await {
                 advised = advice.or(advised);
                 match status.get("status").and_then(Value::as_str).unwrap_or_default() {
-                    "Succeeded" => return get_vm(clients, rg, name).await?.ok_or_else(|| vanished(name)),
+                    "Succeeded" => {
+                        return polling.call(get_vm(clients, rg, name)).await?.ok_or_else(|| vanished(name))
+                    }
                     "Failed" | "Canceled" => {
                         return Err(ArmFailure {
                             status: 409,
@@ -250,7 +252,7 @@ pub async fn wait_for_create(
                 }
             }
         } else {
-            let vm = get_vm(clients, rg, name).await?.ok_or_else(|| vanished(name))?;
+            let vm = polling.call(get_vm(clients, rg, name)).await?.ok_or_else(|| vanished(name))?;
             match provisioning_state(&vm) {
                 "Succeeded" => return Ok(vm),
                 "Failed" | "Canceled" => {
@@ -313,21 +315,21 @@ pub async fn delete_vm(
     clients: &ArmClients,
     rg: &str,
     name: &str,
-    poll_interval: Duration,
-    max_polls: u32,
+    polling: &lro::Polling<'_>,
 ) -> Result<(), ArmFailure> {
     let vms = clients.compute.virtual_machines_client();
-    if let Err(err) = vms.delete(rg, name, &clients.subscription_id).force_deletion(true).send().await {
+    let delete = vms.delete(rg, name, &clients.subscription_id).force_deletion(true).send();
+    if let Err(err) = polling.call(delete).await {
         let failure = sdk_failure(&err);
         if !failure.is_not_found() {
             return Err(failure);
         }
     }
-    for _ in 0..max_polls.max(1) {
-        if get_vm(clients, rg, name).await?.is_none() {
+    for _ in 0..polling.max_polls.max(1) {
+        if polling.call(get_vm(clients, rg, name)).await?.is_none() {
             return Ok(());
         }
-        tokio::time::sleep(poll_interval).await;
+        tokio::time::sleep(polling.interval).await;
     }
     Err(ArmFailure {
         status: 0,

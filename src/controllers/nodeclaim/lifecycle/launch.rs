@@ -11,6 +11,10 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::phase::WAIT_POLL;
+
+/// The least time a create is given, so a claim reconciled just before its launch timeout still makes
+/// one real attempt instead of one that is cut off at once.
+const MIN_CREATE_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 use super::{delete_claim, set_condition};
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::NodeClaim;
@@ -23,6 +27,7 @@ pub(super) async fn launch<C: CloudProvider + 'static>(
     shared: &Shared<C>,
     api: &Api<NodeClaim>,
     now: Timestamp,
+    time_left: std::time::Duration,
 ) -> Result<Action, ControllerError> {
     let name = claim.name_any();
     let class = shared.cluster().nodeclass(&claim.spec.node_class_ref.name).cloned();
@@ -51,7 +56,15 @@ pub(super) async fn launch<C: CloudProvider + 'static>(
             return Err(ControllerError::Invalid(error.to_string()));
         }
     };
-    let instance = match shared.cloud.create(&request).await {
+    let bounded = tokio::time::timeout(time_left.max(MIN_CREATE_TIME), shared.cloud.create(&request));
+    let created = bounded.await.unwrap_or_else(|_| {
+        // The dropped create leaves at most a VM or NIC by the claim's name: the next attempt reuses
+        // them and the claim's deletion removes them.
+        Err(CloudError::Transient(format!(
+            "the create did not finish within the launch timeout ({time_left:?} left)"
+        )))
+    });
+    let instance = match created {
         Ok(instance) => instance,
         Err(error @ (CloudError::InsufficientCapacity { .. } | CloudError::NodeClassNotReady(_))) => {
             // The cloud marked the refused offerings unavailable; the next batch solves again without them.

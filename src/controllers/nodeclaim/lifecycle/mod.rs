@@ -122,7 +122,12 @@ async fn step<C: CloudProvider + 'static>(
             writes::patch(&api, claim, json!({ "metadata": { "finalizers": finalizers } })).await?;
             Ok(Action::requeue(WAIT_POLL))
         }
-        Phase::Launch => launch::launch(claim, shared, &api, now).await,
+        Phase::Launch => {
+            // Whatever hangs inside the cloud call, the create ends when the launch timeout does; the
+            // next reconcile then finds the claim timed out.
+            let left = timeouts.launch.saturating_sub(age);
+            launch::launch(claim, shared, &api, now, left).await
+        }
         Phase::LaunchTimedOut { timeout } => {
             record_failure(shared, claim);
             shared.events.on_claim(claim, events::launch_timeout(timeout)).await;
