@@ -36,13 +36,13 @@ use crate::apis::{AKSNodeClass, NodeClaim, NodePool};
 use crate::scheduling::from_k8s::FromK8sError;
 use crate::state::{self, Cluster, Kind, Object};
 
-/// Starts one watch per kind the index holds.
+/// Starts one watch per kind the index holds, each run by the supervisor: a watch that ends or panics
+/// is started again (it relists), counted in `karpenter_azure_task_restarts_total{task="watch_<kind>"}`.
 pub fn spawn_all<C: Send + Sync + 'static>(
     tasks: &mut JoinSet<()>,
     shared: Arc<Shared<C>>,
     triggers: UnboundedSender<super::provisioning::Trigger>,
 ) {
-    let client = shared.client.clone();
     let leading = shared.clone();
     let leading = move || leading.leading.load(Ordering::Relaxed);
     let pod_hook = move |cluster: &Cluster, pod: &Pod| {
@@ -53,53 +53,79 @@ pub fn spawn_all<C: Send + Sync + 'static>(
             let _ = triggers.send((key, std::time::Instant::now()));
         }
     };
-    tasks.spawn(watch(Api::<Pod>::all(client.clone()), Kind::Pod, shared.clone(), pod_hook));
-    tasks.spawn(watch(Api::<Node>::all(client.clone()), Kind::Node, shared.clone(), |_, _: &Node| {}));
-    tasks.spawn(watch_tolerant(client.clone(), Kind::NodeClaim, shared.clone(), |_, _: &NodeClaim| {}));
     let notify = shared.clone();
-    tasks.spawn(watch_tolerant(client.clone(), Kind::NodePool, shared.clone(), move |_, _: &NodePool| {
-        notify.status_changed.notify_one()
-    }));
+    let pool_hook = move |_: &Cluster, _: &NodePool| notify.status_changed.notify_one();
     let notify = shared.clone();
-    tasks.spawn(watch_tolerant(
-        client.clone(),
-        Kind::NodeClass,
-        shared.clone(),
-        move |_, _: &AKSNodeClass| notify.status_changed.notify_one(),
-    ));
-    tasks.spawn(watch(
-        Api::<DaemonSet>::all(client.clone()),
-        Kind::DaemonSet,
-        shared.clone(),
-        |_, _: &DaemonSet| {},
-    ));
-    tasks.spawn(watch(
-        Api::<PodDisruptionBudget>::all(client.clone()),
-        Kind::PodDisruptionBudget,
-        shared.clone(),
-        |_, _: &PodDisruptionBudget| {},
-    ));
+    let class_hook = move |_: &Cluster, _: &AKSNodeClass| notify.status_changed.notify_one();
+    let typed = Reading::Typed;
+    // Custom resources are read object by object, so one that does not fit the types is set aside.
+    let tolerant = Reading::Tolerant;
+    spawn_watch(tasks, &shared, Kind::Pod, typed, pod_hook);
+    spawn_watch(tasks, &shared, Kind::Node, typed, |_, _: &Node| {});
+    spawn_watch(tasks, &shared, Kind::NodeClaim, tolerant, |_, _: &NodeClaim| {});
+    spawn_watch(tasks, &shared, Kind::NodePool, tolerant, pool_hook);
+    spawn_watch(tasks, &shared, Kind::NodeClass, tolerant, class_hook);
+    spawn_watch(tasks, &shared, Kind::DaemonSet, typed, |_, _: &DaemonSet| {});
+    spawn_watch(tasks, &shared, Kind::PodDisruptionBudget, typed, |_, _: &PodDisruptionBudget| {});
     // What constrains pods beyond their own spec: the zones of their volumes, and the namespaces a
     // pod-affinity namespaceSelector picks.
-    tasks.spawn(watch(
-        Api::<PersistentVolumeClaim>::all(client.clone()),
-        Kind::PersistentVolumeClaim,
-        shared.clone(),
-        |_, _: &PersistentVolumeClaim| {},
-    ));
-    tasks.spawn(watch(
-        Api::<PersistentVolume>::all(client.clone()),
-        Kind::PersistentVolume,
-        shared.clone(),
-        |_, _: &PersistentVolume| {},
-    ));
-    tasks.spawn(watch(
-        Api::<StorageClass>::all(client.clone()),
-        Kind::StorageClass,
-        shared.clone(),
-        |_, _: &StorageClass| {},
-    ));
-    tasks.spawn(watch(Api::<Namespace>::all(client), Kind::Namespace, shared, |_, _: &Namespace| {}));
+    spawn_watch(tasks, &shared, Kind::PersistentVolumeClaim, typed, |_, _: &PersistentVolumeClaim| {});
+    spawn_watch(tasks, &shared, Kind::PersistentVolume, typed, |_, _: &PersistentVolume| {});
+    spawn_watch(tasks, &shared, Kind::StorageClass, typed, |_, _: &StorageClass| {});
+    spawn_watch(tasks, &shared, Kind::Namespace, typed, |_, _: &Namespace| {});
+}
+
+/// How a watch reads its objects.
+#[derive(Clone, Copy)]
+enum Reading {
+    /// The typed list and watch: for the built-in kinds, whose copies always fit the types.
+    Typed,
+    /// Object by object ([`watch_tolerant`]).
+    Tolerant,
+}
+
+/// Spawns the supervised watch of `kind`.
+fn spawn_watch<K, C, H>(
+    tasks: &mut JoinSet<()>,
+    shared: &Arc<Shared<C>>,
+    kind: Kind,
+    reading: Reading,
+    hook: H,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    for<'a> &'a K: Into<Object<'a>>,
+    C: Send + Sync + 'static,
+    H: Fn(&Cluster, &K) + Clone + Send + Sync + 'static,
+{
+    let watched = shared.clone();
+    let make = move || {
+        let (shared, hook) = (watched.clone(), hook.clone());
+        async move {
+            let client = shared.client.clone();
+            match reading {
+                Reading::Typed => watch(Api::<K>::all(client), kind, shared, hook).await,
+                Reading::Tolerant => watch_tolerant(client, kind, shared, hook).await,
+            }
+        }
+    };
+    tasks.spawn(shared.supervisor.run(watch_task(kind), make));
+}
+
+/// The supervisor's name of the watch of `kind`.
+fn watch_task(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Pod => "watch_pod",
+        Kind::Node => "watch_node",
+        Kind::NodeClaim => "watch_nodeclaim",
+        Kind::NodePool => "watch_nodepool",
+        Kind::NodeClass => "watch_aksnodeclass",
+        Kind::DaemonSet => "watch_daemonset",
+        Kind::PodDisruptionBudget => "watch_poddisruptionbudget",
+        Kind::PersistentVolumeClaim => "watch_persistentvolumeclaim",
+        Kind::PersistentVolume => "watch_persistentvolume",
+        Kind::StorageClass => "watch_storageclass",
+        Kind::Namespace => "watch_namespace",
+    }
 }
 
 /// A watched object as read: the typed object, or, for a copy that does not fit the API types, its
