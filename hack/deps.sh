@@ -11,6 +11,7 @@
 #   musl-tools (x86_64-linux-musl-gcc) the same build: ring compiles C for the musl target
 #   prometheus (prometheus, promtool)  tests/e2e/metrics.rs (promtool lints the page, Prometheus scrapes it)
 #   chromium (headless browser)        tests/integration/timeline_report_browser.rs (renders the timeline's HTML report)
+#   faketime (libfaketime)             tests/e2e/soak.rs (a controller replica whose wall clock is off)
 #   the control plane                  tests/e2e: hack/e2e-cluster.sh build (about 10 minutes cold)
 #   upstream's bootstrap renderer      tests/oracle/bootstrap_oracle.rs: hack/aks-bootstrap.sh build (minutes cold)
 # Debian packages need root (sudo is used when not root) and `apt-get update` runs only when one is missing.
@@ -78,6 +79,7 @@ install_prometheus() {
   fi
 }
 install_chromium() { apt_install chromium; }
+install_faketime() { apt_install faketime; }
 install_controlplane() { "$HACK_DIR/e2e-cluster.sh" build >/dev/null; }
 install_aks_bootstrap() { "$HACK_DIR/aks-bootstrap.sh" build >/dev/null; }
 
@@ -95,6 +97,7 @@ step "rust target $MUSL_TARGET" "rustup target list --installed | grep -qx $MUSL
 step "musl-tools (x86_64-linux-musl-gcc)" "command -v x86_64-linux-musl-gcc" install_musl_tools
 step "prometheus and promtool" "command -v prometheus && command -v promtool" install_prometheus
 step "chromium (headless browser)" "command -v chromium" install_chromium
+step "faketime (libfaketime)" "ls /usr/lib/*/faketime/libfaketime.so.1" install_faketime
 step "e2e control plane" controlplane_built install_controlplane
 step "upstream bootstrap renderer (hack/aks-bootstrap.sh)" "\"$HACK_DIR/aks-bootstrap.sh\" path" install_aks_bootstrap
 

@@ -5,6 +5,11 @@
 #   hack/e2e-cluster.sh start <dir>    start etcd, kube-apiserver, kube-controller-manager,
 #                                      kube-scheduler and kwok on free loopback ports
 #   hack/e2e-cluster.sh stop <dir>     stop exactly the processes recorded under <dir>
+#   hack/e2e-cluster.sh restart <dir> <component> [seconds]
+#                                      stop one component and start it again with the same command
+#                                      line after an outage of [seconds]; waits until it serves again
+#   hack/e2e-cluster.sh compact <dir>  compact etcd's history up to its current revision, so that a
+#                                      watch resuming from an older resourceVersion must list again
 #   hack/e2e-cluster.sh versions       print the pinned versions and the cache key
 #
 # Versions are pinned by the helper modules in hack/controlplane/{kube,etcd,kwok,helm}/go.mod.
@@ -304,8 +309,9 @@ cmd_stop() {
 # Internal: stop the cluster in <dir> once process <pid> is gone (see E2E_CLUSTER_WATCH_PID).
 # Exits quietly if the cluster is stopped (or replaced by a new start) in the meantime.
 cmd_watchdog() {
-  local dir=$1 pid=$2 api_pid=$3
-  same_cluster() { [[ "$(cat "$dir/kube-apiserver.pid" 2>/dev/null)" == "$api_pid" ]]; }
+  local dir=$1 pid=$2 etcd_pid=$3
+  # etcd is the one component `restart` never restarts, so its pid names the cluster.
+  same_cluster() { [[ "$(cat "$dir/etcd.pid" 2>/dev/null)" == "$etcd_pid" ]]; }
   while running "$pid"; do
     same_cluster || exit 0
     sleep 1
@@ -443,7 +449,7 @@ cmd_start() {
   mv "$dir/env.tmp" "$dir/env"
 
   if [[ -n "${E2E_CLUSTER_WATCH_PID:-}" ]]; then
-    nohup "$HACK_DIR/e2e-cluster.sh" watchdog "$dir" "$E2E_CLUSTER_WATCH_PID" "$(cat "$dir/kube-apiserver.pid")" </dev/null \
+    nohup "$HACK_DIR/e2e-cluster.sh" watchdog "$dir" "$E2E_CLUSTER_WATCH_PID" "$(cat "$dir/etcd.pid")" </dev/null \
       >>"$dir/logs/watchdog.log" 2>&1 &
     echo $! >"$dir/watchdog.pid"
   fi
@@ -452,8 +458,45 @@ cmd_start() {
   log "  source $dir/env   # KUBECONFIG=$dir/kubeconfig"
 }
 
+# Stops <component> and starts it again with the command line it ran with, after <seconds> of outage.
+# kube-apiserver is waited for until /readyz answers; the others until they run.
+cmd_restart() {
+  local dir=${1:-} name=${2:-} pause=${3:-0} pid args=()
+  [[ -n "$dir" && -n "$name" ]] || die "usage: $0 restart <dir> <component> [seconds]"
+  [[ "$name" != etcd ]] || die "etcd holds the cluster's identity (see the watchdog); it is not restarted"
+  pid="$(recorded_pid "$dir" "$name")" || die "$name is not running in $dir"
+  mapfile -d '' args <"/proc/$pid/cmdline"
+  terminate "$dir" "$name"
+  sleep "$pause"
+  "${args[@]}" </dev/null >>"$dir/logs/$name.log" 2>&1 &
+  echo $! >"$dir/$name.pid"
+  if [[ "$name" == kube-apiserver ]]; then
+    # shellcheck disable=SC1091 # written by start
+    source "$dir/env"
+    wait_for "$dir" "$name" "kube-apiserver /readyz" \
+      curl -fsS --cacert "$APISERVER_CA_FILE" -H "Authorization: Bearer $ADMIN_TOKEN" "$APISERVER_URL/readyz"
+  fi
+  log "restarted $name in $dir after ${pause}s"
+}
+
+# Compacts etcd's key history up to the current revision (etcd's v3 JSON gateway).
+cmd_compact() {
+  local dir=${1:-} revision
+  [[ -n "$dir" ]] || die "usage: $0 compact <dir>"
+  # shellcheck disable=SC1091 # written by start
+  source "$dir/env"
+  revision="$(curl -fsS -X POST "$ETCD_URL/v3/kv/range" -d '{"key":"AA=="}' |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["header"]["revision"])')" ||
+    die "reading etcd's revision at $ETCD_URL failed"
+  curl -fsS -X POST "$ETCD_URL/v3/kv/compaction" -d "{\"revision\":\"$revision\",\"physical\":true}" >/dev/null ||
+    die "compacting etcd at revision $revision failed"
+  log "compacted etcd at revision $revision"
+}
+
 case "${1:-}" in
   build) cmd_build ;;
+  restart) cmd_restart "${2:-}" "${3:-}" "${4:-0}" ;;
+  compact) cmd_compact "${2:-}" ;;
   start) cmd_start "${2:-}" ;;
   stop) cmd_stop "${2:-}" ;;
   watchdog) cmd_watchdog "$2" "$3" "$4" ;;

@@ -71,6 +71,30 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// Stops `component` (kube-apiserver, kube-scheduler, ...) and starts it again with the same command
+    /// line after `outage`; returns once it serves again (`hack/e2e-cluster.sh restart`). Blocks.
+    pub fn restart(&self, component: &str, outage: std::time::Duration) -> Result<(), String> {
+        let outage = outage.as_secs().to_string();
+        run_script(&["restart", &self.dir.display().to_string(), component, &outage])
+    }
+
+    /// Compacts etcd's history up to its current revision (`hack/e2e-cluster.sh compact`). Blocks.
+    pub fn compact_etcd(&self) -> Result<(), String> {
+        run_script(&["compact", &self.dir.display().to_string()])
+    }
+}
+
+/// Runs `hack/e2e-cluster.sh` with `args`; `Err` carries its output's tail when it fails.
+fn run_script(args: &[&str]) -> Result<(), String> {
+    let output = script().args(args).output().map_err(|err| format!("running hack/e2e-cluster.sh: {err}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!("hack/e2e-cluster.sh {} failed:\n{}", args.join(" "), tail(&output.stderr, 20)))
+    }
+}
+
 /// Owns a started cluster and stops it (once) when dropped or told to.
 pub struct ClusterGuard {
     cluster: Cluster,

@@ -79,13 +79,25 @@ impl Controller {
         extra_env: &[(&'static str, String)],
         registrar: Arc<dyn fake_azure::arm::NodeRegistrar>,
     ) -> Controller {
+        Controller::start_with_fake(cluster, client, name, extra_env, registrar, FakeArmConfig::default())
+            .await
+    }
+
+    /// [`Controller::start`] against a fake ARM configured by `config`, in which the registrar, the
+    /// boot delay and the client secret this harness gives the controller are set.
+    pub async fn start_with_fake(
+        cluster: &Cluster,
+        client: &kube::Client,
+        name: &str,
+        extra_env: &[(&'static str, String)],
+        registrar: Arc<dyn fake_azure::arm::NodeRegistrar>,
+        config: FakeArmConfig,
+    ) -> Controller {
         let exclusive = ONE_AT_A_TIME.lock().await;
-        let config = FakeArmConfig {
-            client_secrets: vec![(CLIENT_ID.to_string(), CLIENT_SECRET.to_string())],
-            boot_delay: BOOT_DELAY,
-            registrar: Some(registrar),
-            ..FakeArmConfig::default()
-        };
+        let mut client_secrets = config.client_secrets.clone();
+        client_secrets.push((CLIENT_ID.to_string(), CLIENT_SECRET.to_string()));
+        let config =
+            FakeArmConfig { client_secrets, boot_delay: BOOT_DELAY, registrar: Some(registrar), ..config };
         let fake = FakeArm::start(config).await.expect("the fake ARM starts");
         let kubeconfig = identity::controller_kubeconfig(cluster, client).await;
 
@@ -110,6 +122,24 @@ impl Controller {
         eprintln!("e2e: controller killed and restarted (pid {})", child.id());
     }
 
+    /// Stops the controller (SIGKILL) and starts it again with its settings plus `extra_env` (for this
+    /// run only), appending to the same log.
+    pub fn restart_with(&self, extra_env: &[(&'static str, String)]) {
+        let mut child = self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _ = child.kill();
+        let _ = child.wait();
+        let mut env = self.env.clone();
+        env.extend(extra_env.iter().cloned());
+        *child = spawn(&self.log_path, &env);
+        eprintln!("e2e: controller restarted (pid {})", child.id());
+    }
+
+    /// SIGTERM, as the kubelet sends it, then waits up to `timeout` for the exit; None if it did not.
+    pub fn terminate(&self, timeout: Duration) -> Option<ExitStatus> {
+        let mut child = self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        terminate(&mut child, timeout)
+    }
+
     /// SIGKILLs the controller without restarting it.
     pub fn kill(&self) {
         let mut child = self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -131,7 +161,7 @@ impl Controller {
         env.extend(extra_env.iter().cloned());
         let child = spawn(&log_path, &env);
         eprintln!("e2e: replica {name} started (pid {}), log {}", child.id(), log_path.display());
-        Replica { child, log_path, metrics_port }
+        Replica { child, log_path, metrics_port, health_port, env }
     }
 
     /// The process id of the running child (it changes with [`Controller::kill_and_restart`]).
@@ -266,11 +296,32 @@ pub struct Replica {
     child: Child,
     log_path: PathBuf,
     metrics_port: u16,
+    health_port: u16,
+    /// Its environment, kept for [`Replica::restart_with`].
+    env: Vec<(&'static str, String)>,
 }
 
 impl Replica {
     pub fn metrics_port(&self) -> u16 {
         self.metrics_port
+    }
+
+    pub fn health_probe_port(&self) -> u16 {
+        self.health_port
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the replica (SIGKILL) and starts it again with its settings plus `extra_env` (for this run
+    /// only), appending to the same log.
+    pub fn restart_with(&mut self, extra_env: &[(&'static str, String)]) {
+        self.kill();
+        let mut env = self.env.clone();
+        env.extend(extra_env.iter().cloned());
+        self.child = spawn(&self.log_path, &env);
+        eprintln!("e2e: replica restarted (pid {})", self.child.id());
     }
 
     /// SIGKILL, no shutdown of any kind.
@@ -281,16 +332,7 @@ impl Replica {
 
     /// SIGTERM, as the kubelet sends it, then waits up to `timeout` for the exit.
     pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let sent = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        assert!(sent.is_ok_and(|s| s.success()), "sending SIGTERM to {}", self.child.id());
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
+        terminate(&mut self.child, timeout)
     }
 
     pub fn exit_status(&mut self) -> Option<ExitStatus> {
@@ -318,6 +360,20 @@ impl Drop for Replica {
             );
         }
     }
+}
+
+/// Sends `child` SIGTERM, as the kubelet does, and waits up to `timeout` for it to exit.
+fn terminate(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let sent = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    assert!(sent.is_ok_and(|s| s.success()), "sending SIGTERM to {}", child.id());
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
 }
 
 /// Spawns `karpenter-azure controller` with exactly `env` (plus [`INHERITED_ENV`]), appending its output

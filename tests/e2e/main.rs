@@ -55,6 +55,7 @@ mod rbac;
 mod repair;
 mod resilience;
 mod scheduling;
+mod soak;
 mod termination;
 mod validation;
 mod validation_cases;

@@ -17,7 +17,7 @@ use serde_json::Value;
 use super::controller::Controller;
 use super::lookups::{condition_is_true, get_json, is_running};
 use super::{cluster, crds, objects};
-use fake_azure::arm::{KubeNodeRegistrar, NodeRegistrar};
+use fake_azure::arm::{FakeArmConfig, KubeNodeRegistrar, NodeRegistrar};
 
 /// How long the controller gets to make a new AKSNodeClass and NodePool Ready; generous for a loaded
 /// 2-core machine (it takes a second or two when idle).
@@ -32,6 +32,7 @@ pub fn controller(name: &str) -> ControllerBuilder {
         env: Vec::new(),
         registrar: None,
         namespaces: vec![name.to_string()],
+        fake: FakeArmConfig::default(),
     }
 }
 
@@ -41,6 +42,7 @@ pub struct ControllerBuilder {
     env: Vec<(&'static str, String)>,
     registrar: Option<Arc<dyn NodeRegistrar>>,
     namespaces: Vec<String>,
+    fake: FakeArmConfig,
 }
 
 impl ControllerBuilder {
@@ -63,6 +65,12 @@ impl ControllerBuilder {
         self
     }
 
+    /// How the fake ARM behaves (the harness still sets its registrar, boot delay and client secret).
+    pub fn fake_config(mut self, config: FakeArmConfig) -> Self {
+        self.fake = config;
+        self
+    }
+
     /// The namespaces to make instead of the one named after the controller (none: `&[]`).
     pub fn namespaces(mut self, namespaces: &[&str]) -> Self {
         self.namespaces = namespaces.iter().map(|n| n.to_string()).collect();
@@ -76,7 +84,8 @@ impl ControllerBuilder {
             objects::namespace(client, namespace).await;
         }
         let registrar = self.registrar.unwrap_or_else(|| Arc::new(KubeNodeRegistrar::new(client.clone())));
-        Controller::start(cluster::shared(), client, &self.name, &self.env, registrar).await
+        Controller::start_with_fake(cluster::shared(), client, &self.name, &self.env, registrar, self.fake)
+            .await
     }
 }
 
