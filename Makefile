@@ -4,7 +4,7 @@
 
 CARGO ?= cargo
 
-.PHONY: build deps test unit proptest-random lint fmt crds crds-check bench bench-upstream e2e controlplane catalog
+.PHONY: build deps test unit proptest-random lint fmt crds crds-check bench bench-upstream e2e controlplane catalog soak
 
 build:
 	$(CARGO) build --release
@@ -81,6 +81,13 @@ controlplane:
 # End-to-end tests (tests/e2e) against that control plane; one cluster per run, about 8 s to start.
 e2e: controlplane
 	$(CARGO) test --test e2e
+
+# The chaos soak (tests/e2e/soak.rs): two replicas against the e2e control plane and the fake ARM under
+# a schedule of faults for SOAK_MINUTES; prints each fault's recovery time and a `soak: ...` summary
+# line, and fails when an invariant broke. `make test` runs it for 5 minutes.
+SOAK_MINUTES ?= 30
+soak: controlplane
+	SOAK_MINUTES=$(SOAK_MINUTES) $(CARGO) test --test e2e soak -- --ignored --nocapture
 
 catalog:
 	$(CARGO) run --release -- catalog --region eastus

@@ -13,6 +13,8 @@
 #                other stages leave idle (link steps, the e2e tests waiting on the cluster); the image
 #                test waits for it
 #   test         every test binary (`--no-fail-fast`), the e2e suite among them, except the image test
+#   soak         the chaos soak (tests/e2e/soak.rs) for SOAK_MINUTES (default 5) on a control plane of
+#                its own, after the other tests so that nothing else shares the machine with it
 #   doc          doc tests
 #   image        tests/container_image.rs on the binary the background build produced
 #
@@ -80,6 +82,7 @@ stage lint lint
 # the fakes' crate have none (`test = false`), and the image test waits for its build below.
 stage build "$CARGO" test --workspace --tests --no-run
 stage test "$CARGO" test --workspace --tests --no-fail-fast
+stage soak env SOAK_MINUTES="${SOAK_MINUTES:-5}" "$CARGO" test --test e2e soak -- --ignored --nocapture
 stage doc "$CARGO" test --workspace --doc
 
 log "waiting for the image build ..."

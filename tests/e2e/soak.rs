@@ -188,6 +188,8 @@ struct Observations {
     peak_rss_kib: [u64; 2],
     pdb_violations: u32,
     in_pdb_violation: bool,
+    /// Each violation as it began: (time, what the web pods were).
+    pdb_violation_log: Vec<(f64, String)>,
     lowest_web_ready: Option<usize>,
     budget_violations: u32,
     in_budget_violation: bool,
@@ -652,11 +654,16 @@ impl Soak {
         let _ = objects::apply(&self.client, &deployment).await;
     }
 
-    /// The replica holding the lease (0 for `a`, 1 for `b`).
+    /// The replica that says it leads (0 for `a`, 1 for `b`): after a leader died the Lease still names
+    /// it until a standby takes over, so the replicas' own word is asked.
     async fn leader(&self) -> Option<usize> {
-        let leases: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
         wait::within(Duration::from_secs(30), || async {
-            holder(&leases).await.ok_or("no holder".to_string())
+            for replica in 0..2 {
+                if leader_status(self.fleet.metrics_port(replica)).await == Some(1.0) {
+                    return Ok(replica);
+                }
+            }
+            Err("no replica leads".to_string())
         })
         .await
         .ok()
@@ -820,6 +827,14 @@ async fn timeout_events(client: &Client) -> Vec<String> {
         .collect()
 }
 
+/// `leader_election_master_status` of the replica serving metrics on `port`; None when it does not answer.
+async fn leader_status(port: u16) -> Option<f64> {
+    let metrics = format!("http://127.0.0.1:{port}/metrics");
+    let (_, text) = tokio::time::timeout(PROBE_TIMEOUT, prometheus::get(&metrics)).await.ok()?.ok()?;
+    let samples = prometheus::parse(&text).ok()?;
+    prometheus::sum(&samples, "leader_election_master_status", &[("name", LEASE_NAME)])
+}
+
 /// The replica (0 or 1) named by the Lease's holder identity.
 async fn holder(leases: &Api<Lease>) -> Option<usize> {
     let lease = leases.get_opt(LEASE_NAME).await.ok().flatten()?;
@@ -891,10 +906,11 @@ fn cluster_age(cluster: &Cluster) -> Duration {
     SystemTime::now().duration_since(made).unwrap_or_default()
 }
 
-/// Debian's libfaketime, which shifts the wall clock of the process it is preloaded into.
+/// Debian's libfaketime, which shifts the wall clock of the process it is preloaded into; its variant
+/// for multi-threaded programs, as the controller's runtime is.
 fn libfaketime() -> PathBuf {
     let found = std::fs::read_dir("/usr/lib").ok().and_then(|dirs| {
-        dirs.filter_map(|d| Some(d.ok()?.path().join("faketime/libfaketime.so.1"))).find(|p| p.is_file())
+        dirs.filter_map(|d| Some(d.ok()?.path().join("faketime/libfaketimeMT.so.1"))).find(|p| p.is_file())
     });
     found
         .unwrap_or_else(|| panic!("libfaketime is not installed: run hack/deps.sh (Debian package faketime)"))
@@ -995,13 +1011,13 @@ async fn probe_forever(
         if leading > 1 {
             observed.lock().unwrap().two_leaders += 1;
         }
-        check_budgets(&client, &observed).await;
+        check_budgets(&client, &observed, now).await;
     }
 }
 
 /// The web pods Ready against the PDB, and the on-demand NodePool's claims being disrupted against
 /// its budget of one node. Skipped while the API server cannot answer.
-async fn check_budgets(client: &Client, observed: &Mutex<Observations>) {
+async fn check_budgets(client: &Client, observed: &Mutex<Observations>, now: f64) {
     let Ok(pods) = list_pods(client, NAMESPACE, WEB).await else { return };
     let ready = pods.iter().filter(|p| is_running(p) && pod_ready(p)).count();
     let Ok(claims) = claims_of(client, POOL_ON_DEMAND).await else { return };
@@ -1016,6 +1032,16 @@ async fn check_budgets(client: &Client, observed: &Mutex<Observations>) {
         let below = ready < WEB_MIN_AVAILABLE;
         if below && !o.in_pdb_violation {
             o.pdb_violations += 1;
+            let pods: Vec<String> = pods
+                .iter()
+                .map(|p| {
+                    let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+                    let phase = p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+                    let deleting = if p.metadata.deletion_timestamp.is_some() { " deleting" } else { "" };
+                    format!("{phase}{deleting} ready={} on {node:?}", pod_ready(p))
+                })
+                .collect();
+            o.pdb_violation_log.push((now, pods.join(", ")));
         }
         o.in_pdb_violation = below;
     }
@@ -1130,6 +1156,9 @@ fn print_report(
         observed.peak_rss_kib[1] / 1024,
         observed.two_leaders
     );
+    for (at, pods) in &observed.pdb_violation_log {
+        println!("web pods below minAvailable at {at:.0} s: {pods}");
+    }
     println!("orphans after settling: {orphans:?}; left after teardown: {left:?}; created twice: {dup:?}");
     println!("NodeClaims deleted as timed out: {timeouts:?}");
     for problem in &health.problems {
