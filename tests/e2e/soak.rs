@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 use serde_json::{json, Value};
@@ -89,6 +89,9 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// Failed `/healthz` probes in a row after which the replica is restarted (the chart's probe: the
 /// kubelet's default failure threshold).
 const LIVENESS_FAILURES: u32 = 3;
+/// How long after a replica's process exited the soak starts it again: the kubelet's first
+/// crash-loop back-off.
+const RESTART_DELAY: Duration = Duration::from_secs(10);
 /// A probe that takes longer than this has failed.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -183,6 +186,8 @@ struct Observations {
     /// The same for `/readyz`.
     ready_failures: Vec<(f64, usize)>,
     consecutive_health_failures: [u32; 2],
+    /// When each replica's process was first seen exited, until it is started again.
+    exited_at: [Option<f64>; 2],
     /// Restarts the soak made as the kubelet: (time, replica, why).
     kubelet_restarts: Vec<(f64, usize, String)>,
     peak_rss_kib: [u64; 2],
@@ -958,9 +963,20 @@ async fn probe_forever(
         let mut leading = 0;
         for replica in 0..2 {
             if fleet.exited(replica) {
-                let fleet2 = fleet.clone();
-                observed.lock().unwrap().kubelet_restarts.push((now, replica, "exited".into()));
-                tokio::task::spawn_blocking(move || fleet2.restart(replica)).await.unwrap();
+                let due = {
+                    let mut o = observed.lock().unwrap();
+                    let exited_at = *o.exited_at[replica].get_or_insert(now);
+                    let due = now - exited_at >= RESTART_DELAY.as_secs_f64();
+                    if due {
+                        o.exited_at[replica] = None;
+                        o.kubelet_restarts.push((now, replica, "exited".into()));
+                    }
+                    due
+                };
+                if due {
+                    let fleet2 = fleet.clone();
+                    tokio::task::spawn_blocking(move || fleet2.restart(replica)).await.unwrap();
+                }
                 continue;
             }
             let health = probe(fleet.health_port(replica), "/healthz").await;
@@ -1019,7 +1035,16 @@ async fn probe_forever(
 /// its budget of one node. Skipped while the API server cannot answer.
 async fn check_budgets(client: &Client, observed: &Mutex<Observations>, now: f64) {
     let Ok(pods) = list_pods(client, NAMESPACE, WEB).await else { return };
-    let ready = pods.iter().filter(|p| is_running(p) && pod_ready(p)).count();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let Ok(nodes) = nodes.list(&ListParams::default()).await else { return };
+    let not_ready: BTreeSet<String> =
+        nodes.items.iter().filter(|n| !node_ready(n)).filter_map(|n| n.metadata.name.clone()).collect();
+    // A pod is unavailable by voluntary disruption when it is being evicted or deleted, or gone with its
+    // node. A Running pod that is not Ready because its node stopped reporting (the node lifecycle
+    // controller marks them) is an involuntary disruption, which a PodDisruptionBudget does not cover.
+    let on_not_ready_node =
+        |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some_and(|n| not_ready.contains(n));
+    let ready = pods.iter().filter(|p| is_running(p) && (pod_ready(p) || on_not_ready_node(p))).count();
     let Ok(claims) = claims_of(client, POOL_ON_DEMAND).await else { return };
     // Disrupted voluntarily: initialized (the budget counts only those) and being deleted.
     let disrupting = claims
@@ -1038,7 +1063,8 @@ async fn check_budgets(client: &Client, observed: &Mutex<Observations>, now: f64
                     let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
                     let phase = p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
                     let deleting = if p.metadata.deletion_timestamp.is_some() { " deleting" } else { "" };
-                    format!("{phase}{deleting} ready={} on {node:?}", pod_ready(p))
+                    let node_state = if on_not_ready_node(p) { " (node not Ready)" } else { "" };
+                    format!("{phase}{deleting} ready={} on {node:?}{node_state}", pod_ready(p))
                 })
                 .collect();
             o.pdb_violation_log.push((now, pods.join(", ")));
@@ -1051,6 +1077,11 @@ async fn check_budgets(client: &Client, observed: &Mutex<Observations>, now: f64
         o.budget_violations += 1;
     }
     o.in_budget_violation = over;
+}
+
+fn node_ready(node: &Node) -> bool {
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn pod_ready(pod: &Pod) -> bool {
