@@ -89,6 +89,9 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// Failed `/healthz` probes in a row after which the replica is restarted (the chart's probe: the
 /// kubelet's default failure threshold).
 const LIVENESS_FAILURES: u32 = 3;
+/// How long a replica may take to stop after SIGTERM before the soak, as the kubelet, kills it
+/// (Kubernetes' default terminationGracePeriodSeconds).
+const TERMINATION_GRACE: Duration = Duration::from_secs(30);
 /// How long after a replica's process exited the soak starts it again: the kubelet's first
 /// crash-loop back-off.
 const RESTART_DELAY: Duration = Duration::from_secs(10);
@@ -239,11 +242,15 @@ impl Fleet {
         }
     }
 
-    fn terminate(&self, replica: usize) {
-        let timeout = Duration::from_secs(20);
-        let exited =
-            if replica == 0 { self.a.terminate(timeout) } else { self.replica_b().terminate(timeout) };
-        assert!(exited.is_some(), "replica {} did not exit within {timeout:?} of SIGTERM", REPLICAS[replica]);
+    /// SIGTERM, then SIGKILL after the pod's grace period, as the kubelet stops a container; false
+    /// when it took the SIGKILL.
+    fn terminate(&self, replica: usize) -> bool {
+        let grace = TERMINATION_GRACE;
+        let exited = if replica == 0 { self.a.terminate(grace) } else { self.replica_b().terminate(grace) };
+        if exited.is_none() {
+            self.kill(replica);
+        }
+        exited.is_some()
     }
 
     fn kill(&self, replica: usize) {
@@ -351,6 +358,7 @@ async fn chaos_soak() {
         ..FakeArmConfig::default()
     };
     let a = setup::controller("e2e-soak").envs(&env).fake_config(fake_config).start(&client).await;
+    a.expect_refusals();
     let b = a.spawn_replica("e2e-soak-b", &[("POD_NAME", REPLICAS[1].to_string())]);
     let fleet = Arc::new(Fleet { a, b: Mutex::new(b), extra_env: Mutex::new([vec![], vec![]]) });
 
@@ -547,8 +555,9 @@ impl Soak {
             FaultKind::LeaderHandover => match self.leader().await {
                 Some(leader) => {
                     let fleet = self.fleet.clone();
-                    tokio::task::spawn_blocking(move || fleet.terminate(leader)).await.unwrap();
-                    format!("SIGTERM to {}", REPLICAS[leader])
+                    let clean = tokio::task::spawn_blocking(move || fleet.terminate(leader)).await.unwrap();
+                    let how = if clean { "" } else { ", SIGKILL after the grace period" };
+                    format!("SIGTERM to {}{how}", REPLICAS[leader])
                 }
                 None => "no leader to stop".into(),
             },
@@ -635,7 +644,7 @@ impl Soak {
         // Let the skewed replica sync its watches before it is handed the lease.
         tokio::time::sleep(Duration::from_secs(5)).await;
         let fleet = self.fleet.clone();
-        tokio::task::spawn_blocking(move || fleet.terminate(leader)).await.unwrap();
+        let clean = tokio::task::spawn_blocking(move || fleet.terminate(leader)).await.unwrap();
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
         let took = wait::within(Duration::from_secs(30), || async {
             match holder(&leases).await {
@@ -646,9 +655,10 @@ impl Soak {
         .await;
         self.step_up().await;
         format!(
-            "{} leads with its clock {offset_s:+} s{}",
+            "{} leads with its clock {offset_s:+} s{}{}",
             REPLICAS[standby],
-            if took.is_ok() { "" } else { " (it did not get the lease)" }
+            if took.is_ok() { "" } else { " (it did not get the lease)" },
+            if clean { "" } else { "; the old leader took the SIGKILL" }
         )
     }
 
