@@ -89,6 +89,8 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// Failed `/healthz` probes in a row after which the replica is restarted (the chart's probe: the
 /// kubelet's default failure threshold).
 const LIVENESS_FAILURES: u32 = 3;
+/// How long after a node reports Ready again its pods' readiness is still the node's doing.
+const NODE_SETTLED: Duration = Duration::from_secs(60);
 /// How long a replica may take to stop after SIGTERM before the soak, as the kubelet, kills it
 /// (Kubernetes' default terminationGracePeriodSeconds).
 const TERMINATION_GRACE: Duration = Duration::from_secs(30);
@@ -230,6 +232,13 @@ impl Fleet {
 
     fn set_extra_env(&self, replica: usize, env: Vec<(&'static str, String)>) {
         self.extra_env.lock().unwrap_or_else(|p| p.into_inner())[replica] = env;
+    }
+
+    /// Stops the replica as the kubelet does when its liveness probe fails (SIGTERM, SIGKILL after the
+    /// grace period) and starts it again.
+    fn restart_gracefully(&self, replica: usize) {
+        self.terminate(replica);
+        self.restart(replica);
     }
 
     /// SIGKILL and start again with the replica's current extra environment.
@@ -1021,7 +1030,7 @@ async fn probe_forever(
             };
             if restart {
                 let fleet2 = fleet.clone();
-                tokio::task::spawn_blocking(move || fleet2.restart(replica)).await.unwrap();
+                tokio::task::spawn_blocking(move || fleet2.restart_gracefully(replica)).await.unwrap();
                 continue;
             }
             let metrics = format!("http://127.0.0.1:{}/metrics", fleet.metrics_port(replica));
@@ -1047,11 +1056,16 @@ async fn check_budgets(client: &Client, observed: &Mutex<Observations>, now: f64
     let Ok(pods) = list_pods(client, NAMESPACE, WEB).await else { return };
     let nodes: Api<Node> = Api::all(client.clone());
     let Ok(nodes) = nodes.list(&ListParams::default()).await else { return };
-    let not_ready: BTreeSet<String> =
-        nodes.items.iter().filter(|n| !node_ready(n)).filter_map(|n| n.metadata.name.clone()).collect();
+    let not_ready: BTreeSet<String> = nodes
+        .items
+        .iter()
+        .filter(|n| !node_ready_for(n, NODE_SETTLED))
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
     // A pod is unavailable by voluntary disruption when it is being evicted or deleted, or gone with its
-    // node. A Running pod that is not Ready because its node stopped reporting (the node lifecycle
-    // controller marks them) is an involuntary disruption, which a PodDisruptionBudget does not cover.
+    // node. A Running pod that is not Ready because its node stopped reporting is an involuntary
+    // disruption, which a PodDisruptionBudget does not cover: the node lifecycle controller marks such
+    // pods not Ready, and they stay so for a while after the node reports again.
     let on_not_ready_node =
         |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some_and(|n| not_ready.contains(n));
     let ready = pods.iter().filter(|p| is_running(p) && (pod_ready(p) || on_not_ready_node(p))).count();
@@ -1089,9 +1103,13 @@ async fn check_budgets(client: &Client, observed: &Mutex<Observations>, now: f64
     o.in_budget_violation = over;
 }
 
-fn node_ready(node: &Node) -> bool {
+/// Whether `node` has been Ready for at least `settled` (its Ready condition's last transition).
+fn node_ready_for(node: &Node, settled: Duration) -> bool {
     let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
-    conditions.is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    let Some(ready) = conditions.and_then(|cs| cs.iter().find(|c| c.type_ == "Ready")) else { return false };
+    let since = ready.last_transition_time.as_ref().map(|t| t.0);
+    let settled_at = k8s_openapi::jiff::Timestamp::now() - settled;
+    ready.status == "True" && since.is_none_or(|t| t <= settled_at)
 }
 
 fn pod_ready(pod: &Pod) -> bool {
@@ -1188,7 +1206,7 @@ fn print_report(
         println!("{line}");
     }
     println!(
-        "web pods Ready at the lowest: {:?} (PDB minAvailable {WEB_MIN_AVAILABLE}); on-demand claims disrupted at once at most: {} (budget 1)",
+        "web pods available at the lowest: {:?} (PDB minAvailable {WEB_MIN_AVAILABLE}); on-demand claims disrupted at once at most: {} (budget 1)",
         observed.lowest_web_ready, observed.most_disrupting
     );
     println!(
