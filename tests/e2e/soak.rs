@@ -89,8 +89,8 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// Failed `/healthz` probes in a row after which the replica is restarted (the chart's probe: the
 /// kubelet's default failure threshold).
 const LIVENESS_FAILURES: u32 = 3;
-/// How long after a node reports Ready again its pods' readiness is still the node's doing.
-const NODE_SETTLED: Duration = Duration::from_secs(60);
+/// The taint the controller puts on a node it disrupts (upstream's `karpenter.sh/disrupted`).
+const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 /// How long a replica may take to stop after SIGTERM before the soak, as the kubelet, kills it
 /// (Kubernetes' default terminationGracePeriodSeconds).
 const TERMINATION_GRACE: Duration = Duration::from_secs(30);
@@ -118,6 +118,8 @@ enum FaultKind {
     ClockSlow,
 }
 
+/// The control-plane faults come last: after an API-server outage kwok's node leases lapse and the node
+/// lifecycle controller marks pods not Ready for a while, which would blur the faults after them.
 const ROUND: [FaultKind; 13] = [
     FaultKind::ThrottleStorm,
     FaultKind::ServerErrors,
@@ -127,11 +129,11 @@ const ROUND: [FaultKind; 13] = [
     FaultKind::SpotEviction,
     FaultKind::LeaderSigkill,
     FaultKind::LeaderHandover,
-    FaultKind::ApiServerRestart,
-    FaultKind::EtcdCompaction,
     FaultKind::CredentialOutage,
     FaultKind::ClockFast,
     FaultKind::ClockSlow,
+    FaultKind::ApiServerRestart,
+    FaultKind::EtcdCompaction,
 ];
 
 impl FaultKind {
@@ -907,7 +909,7 @@ fn pool(name: &str, capacity_type: &str, budgets: Value) -> Value {
             ],
             "nodeClassRef": {"group": "karpenter.azure.com", "kind": "AKSNodeClass", "name": CLASS}
         }},
-        "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "10s",
+        "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "20s",
                        "budgets": budgets}
     }})
 }
@@ -1056,19 +1058,21 @@ async fn check_budgets(client: &Client, observed: &Mutex<Observations>, now: f64
     let Ok(pods) = list_pods(client, NAMESPACE, WEB).await else { return };
     let nodes: Api<Node> = Api::all(client.clone());
     let Ok(nodes) = nodes.list(&ListParams::default()).await else { return };
-    let not_ready: BTreeSet<String> = nodes
+    // Nodes the controller is taking away: tainted for disruption or being deleted.
+    let disrupting: BTreeSet<String> = nodes
         .items
         .iter()
-        .filter(|n| !node_ready_for(n, NODE_SETTLED))
+        .filter(|n| n.metadata.deletion_timestamp.is_some() || has_taint(n, DISRUPTED_TAINT))
         .filter_map(|n| n.metadata.name.clone())
         .collect();
-    // A pod is unavailable by voluntary disruption when it is being evicted or deleted, or gone with its
-    // node. A Running pod that is not Ready because its node stopped reporting is an involuntary
-    // disruption, which a PodDisruptionBudget does not cover: the node lifecycle controller marks such
-    // pods not Ready, and they stay so for a while after the node reports again.
-    let on_not_ready_node =
-        |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some_and(|n| not_ready.contains(n));
-    let ready = pods.iter().filter(|p| is_running(p) && (pod_ready(p) || on_not_ready_node(p))).count();
+    // A pod is unavailable by voluntary disruption when it is being evicted or deleted, gone with its
+    // node, or on a node the controller is taking away. A Running pod that is not Ready on a node the
+    // controller leaves alone is not its doing: after an API-server outage the node lifecycle controller
+    // marks the pods of nodes whose leases lapsed not Ready, an involuntary disruption that a
+    // PodDisruptionBudget does not cover.
+    let on_kept_node =
+        |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some_and(|n| !disrupting.contains(n));
+    let ready = pods.iter().filter(|p| is_running(p) && (pod_ready(p) || on_kept_node(p))).count();
     let Ok(claims) = claims_of(client, POOL_ON_DEMAND).await else { return };
     // Disrupted voluntarily: initialized (the budget counts only those) and being deleted.
     let disrupting = claims
@@ -1087,7 +1091,7 @@ async fn check_budgets(client: &Client, observed: &Mutex<Observations>, now: f64
                     let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
                     let phase = p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
                     let deleting = if p.metadata.deletion_timestamp.is_some() { " deleting" } else { "" };
-                    let node_state = if on_not_ready_node(p) { " (node not Ready)" } else { "" };
+                    let node_state = if on_kept_node(p) { "" } else { " (node being disrupted)" };
                     format!("{phase}{deleting} ready={} on {node:?}{node_state}", pod_ready(p))
                 })
                 .collect();
@@ -1103,13 +1107,9 @@ async fn check_budgets(client: &Client, observed: &Mutex<Observations>, now: f64
     o.in_budget_violation = over;
 }
 
-/// Whether `node` has been Ready for at least `settled` (its Ready condition's last transition).
-fn node_ready_for(node: &Node, settled: Duration) -> bool {
-    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
-    let Some(ready) = conditions.and_then(|cs| cs.iter().find(|c| c.type_ == "Ready")) else { return false };
-    let since = ready.last_transition_time.as_ref().map(|t| t.0);
-    let settled_at = k8s_openapi::jiff::Timestamp::now() - settled;
-    ready.status == "True" && since.is_none_or(|t| t <= settled_at)
+fn has_taint(node: &Node, key: &str) -> bool {
+    let taints = node.spec.as_ref().and_then(|s| s.taints.as_ref());
+    taints.is_some_and(|ts| ts.iter().any(|t| t.key == key))
 }
 
 fn pod_ready(pod: &Pod) -> bool {
