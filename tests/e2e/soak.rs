@@ -118,8 +118,10 @@ enum FaultKind {
     ClockSlow,
 }
 
-/// The control-plane faults come last: after an API-server outage kwok's node leases lapse and the node
-/// lifecycle controller marks pods not Ready for a while, which would blur the faults after them.
+/// The control-plane faults come last: after an API-server outage the node lifecycle controller marks
+/// the pods of nodes whose leases lapsed not Ready for a while, which would blur the faults after them.
+/// kwok, which plays every node's kubelet, is restarted after each API-server restart: unlike a kubelet
+/// it stays slow to renew leases and report new nodes Ready for minutes after one.
 const ROUND: [FaultKind; 13] = [
     FaultKind::ThrottleStorm,
     FaultKind::ServerErrors,
@@ -575,8 +577,11 @@ impl Soak {
             FaultKind::ApiServerRestart => {
                 let cluster = self.cluster;
                 let outage = Duration::from_secs(10);
-                let result =
-                    tokio::task::spawn_blocking(move || cluster.restart("kube-apiserver", outage)).await;
+                let result = tokio::task::spawn_blocking(move || {
+                    cluster.restart("kube-apiserver", outage)?;
+                    cluster.restart("kwok", Duration::ZERO)
+                })
+                .await;
                 result.unwrap().expect("restarting kube-apiserver");
                 "kube-apiserver stopped, started 10 s later".into()
             }
@@ -584,7 +589,8 @@ impl Soak {
                 let cluster = self.cluster;
                 let result = tokio::task::spawn_blocking(move || {
                     cluster.compact_etcd()?;
-                    cluster.restart("kube-apiserver", Duration::ZERO)
+                    cluster.restart("kube-apiserver", Duration::ZERO)?;
+                    cluster.restart("kwok", Duration::ZERO)
                 })
                 .await;
                 result.unwrap().expect("compacting etcd and restarting kube-apiserver");
