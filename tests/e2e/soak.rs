@@ -157,6 +157,14 @@ impl FaultKind {
         }
     }
 
+    /// Whether the workload moves to the next step of the day as the fault begins. Not for the
+    /// control-plane faults: the pods of a new step would wait for nodes that kwok, which plays their
+    /// kubelets, reports Ready a minute or more late after an API-server restart, and the recovery
+    /// would measure kwok.
+    fn moves_the_day(self) -> bool {
+        !matches!(self, FaultKind::ApiServerRestart | FaultKind::EtcdCompaction)
+    }
+
     /// How long the fault stays on after it is injected.
     fn hold(self) -> Duration {
         match self {
@@ -496,8 +504,10 @@ impl Soak {
     /// Injects `kind`, holds it while the workload moves to the next step, ends it, and waits for every
     /// pod to run.
     async fn run_fault(&mut self, kind: FaultKind, libfaketime: &Path) -> FaultRecord {
-        self.step += 1;
-        self.scale().await;
+        if kind.moves_the_day() {
+            self.step += 1;
+            self.scale().await;
+        }
         let started = self.now();
         let note = self.inject(kind, libfaketime).await;
         tokio::time::sleep(kind.hold()).await;
