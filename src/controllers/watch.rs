@@ -288,10 +288,10 @@ mod tests {
     #[test]
     fn a_custom_resource_this_version_cannot_read_is_set_aside_with_why_and_the_rest_of_the_kind_syncs() {
         let resource = ApiResource::erase::<NodeClaim>(&());
-        let Read::Unreadable(meta, why) = read_as::<NodeClaim>(dynamic("Gte"), &resource) else {
+        let Read::Unreadable(meta, why) = read_as::<NodeClaim>(dynamic("Between"), &resource) else {
             panic!("an operator this version does not know reads")
         };
-        assert!(why.contains("Gte"), "{why}");
+        assert!(why.contains("Between"), "{why}");
         let Read::Object(good) = read_as::<NodeClaim>(dynamic("Gt"), &resource) else { panic!("Gt reads") };
         let mut other = good.clone();
         other.metadata.name = Some("other".into());

@@ -164,14 +164,21 @@ pub fn nodepool_cases() -> Vec<Case> {
         refused(
             "Gt with a non-integer",
             pool_requirement(req("Gt", json!(["abc"]))),
-            "operator 'Gt' or 'Lt' must have exactly one value, a non-negative integer",
+            "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value",
+        ),
+        refused(
+            "Gte with a non-integer",
+            pool_requirement(req("Gte", json!(["1.5"]))),
+            "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value",
         ),
         refused(
             "Lt with two values",
             pool_requirement(req("Lt", json!(["1", "2"]))),
-            "operator 'Gt' or 'Lt' must have exactly one value",
+            "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value",
         ),
         accepted("Gt with an integer", pool_requirement(req("Gt", json!(["8"])))),
+        accepted("Gte with an integer", pool_requirement(req("Gte", json!(["8"])))),
+        accepted("Lte with an integer", pool_requirement(req("Lte", json!(["64"])))),
         refused(
             "Exists with values",
             pool_requirement(req("Exists", json!(["2"]))),

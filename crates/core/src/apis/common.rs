@@ -28,9 +28,9 @@ pub struct NodeSelectorRequirementWithMinValues {
     /// The label key the requirement applies to.
     #[schemars(length(max = 316), pattern(QUALIFIED_NAME_PATTERN))]
     pub key: String,
-    /// How the key relates to the values: In, NotIn, Exists, DoesNotExist, Gt or Lt.
+    /// How the key relates to the values: In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte or Lte.
     pub operator: Operator,
-    /// The values; one or more for In and NotIn, exactly one integer for Gt and Lt, none otherwise.
+    /// The values; one or more for In and NotIn, exactly one integer for Gt, Lt, Gte and Lte, none otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(inner(length(max = 63), pattern(LABEL_VALUE_PATTERN)))]
     pub values: Vec<String>,

@@ -155,8 +155,10 @@ fn requirement_item_rules() -> Value {
             "message": "requirements with operator 'In' must list at least one value in 'values'"
         },
         {
-            "rule": "!(self.operator in ['Gt', 'Lt']) || (has(self.values) && size(self.values) == 1 && self.values[0].matches('^[0-9]+$'))",
-            "message": "requirements with operator 'Gt' or 'Lt' must have exactly one value, a non-negative integer"
+            // Upstream's message (core v1.14 `nodepool.go`); its rule, `int(values[0]) >= 0`, also
+            // admits exactly the non-negative integers.
+            "rule": "!(self.operator in ['Gt', 'Lt', 'Gte', 'Lte']) || (has(self.values) && size(self.values) == 1 && self.values[0].matches('^[0-9]+$'))",
+            "message": "requirements operator 'Gt', 'Lt', 'Gte', or 'Lte' must have a single positive integer value"
         },
         {
             "rule": "!(self.operator in ['Exists', 'DoesNotExist']) || !has(self.values) || size(self.values) == 0",

@@ -10,6 +10,7 @@
 //! | `Exists`       | every value                          |
 //! | `DoesNotExist` | only ⊥                               |
 //! | `Gt n` / `Lt n`| integer values above n / below n     |
+//! | `Gte n` / `Lte n` | integer values at least n / at most n |
 //!
 //! [`Requirement`] keeps that set in a closed form (a finite set or the complement of one, integer
 //! bounds, and whether ⊥ is allowed), so intersection is exact and emptiness is decidable. A
@@ -33,6 +34,10 @@ pub enum Operator {
     DoesNotExist,
     Gt,
     Lt,
+    /// Integer values at least n (upstream core v1.14's NodeSelectorRequirementWithMinValues).
+    Gte,
+    /// Integer values at most n.
+    Lte,
 }
 
 /// Which values a requirement admits, before integer bounds are applied.
@@ -143,6 +148,10 @@ impl Requirement {
             Operator::DoesNotExist => Self::does_not_exist(key),
             Operator::Gt => Self::greater_than(key, integer("Gt")?),
             Operator::Lt => Self::less_than(key, integer("Lt")?),
+            // Integers only, so `Gte n` is `Gt n-1` and `Lte n` is `Lt n+1`; the bounds of i64 hold no
+            // value beyond them.
+            Operator::Gte => Self::greater_than(key, integer("Gte")?.saturating_sub(1)),
+            Operator::Lte => Self::less_than(key, integer("Lte")?.saturating_add(1)),
         };
         Ok(requirement.with_min_values(min_values))
     }

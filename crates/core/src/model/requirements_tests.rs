@@ -72,7 +72,31 @@ fn intersections_of_upstream_edge_cases() {
 }
 
 #[test]
+fn gte_and_lte_include_their_bound_and_meet_gt_and_lt_exactly() {
+    let at_least_4 = operator("cpu", Operator::Gte, 4);
+    let at_most_8 = operator("cpu", Operator::Lte, 8);
+    for (value, want) in [("3", false), ("4", true), ("8", true), ("9", true), ("x", false)] {
+        assert_eq!(at_least_4.admits(Some(value)), want, "Gte 4 on {value}");
+    }
+    for (value, want) in [("0", true), ("8", true), ("9", false), ("x", false)] {
+        assert_eq!(at_most_8.admits(Some(value)), want, "Lte 8 on {value}");
+    }
+    assert!(!at_least_4.admits(None) && !at_most_8.admits(None), "like Gt and Lt, they need the label");
+    let between = at_least_4.intersect(&at_most_8);
+    assert!(between.admits(Some("4")) && between.admits(Some("8")) && !between.admits(Some("9")));
+    // Gte n is Gt n-1: the same set, so the same requirement.
+    assert_eq!(operator("cpu", Operator::Gte, 4), Requirement::greater_than("cpu", 3));
+    assert_eq!(operator("cpu", Operator::Lte, 8), Requirement::less_than("cpu", 9));
+    let empty = operator("cpu", Operator::Gte, 5).intersect(&Requirement::less_than("cpu", 5));
+    assert!(empty.is_empty(), "Gte 5 and Lt 5 admit nothing");
+    let point = operator("cpu", Operator::Gte, 5).intersect(&operator("cpu", Operator::Lte, 5));
+    assert!(!point.is_empty() && point.admits(Some("5")), "Gte 5 and Lte 5 admit 5");
+}
+
+#[test]
 fn from_operator_rejects_bad_operands() {
+    assert!(Requirement::from_operator("k", Operator::Gte, &["1.5".into()], None).is_err());
+    assert!(Requirement::from_operator("k", Operator::Lte, &["1".into(), "2".into()], None).is_err());
     assert!(Requirement::from_operator("k", Operator::Gt, &["x".into()], None).is_err());
     assert!(Requirement::from_operator("k", Operator::Lt, &[], None).is_err());
     assert!(Requirement::from_operator("k", Operator::In, &[], None).is_err());
@@ -136,7 +160,13 @@ fn arb_requirement() -> impl Strategy<Value = Requirement> {
         Just(Requirement::does_not_exist("k")),
         (0i64..6).prop_map(|n| Requirement::greater_than("k", n)),
         (0i64..6).prop_map(|n| Requirement::less_than("k", n)),
+        (0i64..6).prop_map(|n| operator("k", Operator::Gte, n)),
+        (0i64..6).prop_map(|n| operator("k", Operator::Lte, n)),
     ]
+}
+
+fn operator(key: &str, op: Operator, n: i64) -> Requirement {
+    Requirement::from_operator(key, op, &[n.to_string()], None).expect("an integer operand")
 }
 
 fn outcomes() -> impl Iterator<Item = Option<&'static str>> {

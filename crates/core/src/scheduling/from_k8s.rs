@@ -80,6 +80,8 @@ pub fn operator(field: &str, name: &str) -> Result<Operator, FromK8sError> {
         "DoesNotExist" => Operator::DoesNotExist,
         "Gt" => Operator::Gt,
         "Lt" => Operator::Lt,
+        "Gte" => Operator::Gte,
+        "Lte" => Operator::Lte,
         other => return Err(FromK8sError::invalid(field, format!("unknown operator {other:?}"))),
     })
 }
@@ -91,7 +93,7 @@ pub fn label_selector(field: &str, selector: &LabelSelector) -> Result<Requireme
     for (i, e) in selector.match_expressions.iter().flatten().enumerate() {
         let field = format!("{field}.matchExpressions[{i}]");
         let op = operator(&format!("{field}.operator"), &e.operator)?;
-        if matches!(op, Operator::Gt | Operator::Lt) {
+        if matches!(op, Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte) {
             return Err(FromK8sError::invalid(
                 format!("{field}.operator"),
                 "a label selector allows In, NotIn, Exists and DoesNotExist only",
