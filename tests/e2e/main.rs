@@ -49,6 +49,7 @@ mod join;
 mod leader;
 mod metrics;
 mod nodeclass;
+mod operators;
 mod pricing;
 mod provisioning;
 mod rbac;

@@ -2,7 +2,7 @@
 //! the claim and its AKSNodeClass; the claim gets the VM's providerID, image, capacity and the labels of
 //! the size, zone and capacity type it got. A refused offering (capacity, a class that is not Ready)
 //! deletes the claim so the next batch solves again without it; any other error is retried with a
-//! backoff.
+//! backoff. The create is cut off when the claim's launch timeout comes, whatever hangs inside it.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -11,16 +11,16 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::phase::WAIT_POLL;
-
-/// The least time a create is given, so a claim reconciled just before its launch timeout still makes
-/// one real attempt instead of one that is cut off at once.
-const MIN_CREATE_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 use super::{delete_claim, set_condition};
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::NodeClaim;
 use crate::cloud::{CloudError, CloudProvider};
 use crate::controllers::nodeclaim::{self, resource_list};
 use crate::controllers::{events, writes, ControllerError, Shared};
+
+/// The least time a create is given, so a claim reconciled just before its launch timeout still makes
+/// one real attempt instead of one that is cut off at once.
+const MIN_CREATE_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub(super) async fn launch<C: CloudProvider + 'static>(
     claim: &NodeClaim,
