@@ -123,6 +123,7 @@ pub fn nodepool(types: Vec<InstanceType>) -> NodePoolInput {
         startup_taints: vec![],
         remaining: None,
         instance_types: Arc::new(types),
+        replicas: None,
     }
 }
 

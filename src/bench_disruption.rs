@@ -153,6 +153,7 @@ pub fn fragmented_cluster(pods: usize, max_vcpus: Option<u32>, now: Timestamp) -
             budgets: vec![],
             limits: None,
             solver: Some(pool),
+            replicas: None,
         }],
         daemonsets: input.daemonsets.clone(),
         solve_options: input.options.clone(),
@@ -194,6 +195,7 @@ fn managed_node(claim: &NewNodeClaim, name: &str, daemonsets: &[Pod], launched: 
         do_not_disrupt: false,
         nominated: false,
         marked_for_deletion: false,
+        deleting: false,
         ready: true,
         pods,
     }

@@ -100,6 +100,7 @@ fn spawn_writers<C: CloudProvider + 'static>(
     spawn("gc", |s| Box::pin(gc::run(s)));
     spawn("nodeclaim_disruption", |s| Box::pin(super::nodeclaim::disruption::run(s)));
     spawn("disruption", |s| Box::pin(disruption::run(s)));
+    spawn("static_pools", |s| Box::pin(super::static_pools::run(s)));
     spawn("inplace", |s| Box::pin(inplace::run(s)));
     if shared.settings.node_repair {
         spawn("repair", |s| Box::pin(repair::run(s)));

@@ -36,6 +36,7 @@ pub mod nodepool_health;
 pub mod observed;
 pub mod provisioning;
 pub mod start;
+pub mod static_pools;
 pub mod status;
 pub mod watch;
 pub mod watch_health;

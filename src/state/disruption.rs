@@ -43,11 +43,13 @@ impl Cluster {
     ) -> (Snapshot, Vec<PolicyError>) {
         let marks = Marks { disrupting, nominated };
         let input = self.snapshot(catalog, options);
+        // Static pools are not in the solver input, but their nodes are priced and replaced from them.
+        let solver_pools = self.solver_pools(catalog);
         let mut errors = vec![];
         let mut nodepools = vec![];
         for pool in self.nodepools() {
             let name = pool.metadata.name.as_deref().unwrap_or_default();
-            let solver = input.nodepools.iter().find(|p| p.name == name).cloned();
+            let solver = solver_pools.iter().find(|p| p.name == name).cloned();
             match PoolPolicy::from_nodepool(pool, solver) {
                 Ok(policy) => nodepools.push(policy),
                 Err(e) => errors.push(e),
@@ -169,6 +171,7 @@ impl Cluster {
                     .is_some_and(|v| v == "true"),
             nominated: marks.nominated.contains(&existing.name) || marks.nominated.contains(&claim.name),
             marked_for_deletion: marked,
+            deleting: claim.deleting || node.is_some_and(|n| n.deleting),
             ready: node.is_some_and(|n| n.ready),
             pods,
             node: existing,

@@ -6,8 +6,9 @@
 //!   NodeClaims as capacity on its way (`in_flight: true`, with the claim's labels and allocatable);
 //! - running: non-terminal pods bound to one of those nodes (pods of a node being deleted are the
 //!   disruption flow's concern);
-//! - nodepools: Ready and not deleting, by name, with `remaining = limits − usage`
-//!   ([`Cluster::nodepool_usage`]);
+//! - nodepools: Ready, not deleting and not static (`spec.replicas` unset: the solver never opens a
+//!   node in a static pool, as upstream's scheduler leaves them out), by name, with
+//!   `remaining = limits − usage` ([`Cluster::nodepool_usage`]);
 //! - daemonsets: the DaemonSet pod templates.
 //!
 //! The caller checks [`Cluster::synced`] first; the snapshot itself does not refuse.
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use crate::apis::{AKSNodeClass, NodePool, Taint};
 use crate::model::InstanceType;
 use crate::scheduling::from_k8s;
-use crate::scheduling::{ExistingNode, Pod, SolveInput, SolveOptions};
+use crate::scheduling::{ExistingNode, NodePoolInput, Pod, SolveInput, SolveOptions};
 
 use super::records::{is_ephemeral_taint, NodeClaimRecord, NodeRecord};
 use super::Cluster;
@@ -44,17 +45,7 @@ impl Cluster {
             .filter(|p| !p.phase.is_terminal())
             .map(|p| p.pod.clone())
             .collect();
-        let usage = self.nodepool_usage();
-        let nodepools = self
-            .ready_nodepools()
-            .filter_map(|pool| {
-                let class = self.nodeclass(&pool.spec.template.spec.node_class_ref.name);
-                let name = pool.metadata.name.as_deref().unwrap_or_default();
-                let used = usage.get(name).cloned().unwrap_or_default();
-                // Cannot fail: the same conversion succeeded when the pool was applied.
-                from_k8s::nodepool(pool, &used, catalog(pool, class)).ok()
-            })
-            .collect();
+        let nodepools = self.solver_pools(catalog).into_iter().filter(|p| p.replicas.is_none()).collect();
         SolveInput {
             pods: self
                 .provisionable_pods()
@@ -66,6 +57,25 @@ impl Cluster {
             daemonsets: self.daemonsets().cloned().collect(),
             options,
         }
+    }
+}
+
+impl Cluster {
+    /// Every Ready NodePool that is not being deleted, static ones included, as the solver reads it.
+    pub fn solver_pools(
+        &self,
+        catalog: &impl Fn(&NodePool, Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>>,
+    ) -> Vec<NodePoolInput> {
+        let usage = self.nodepool_usage();
+        self.ready_nodepools()
+            .filter_map(|pool| {
+                let class = self.nodeclass(&pool.spec.template.spec.node_class_ref.name);
+                let name = pool.metadata.name.as_deref().unwrap_or_default();
+                let used = usage.get(name).cloned().unwrap_or_default();
+                // Cannot fail: the same conversion succeeded when the pool was applied.
+                from_k8s::nodepool(pool, &used, catalog(pool, class)).ok()
+            })
+            .collect()
     }
 }
 

@@ -32,6 +32,7 @@ fn eastus_pool(name: &str, weight: i32) -> NodePoolInput {
         startup_taints: vec![],
         remaining: None,
         instance_types: Arc::new(types),
+        replicas: None,
     }
 }
 

@@ -291,6 +291,9 @@ fn pool_input(
         }
     };
     let after = match parse_nillable(&pool.spec.disruption.consolidate_after) {
+        // A static pool's claims are never consolidated, so never marked Consolidatable (upstream
+        // `nodeclaim/disruption/controller.go`); a pool cannot become static later.
+        Ok(_) if pool.is_static() => None,
         Ok(a) => Some(a),
         Err(e) => {
             report(errors, &key, "InvalidConsolidateAfter", &e.to_string());

@@ -54,6 +54,7 @@ pub fn policy(name: &str, types: Vec<InstanceType>, budgets: &[ApiBudget]) -> Po
         budgets: Budget::parse_all(budgets).unwrap(),
         limits: None,
         solver: Some(pool(name, types)),
+        replicas: None,
     }
 }
 
@@ -138,6 +139,7 @@ pub fn add_node(
         do_not_disrupt: false,
         nominated: false,
         marked_for_deletion: false,
+        deleting: false,
         ready: true,
         pods,
     });

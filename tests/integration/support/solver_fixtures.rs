@@ -136,6 +136,7 @@ pub fn pool(name: &str, types: Vec<InstanceType>) -> NodePoolInput {
         startup_taints: vec![],
         remaining: None,
         instance_types: Arc::new(types),
+        replicas: None,
     }
 }
 

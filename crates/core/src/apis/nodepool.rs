@@ -47,9 +47,24 @@ pub const DEFAULT_BUDGET_NODES: &str = "10%";
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     printcolumn(name = "Weight", type_ = "integer", json_path = ".spec.weight", priority = 1),
     printcolumn(name = "CPU", type_ = "string", json_path = ".status.resources.cpu", priority = 1),
-    printcolumn(name = "Memory", type_ = "string", json_path = ".status.resources.memory", priority = 1)
+    printcolumn(name = "Memory", type_ = "string", json_path = ".status.resources.memory", priority = 1),
+    scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.nodes")
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.replicas) == has(oldSelf.replicas)",
+        "message": "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes"
+    },
+    {
+        "rule": "!has(self.replicas) || (!has(self.limits) || size(self.limits) == 0 || (size(self.limits) == 1 && 'nodes' in self.limits))",
+        "message": "only 'limits.nodes' is supported on static NodePools"
+    },
+    {
+        "rule": "!has(self.replicas) || !has(self.weight)",
+        "message": "'weight' is not supported on static NodePools"
+    }
+]))]
 pub struct NodePoolSpec {
     /// The template of the NodeClaims this pool creates.
     pub template: NodeClaimTemplate,
@@ -63,6 +78,12 @@ pub struct NodePoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub weight: Option<i32>,
+    /// A static NodePool: keep exactly this many nodes, whatever the pods ask (upstream core v1.14,
+    /// alpha). Consolidation leaves such a pool alone; drift and expiry still replace its nodes. Only
+    /// `limits.nodes` applies, and `weight` is not allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub replicas: Option<i64>,
 }
 
 /// The template of a NodeClaim: labels and annotations for the node, and the claim's spec.
@@ -219,6 +240,11 @@ pub struct NodePoolStatus {
 pub const NODEPOOL_HASH_VERSION: &str = "karpenter-azure-v1";
 
 impl NodePool {
+    /// Whether the pool keeps a fixed node count (`spec.replicas` set).
+    pub fn is_static(&self) -> bool {
+        self.spec.replicas.is_some()
+    }
+
     /// The NodePool's hash: `spec.template` without its requirements (judged on labels instead) and
     /// resources. Labels, annotations, taints, startup taints, nodeClassRef, expireAfter and
     /// terminationGracePeriod count; budgets, limits, weight and the disruption block are outside the

@@ -8,7 +8,8 @@
 //! - emptiness: consolidateAfter is not Never and has elapsed since the last pod event (or since
 //!   initialization), and no pod needs a new place;
 //! - drift: `Drifted=True`;
-//! - consolidation: as emptiness but with pods, and the pool's policy is WhenEmptyOrUnderutilized.
+//! - consolidation: as emptiness but with pods, and the pool's policy is WhenEmptyOrUnderutilized;
+//! - emptiness and consolidation: never a node of a static pool (`spec.replicas`).
 
 use std::time::Duration;
 
@@ -99,6 +100,10 @@ pub fn check(
                 return Err(BlockReason::Utilized);
             }
             Ok(())
+        }
+        // Upstream's emptiness and consolidation skip static pools (`OwnedByStaticNodePool`).
+        DisruptionReason::Empty | DisruptionReason::Underutilized if pool.replicas.is_some() => {
+            Err(BlockReason::StaticNodePool { nodepool: pool.name.clone() })
         }
         DisruptionReason::Empty => {
             if !is_empty(node) {

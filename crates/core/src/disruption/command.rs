@@ -135,6 +135,10 @@ pub enum BlockReason {
     ConsolidateAfter {
         left: Duration,
     },
+    /// A static NodePool (`spec.replicas`) keeps its nodes: only drift and expiry replace them.
+    StaticNodePool {
+        nodepool: String,
+    },
     /// Policy WhenEmpty and the node runs pods.
     WhenEmptyPolicy {
         nodepool: String,
@@ -147,6 +151,10 @@ pub enum BlockReason {
     },
     /// Its pods cannot all be placed elsewhere or on cheaper capacity.
     NoCheaperPlacement {
+        detail: String,
+    },
+    /// A drifted node of a static pool whose replacement cannot launch now.
+    CannotReplace {
         detail: String,
     },
     /// A move was found but it saves too little for the disruption it causes.
@@ -192,6 +200,9 @@ impl fmt::Display for BlockReason {
             BlockReason::ConsolidateAfter { left } => {
                 write!(f, "consolidateAfter not elapsed ({} left)", human(*left))
             }
+            BlockReason::StaticNodePool { nodepool } => {
+                write!(f, "pool {nodepool} is static (spec.replicas): only drift and expiry replace its nodes")
+            }
             BlockReason::WhenEmptyPolicy { nodepool } => {
                 write!(f, "pool {nodepool} consolidates WhenEmpty and the node runs pods")
             }
@@ -201,6 +212,7 @@ impl fmt::Display for BlockReason {
                 reason_str(*reason)
             ),
             BlockReason::NoCheaperPlacement { detail } => write!(f, "no cheaper placement: {detail}"),
+            BlockReason::CannotReplace { detail } => write!(f, "no replacement can launch now: {detail}"),
             BlockReason::NotWorthIt { savings_per_hour, required_per_hour } => write!(
                 f,
                 "saving ${savings_per_hour:.4}/h is below the ${required_per_hour:.4}/h its disruption requires"

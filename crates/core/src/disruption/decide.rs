@@ -16,6 +16,7 @@ use super::consolidation::consolidate;
 use super::cost::{is_empty, node_disruption_cost};
 use super::simulate::{outcome, Replace};
 use super::snapshot::Snapshot;
+use super::static_pools;
 use super::Options;
 
 /// Decides what to disrupt at `now`. Pure and deterministic.
@@ -92,7 +93,7 @@ pub fn repack_lower_bound(snapshot: &Snapshot, cancel: &dyn ShouldCancel) -> Res
         pods,
         running: snapshot.unmanaged.iter().flat_map(|u| u.pods.iter().cloned()).collect(),
         nodes: snapshot.unmanaged.iter().map(|u| u.node.clone()).collect(),
-        nodepools: snapshot.nodepools.iter().filter_map(|p| p.solver.clone()).collect(),
+        nodepools: snapshot.nodepools.iter().filter_map(|p| p.launchable().cloned()).collect(),
         daemonsets: snapshot.daemonsets.clone(),
         options: snapshot.solve_options.clone(),
     };
@@ -193,8 +194,45 @@ fn drift(
         (!is_empty(n), n.drifted.as_ref().map(|d| d.since), n.node.name.clone())
     });
     let within = within_budgets(snapshot, ordered, DisruptionReason::Drifted, now, blocked);
+    // A static pool's drifted node gets a fresh claim of its pool, not a repack of its pods.
+    let static_replacements =
+        static_pools::drift_replacements(snapshot, &within, snapshot.solve_options.max_instance_type_options);
     for (k, &i) in within.iter().enumerate() {
         let node = &snapshot.nodes[i];
+        if let Some(replacement) = static_replacements.get(&i) {
+            let claim = match replacement {
+                Ok(claim) => claim.clone(),
+                Err(detail) => {
+                    blocked.insert(i, BlockReason::CannotReplace { detail: detail.clone() });
+                    continue;
+                }
+            };
+            let result = static_pools::drift_outcome(snapshot, i, &claim, now, cancel)?;
+            if let Some((pod, why)) = result.stranded.first() {
+                blocked.insert(
+                    i,
+                    BlockReason::NoCheaperPlacement { detail: format!("pod {pod} has no place: {why}") },
+                );
+                continue;
+            }
+            for &j in &within[k + 1..] {
+                blocked.insert(j, BlockReason::Deferred);
+            }
+            let drift = node.drifted.as_ref().expect("a drift candidate");
+            return Ok(vec![Command {
+                reason: DisruptionReason::Drifted,
+                method: Method::Drift,
+                candidates: vec![node.node.name.clone()],
+                explanation: format!(
+                    "replace drifted node ({}) of static pool {} with a NodeClaim of the pool",
+                    drift.reason, node.nodepool
+                ),
+                savings_per_hour: node.price_per_hour - result.replacement_price(),
+                replacements: result.replacements,
+                disruption_cost: node_disruption_cost(node),
+                moves: result.moves,
+            }]);
+        }
         let removed: BTreeSet<usize> = [i].into();
         let (result, _, _) = outcome(snapshot, &removed, now, Replace::Any, cancel)?;
         if let Some((pod, why)) = result.stranded.first() {

@@ -19,6 +19,7 @@ mod expiration;
 pub mod repair;
 pub mod simulate;
 pub mod snapshot;
+pub mod static_pools;
 mod validate;
 
 pub use budgets::{Budget, BudgetError, BudgetNodes, BudgetWindow};

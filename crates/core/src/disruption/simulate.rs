@@ -82,11 +82,11 @@ pub fn input_without(
     }
     let nodepools = match replace {
         Replace::Never => vec![],
-        Replace::Any => snapshot.nodepools.iter().filter_map(|p| p.solver.clone()).collect(),
+        Replace::Any => snapshot.nodepools.iter().filter_map(|p| p.launchable().cloned()).collect(),
         Replace::SpotOnly => snapshot
             .nodepools
             .iter()
-            .filter_map(|p| p.solver.clone())
+            .filter_map(|p| p.launchable().cloned())
             .map(|mut pool| {
                 pool.requirements = pool.requirements.intersect(&single(Requirement::is_in(
                     LABEL_CAPACITY_TYPE,

@@ -63,6 +63,9 @@ pub struct ManagedNode {
     pub nominated: bool,
     /// Already being disrupted or deleted: it counts against budgets and is never a candidate.
     pub marked_for_deletion: bool,
+    /// The node or its NodeClaim is being deleted (a part of `marked_for_deletion`; the rest are
+    /// nodes a disruption command is replacing).
+    pub deleting: bool,
     /// The node's Ready condition; NotReady nodes count against budgets as upstream counts them.
     pub ready: bool,
     pub pods: Vec<NodePod>,
@@ -200,6 +203,8 @@ pub struct PoolPolicy {
     /// `None` when the pool cannot launch (not Ready, or its class is missing): its nodes may still be
     /// removed when their pods fit elsewhere, but never replaced from this pool.
     pub solver: Option<NodePoolInput>,
+    /// `spec.replicas` of a static pool ([`super::static_pools`]).
+    pub replicas: Option<i64>,
 }
 
 /// A NodePool whose disruption settings cannot be read; `field` is the path in the NodePool.
@@ -239,7 +244,14 @@ impl PoolPolicy {
             budgets,
             limits,
             solver,
+            replicas: pool.spec.replicas,
         })
+    }
+
+    /// The pool as a place for new NodeClaims in a simulation: `None` when it cannot launch or is
+    /// static (its NodeClaims come from its replica count, never from where pods fit).
+    pub fn launchable(&self) -> Option<&NodePoolInput> {
+        self.solver.as_ref().filter(|_| self.replicas.is_none())
     }
 }
 

@@ -16,6 +16,7 @@ use super::command::{Command, Invalid};
 use super::consolidation::replace_mode;
 use super::simulate::{outcome, Replace};
 use super::snapshot::Snapshot;
+use super::static_pools;
 use super::Options;
 
 /// Whether `command` still holds on `snapshot` at `now`.
@@ -51,7 +52,19 @@ pub fn validate(
         _ => Replace::Any,
     };
     let removed: BTreeSet<usize> = indices.iter().copied().collect();
-    let (result, _, _) = outcome(snapshot, &removed, now, replace, &|| false).expect("never cancelled");
+    let static_replacement = match (command.reason, &indices[..]) {
+        (DisruptionReason::Drifted, &[i]) => {
+            static_pools::drift_replacements(snapshot, &[i], snapshot.solve_options.max_instance_type_options)
+                .remove(&i)
+        }
+        _ => None,
+    };
+    let result = match static_replacement {
+        Some(Err(detail)) => return Err(Invalid::Unschedulable { detail }),
+        Some(Ok(claim)) => static_pools::drift_outcome(snapshot, indices[0], &claim, now, &|| false),
+        None => outcome(snapshot, &removed, now, replace, &|| false).map(|(result, _, _)| result),
+    }
+    .expect("never cancelled");
     if let Some((pod, why)) = result.stranded.first() {
         return Err(Invalid::Unschedulable { detail: format!("pod {pod}: {why}") });
     }

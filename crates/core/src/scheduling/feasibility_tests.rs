@@ -57,6 +57,7 @@ fn pool() -> NodePoolInput {
         startup_taints: vec![],
         remaining: None,
         instance_types: Arc::new(types()),
+        replicas: None,
     }
 }
 

@@ -229,5 +229,6 @@ pub fn nodepool(
         startup_taints: template.spec.startup_taints.clone(),
         remaining,
         instance_types,
+        replicas: pool.spec.replicas,
     })
 }

@@ -182,6 +182,8 @@ pub struct NodePoolInput {
     pub remaining: Option<Resources>,
     /// The instance types of the pool's node class (the catalog for its region and settings).
     pub instance_types: Arc<Vec<InstanceType>>,
+    /// `spec.replicas` of a static pool: it keeps that many nodes and the solver never opens one in it.
+    pub replicas: Option<i64>,
 }
 
 /// Everything one solve needs.

@@ -24,6 +24,7 @@ mod solve;
 #[cfg(test)]
 mod solve_tests;
 mod spread;
+mod static_claim;
 mod templates;
 mod topology;
 mod topology_keys;
@@ -34,3 +35,4 @@ pub use cancel::{Cancelled, ShouldCancel};
 pub use input::{ExistingNode, NodePoolInput, Pod, PodId, SolveInput, SolveOptions};
 pub use plan::{NewNodeClaim, Plan, Unschedulable};
 pub use solve::{solve, solve_with_cancel};
+pub use static_claim::static_claim;

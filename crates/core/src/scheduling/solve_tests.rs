@@ -52,6 +52,7 @@ fn input() -> SolveInput {
             instance_type("c4", 4, 0.38),
             instance_type("c8", 8, 0.8),
         ]),
+        replicas: None,
     };
     let pod = |name: String, cpu_m: i64, mem: i64| Pod {
         namespace: "default".into(),

@@ -118,7 +118,7 @@ pub fn pool_order(pools: &[NodePoolInput]) -> Vec<usize> {
 }
 
 /// Whether a DaemonSet pod would run on a node of `pool` with these instance-type labels.
-fn daemon_runs_on(
+pub(crate) fn daemon_runs_on(
     daemon: &Pod,
     pool: &NodePoolInput,
     type_labels: &std::collections::BTreeMap<String, String>,

@@ -1,0 +1,137 @@
+//! Static NodePools (`spec.replicas`): keeps each at its replica count, launching claims when it has
+//! fewer (a new pool, a higher count, a node deleted or expired) and deleting the excess when it has
+//! more (upstream core `pkg/controllers/static/provisioning` and `static/deprovisioning`). What to
+//! launch or remove is [`crate::disruption::static_pools::decide`]; this loop acts on it. Drift of a
+//! static node is the disruption loop's, through the same pure module.
+//!
+//! Upstream reconciles on NodePool and NodeClaim events and requeues every minute; the index here is
+//! in memory, so looking every [`INTERVAL`] is cheap and catches every change within it. A created
+//! claim and a deleted one go into the index at once, so the next look never acts twice.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::{Api, ResourceExt};
+
+use crate::apis::NodeClaim;
+use crate::cloud::CloudProvider;
+use crate::controllers::nodeclaim::{self, CreateError};
+use crate::controllers::writes::{self, Deleted, Guard};
+use crate::controllers::{metrics, Shared};
+use crate::disruption::static_pools::{decide, StaticAction};
+use crate::disruption::Snapshot;
+use crate::scheduling::SolveOptions;
+
+/// How often the replica counts are checked.
+const INTERVAL: Duration = Duration::from_secs(2);
+/// How long a claim this loop deleted counts as deleting without the index saying so.
+const REMOVED_MEMORY: Duration = Duration::from_secs(60);
+/// Upstream's provider truncates a NodeClaim's instance-type options to 60.
+const MAX_INSTANCE_TYPE_OPTIONS: usize = 60;
+
+/// Runs while this replica leads.
+pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
+    let mut blocked: BTreeMap<String, String> = BTreeMap::new();
+    // Claims this loop deleted: a claim without finalizers is gone at once, and the index learns it
+    // from the watch; until then it counts as deleting here, so the next look removes no other.
+    let mut removed: BTreeMap<String, Instant> = BTreeMap::new();
+    loop {
+        tokio::time::sleep(INTERVAL).await;
+        let Some((mut snapshot, now)) = snapshot(&shared) else { continue };
+        removed.retain(|_, at| at.elapsed() < REMOVED_MEMORY);
+        for node in snapshot.nodes.iter_mut().filter(|n| removed.contains_key(&n.nodeclaim)) {
+            node.deleting = true;
+            node.marked_for_deletion = true;
+        }
+        let actions = decide(&snapshot, now, MAX_INSTANCE_TYPE_OPTIONS);
+        if actions.is_empty() {
+            blocked.clear();
+            continue;
+        }
+        let _in_flight = shared.begin_work().await;
+        for action in actions {
+            match action {
+                StaticAction::Launch { nodepool, claims } => launch(&shared, &nodepool, &claims).await,
+                StaticAction::Remove { nodepool, nodeclaims } => {
+                    remove(&shared, &nodepool, &nodeclaims).await;
+                    removed.extend(nodeclaims.into_iter().map(|name| (name, Instant::now())));
+                }
+                StaticAction::Blocked { nodepool, reason } => {
+                    // Said once per cause, not every look.
+                    if blocked.get(&nodepool) != Some(&reason) {
+                        tracing::warn!(%nodepool, %reason, "static NodePool cannot reach its replica count");
+                        blocked.insert(nodepool, reason);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The disruption snapshot if any NodePool is static and the index is synced, with the wall time.
+fn snapshot<C: CloudProvider>(shared: &Shared<C>) -> Option<(Snapshot, k8s_openapi::jiff::Timestamp)> {
+    let cluster = shared.cluster();
+    if !cluster.nodepools().any(|p| p.is_static()) || cluster.sync_status().is_err() {
+        return None;
+    }
+    let options = SolveOptions {
+        max_instance_type_options: MAX_INSTANCE_TYPE_OPTIONS,
+        region: shared.settings.region.clone(),
+    };
+    let (snapshot, _) = cluster.disruption_snapshot(
+        &|_pool, class| shared.cloud.instance_types(class),
+        options,
+        &Default::default(),
+        &Default::default(),
+    );
+    Some((snapshot, k8s_openapi::jiff::Timestamp::now()))
+}
+
+async fn launch<C: CloudProvider + 'static>(
+    shared: &Shared<C>,
+    nodepool: &str,
+    claims: &[crate::scheduling::NewNodeClaim],
+) {
+    tracing::info!(%nodepool, count = claims.len(), "provisioning nodeclaims to satisfy the replica count");
+    for planned in claims {
+        match nodeclaim::create(shared, planned, BTreeMap::new()).await {
+            Ok(created) => {
+                metrics::get().nodeclaim_created(nodepool);
+                tracing::info!(
+                    nodeclaim = %created.name_any(),
+                    %nodepool,
+                    instance_type = %planned.instance_type,
+                    instance_type_options = planned.instance_type_options.len(),
+                    "created nodeclaim for a static NodePool"
+                );
+            }
+            Err(CreateError::PoolGone(_)) => return,
+            Err(CreateError::Kube(error)) => {
+                tracing::warn!(%nodepool, %error, "creating a nodeclaim for a static NodePool failed");
+                return;
+            }
+        }
+    }
+}
+
+async fn remove<C>(shared: &Shared<C>, nodepool: &str, nodeclaims: &[String]) {
+    tracing::info!(%nodepool, count = nodeclaims.len(), "deprovisioning nodeclaims to satisfy the replica count");
+    let api: Api<NodeClaim> = Api::all(shared.client.clone());
+    for name in nodeclaims {
+        // The claim the index holds, not a newer one of the same name.
+        let guard = Guard::uid(shared.cluster().nodeclaim(name).and_then(|c| c.uid.clone()));
+        match writes::delete_named(&api, name, &guard, None).await {
+            Ok((Deleted::Now, deleting)) => {
+                if let Some(deleting) = deleting {
+                    shared.cluster().apply(&deleting);
+                }
+                tracing::info!(nodeclaim = %name, %nodepool, "deleted nodeclaim of a static NodePool over its replica count");
+            }
+            Ok((Deleted::Gone | Deleted::Stale, _)) => {}
+            Err(error) => {
+                tracing::warn!(nodeclaim = %name, %nodepool, %error, "deleting a nodeclaim of a static NodePool failed")
+            }
+        }
+    }
+}
