@@ -22,6 +22,7 @@ use crate::controllers::{metrics, Shared};
 use crate::disruption::static_pools::{decide, StaticAction};
 use crate::disruption::Snapshot;
 use crate::scheduling::SolveOptions;
+use crate::state::NotSynced;
 
 /// How often the replica counts are checked.
 const INTERVAL: Duration = Duration::from_secs(2);
@@ -72,7 +73,10 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
 /// The disruption snapshot if any NodePool is static and the index is synced, with the wall time.
 fn snapshot<C: CloudProvider>(shared: &Shared<C>) -> Option<(Snapshot, k8s_openapi::jiff::Timestamp)> {
     let cluster = shared.cluster();
-    if !cluster.nodepools().any(|p| p.is_static()) || cluster.sync_status().is_err() {
+    // Every kind listed is enough: claims still launching are in the snapshot as nodes on their way,
+    // so they count (upstream's static provisioning waits for the first sync only).
+    let listed = matches!(cluster.sync_status(), Ok(()) | Err(NotSynced::Launching(_)));
+    if !listed || !cluster.nodepools().any(|p| p.is_static()) {
         return None;
     }
     let options = SolveOptions {

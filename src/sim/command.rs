@@ -76,6 +76,11 @@ pub fn run(args: &SimulateArgs) -> Result<String, SimulateError> {
     let disruption = DisruptionReport {
         decisions: crate::disruption::decide(&snapshot, now, &options),
         expired: crate::disruption::expired(&snapshot, now),
+        static_pools: crate::disruption::static_pools::decide(
+            &snapshot,
+            now,
+            scenario.input.options.max_instance_type_options,
+        ),
         now,
     };
     let report = Report {

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use crate::catalog::OutputFormat;
 use crate::disruption::command::{human, reason_str};
+use crate::disruption::static_pools::StaticAction;
 use crate::disruption::{Decisions, Expired};
 use crate::model::resources::{format_resource_quantity, CPU, MEMORY};
 use crate::scheduling::{NewNodeClaim, Plan, SolveInput};
@@ -27,6 +28,8 @@ pub struct Report<'a> {
 pub struct DisruptionReport {
     pub decisions: Decisions,
     pub expired: Vec<Expired>,
+    /// What the static NodePools need to hold their replica counts.
+    pub static_pools: Vec<StaticAction>,
     pub now: Timestamp,
 }
 
@@ -118,7 +121,46 @@ pub fn disruption_json(report: &DisruptionReport) -> Value {
             "nodepool": e.nodepool,
             "expired_at": e.expired_at.to_string(),
         })).collect::<Vec<_>>(),
+        "static_nodepools": report.static_pools.iter().map(static_json).collect::<Vec<_>>(),
     })
+}
+
+fn static_json(action: &StaticAction) -> Value {
+    match action {
+        StaticAction::Launch { nodepool, claims } => json!({
+            "nodepool": nodepool,
+            "action": "launch",
+            "nodeclaims": claims.iter().map(nodeclaim_json).collect::<Vec<_>>(),
+        }),
+        StaticAction::Remove { nodepool, nodeclaims } => {
+            json!({"nodepool": nodepool, "action": "remove", "nodeclaims": nodeclaims})
+        }
+        StaticAction::Blocked { nodepool, reason } => {
+            json!({"nodepool": nodepool, "action": "blocked", "reason": reason})
+        }
+    }
+}
+
+/// One line per static NodePool that is off its replica count.
+fn static_lines(actions: &[StaticAction]) -> String {
+    let mut out = String::new();
+    for action in actions {
+        let line = match action {
+            StaticAction::Launch { nodepool, claims } => format!(
+                "Static NodePool {nodepool}: launch {} NodeClaim(s) of {} to reach its replicas\n",
+                claims.len(),
+                claims.first().map(|c| c.instance_type.as_str()).unwrap_or_default()
+            ),
+            StaticAction::Remove { nodepool, nodeclaims } => {
+                format!("Static NodePool {nodepool}: remove {} over its replicas\n", nodeclaims.join(", "))
+            }
+            StaticAction::Blocked { nodepool, reason } => {
+                format!("Static NodePool {nodepool}: short of its replicas: {reason}\n")
+            }
+        };
+        out.push_str(&line);
+    }
+    out
 }
 
 /// The table's "Disruption" section.
@@ -158,6 +200,7 @@ fn disruption_table(report: &DisruptionReport) -> String {
             d.blocked.iter().map(|b| vec![b.node.clone(), b.reason.to_string()]).collect();
         out.push_str(&columns(&["NODE", "REASON"], &rows));
     }
+    out.push_str(&static_lines(&report.static_pools));
     for e in &report.expired {
         let late = report.now.as_second().saturating_sub(e.expired_at.as_second()).max(0) as u64;
         out.push_str(&format!(

@@ -57,6 +57,7 @@ mod repair;
 mod resilience;
 mod scheduling;
 mod soak;
+mod static_pools;
 mod termination;
 mod validation;
 mod validation_cases;

@@ -77,3 +77,31 @@ async fn a_nodeclaim_spec_is_immutable_but_its_metadata_is_not() {
     let relabel = json!({"metadata": {"labels": {"example.com/touched": "yes"}}});
     objects::merge_patch(&client, &stored, &relabel).await.expect("a metadata change is accepted");
 }
+
+#[tokio::test]
+async fn a_nodepool_cannot_switch_between_static_and_dynamic() {
+    let client = cluster::shared().client().await;
+    crds::ensure_installed(&client, &[NODEPOOLS]).await;
+    let message = "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes";
+    // Their class does not exist, so no controller of a parallel test launches anything for them.
+    let fixed =
+        cases::merged(cases::pool(json!({"replicas": 1})), json!({"metadata": {"name": "e2e-static-mode"}}));
+    let fixed = serde_json::to_value(objects::apply(&client, &fixed).await.expect("static pool")).unwrap();
+    let unset = objects::merge_patch(&client, &fixed, &json!({"spec": {"replicas": null}})).await;
+    let refusal = objects::refusal(unset).expect("dropping replicas is refused");
+    assert!(refusal.contains(message), "{refusal}");
+    objects::merge_patch(&client, &fixed, &json!({"spec": {"replicas": 3}}))
+        .await
+        .expect("changing replicas");
+
+    let dynamic = cases::merged(cases::pool(json!({})), json!({"metadata": {"name": "e2e-dynamic-mode"}}));
+    let dynamic = serde_json::to_value(objects::apply(&client, &dynamic).await.expect("pool")).unwrap();
+    let set = objects::merge_patch(&client, &dynamic, &json!({"spec": {"replicas": 2}})).await;
+    let refusal = objects::refusal(set).expect("setting replicas is refused");
+    assert!(refusal.contains(message), "{refusal}");
+    for pool in [&fixed, &dynamic] {
+        let name = pool["metadata"]["name"].as_str().unwrap();
+        let api = objects::api_for(&client, pool).await.expect("the NodePool API");
+        api.delete(name, &Default::default()).await.expect("deleting the pool");
+    }
+}

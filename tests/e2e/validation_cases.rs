@@ -180,6 +180,28 @@ pub fn nodepool_cases() -> Vec<Case> {
         accepted("Gte with an integer", pool_requirement(req("Gte", json!(["8"])))),
         accepted("Lte with an integer", pool_requirement(req("Lte", json!(["64"])))),
         refused(
+            "a static pool with a cpu limit",
+            pool(json!({"replicas": 2, "limits": {"cpu": "100"}})),
+            "only 'limits.nodes' is supported on static NodePools",
+        ),
+        refused(
+            "a static pool with a node and a cpu limit",
+            pool(json!({"replicas": 2, "limits": {"nodes": "5", "cpu": "100"}})),
+            "only 'limits.nodes' is supported on static NodePools",
+        ),
+        accepted("a static pool with a node limit", pool(json!({"replicas": 2, "limits": {"nodes": "5"}}))),
+        refused(
+            "a static pool with a weight",
+            pool(json!({"replicas": 2, "weight": 10})),
+            "'weight' is not supported on static NodePools",
+        ),
+        refused(
+            "negative replicas",
+            pool(json!({"replicas": -1})),
+            "spec.replicas in body should be greater than or equal to 0",
+        ),
+        accepted("zero replicas", pool(json!({"replicas": 0}))),
+        refused(
             "Exists with values",
             pool_requirement(req("Exists", json!(["2"]))),
             "operator 'Exists' or 'DoesNotExist' must not list 'values'",

@@ -343,3 +343,42 @@ spec:
         assert_eq!(claim["zone"], "eastus-2", "{claim}");
     }
 }
+
+#[test]
+fn a_static_pool_is_planned_to_its_replicas_and_its_pending_pods_get_no_node_of_it() {
+    let dir = std::env::temp_dir().join(format!("karpenter-azure-static-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("static.yaml");
+    let manifests = r#"apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: fixed}
+spec:
+  replicas: 3
+  limits: {nodes: "5"}
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.azure.com, kind: AKSNodeClass, name: default}
+      requirements:
+      - {key: karpenter.azure.com/sku-family, operator: In, values: [D]}
+      - {key: kubernetes.io/arch, operator: In, values: [amd64]}
+---
+apiVersion: karpenter.azure.com/v1beta1
+kind: AKSNodeClass
+metadata: {name: default}
+spec: {}
+"#;
+    std::fs::write(&file, format!("{manifests}---\n{}", deployment(2))).unwrap();
+    let plan = simulate_json(&[&file]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(plan["nodeclaims"], serde_json::json!([]), "no pod opens a node in a static pool");
+    let actions = plan["disruption"]["static_nodepools"].as_array().expect("static_nodepools");
+    let [launch] = &actions[..] else { panic!("{actions:#?}") };
+    assert_eq!(launch["nodepool"], "fixed");
+    assert_eq!(launch["action"], "launch");
+    let claims = launch["nodeclaims"].as_array().unwrap();
+    assert_eq!(claims.len(), 3);
+    for claim in claims {
+        assert!(claim["instance_type"].as_str().unwrap().starts_with("Standard_D"), "{claim}");
+        assert_eq!(claim["labels"]["kubernetes.io/arch"], "amd64");
+    }
+}

@@ -250,3 +250,59 @@ fn a_bad_timeline_fails_with_one_line_naming_the_field() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no Deployment default/web"));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_static_pool_holds_its_replicas_through_a_load_and_follows_a_change_of_the_count() {
+    let pool = |replicas: u32| {
+        format!(
+            r#"apiVersion: karpenter.sh/v1
+      kind: NodePool
+      metadata: {{name: fixed}}
+      spec:
+        replicas: {replicas}
+        template: {{spec: {{nodeClassRef: {{name: default}}}}}}"#
+        )
+    };
+    let objects = format!(
+        r#"  - apiVersion: karpenter.azure.com/v1beta1
+    kind: AKSNodeClass
+    metadata: {{name: default}}
+    spec: {{}}
+  - {}
+  - apiVersion: apps/v1
+    kind: Deployment
+    metadata: {{name: app, namespace: default}}
+    spec:
+      replicas: 4
+      selector: {{matchLabels: {{app: app}}}}
+      template:
+        metadata: {{labels: {{app: app}}}}
+        spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: 1500m, memory: 1Gi}}}}}}]}}
+events:
+  - at: 30m
+    apply:
+      {}
+  - at: 1h
+    apply:
+      {}
+"#,
+        pool(2).replace("\n      ", "\n    "),
+        pool(3),
+        pool(1),
+    );
+    let run = run_small("static", &objects);
+    let nodes_at = |minutes: u64| {
+        let samples = run["steps"].as_array().unwrap();
+        let sample =
+            samples.iter().rev().find(|s| s["offset_seconds"].as_u64().unwrap() <= minutes * 60).unwrap();
+        sample["nodes_by_pool"]["fixed"].as_u64().unwrap_or(0)
+    };
+    assert_eq!(nodes_at(25), 2, "two replicas, whatever the four pods ask");
+    assert_eq!(nodes_at(55), 3, "scaled up to three");
+    assert_eq!(nodes_at(115), 1, "scaled down to one");
+    let pending = run["steps"].as_array().unwrap().last().unwrap()["pending_pods"].as_u64().unwrap();
+    assert_eq!(pending, 3, "one node holds one pod; nothing else can take the others");
+    let static_rows =
+        run["decisions"].as_array().unwrap().iter().filter(|d| d["reason"] == "Replicas").count();
+    assert_eq!(static_rows, 3, "{:#}", run["decisions"]);
+}

@@ -19,6 +19,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use super::cluster::{NodeRecord, VirtualCluster};
 use super::file::{Action, Timeline};
 use super::snapshot::{self, launch_hashes};
+use crate::disruption::static_pools::StaticAction;
 use crate::disruption::{self, Command, Drifted, Options};
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE};
 use crate::model::CapacityType;
@@ -59,7 +60,8 @@ pub struct Sample {
 pub struct DecisionRow {
     pub offset_seconds: u64,
     pub time: String,
-    /// Empty, Drifted, Underutilized, Expired, or Event for a timeline event.
+    /// Empty, Drifted, Underutilized, Expired, Replicas (a static NodePool held at its count), or Event
+    /// for a timeline event.
     pub reason: String,
     pub method: String,
     pub candidates: Vec<String>,
@@ -162,6 +164,7 @@ pub fn run(timeline: &Timeline, region: &str, catalog: Catalog, options: Options
         engine.cluster.reconcile_workloads(now);
         let decisions_before = engine.run.decisions.len();
         engine.provision(now)?;
+        engine.hold_static_pools(now)?;
         engine.expire(now)?;
         engine.disrupt(now)?;
         changed |= engine.run.decisions.len() != decisions_before;
@@ -423,6 +426,65 @@ impl Engine<'_> {
             }
         }
         self.provisioned = Some(self.cluster.version());
+        Ok(())
+    }
+
+    /// Static NodePools (`spec.replicas`) held at their counts: launches when a pool is short, removals
+    /// when it has more ([`disruption::static_pools::decide`], as the controller's loop).
+    fn hold_static_pools(&mut self, now: Timestamp) -> Result<(), RunError> {
+        let snapshot = self.snapshot(now)?;
+        if snapshot.nodepools.iter().all(|p| p.replicas.is_none()) {
+            return Ok(());
+        }
+        let max_options = snapshot.solve_options.max_instance_type_options;
+        for action in disruption::static_pools::decide(&snapshot, now, max_options) {
+            let (candidates, explanation) = match action {
+                StaticAction::Launch { nodepool, claims } => {
+                    let mut launched = vec![];
+                    for claim in &claims {
+                        let hashes = launch_hashes(&self.cluster, &claim.nodepool);
+                        launched.push(self.cluster.launch(
+                            claim,
+                            now,
+                            self.timeline.settings.boot_delay,
+                            hashes,
+                        ));
+                        self.run.nodes_launched += 1;
+                    }
+                    (launched, format!("static NodePool {nodepool}: launched to reach its replicas"))
+                }
+                StaticAction::Remove { nodepool, nodeclaims } => {
+                    let nodes: Vec<String> = snapshot
+                        .nodes
+                        .iter()
+                        .filter(|n| nodeclaims.contains(&n.nodeclaim))
+                        .map(|n| n.node.name.clone())
+                        .collect();
+                    let mut evicted = 0;
+                    for node in &nodes {
+                        evicted += self.cluster.delete_node(node);
+                        self.run.nodes_removed += 1;
+                    }
+                    self.run.pods_evicted += evicted;
+                    (
+                        nodes,
+                        format!(
+                            "static NodePool {nodepool}: removed over its replicas; {evicted} pod(s) evicted"
+                        ),
+                    )
+                }
+                StaticAction::Blocked { .. } => continue,
+            };
+            let row = DecisionRow {
+                reason: "Replicas".into(),
+                method: "static".into(),
+                candidates,
+                outcome: "executed".into(),
+                explanation,
+                ..self.row(now)
+            };
+            self.run.decisions.push(row);
+        }
         Ok(())
     }
 
