@@ -95,8 +95,13 @@ fn at<'a>(object: &'a Value, pointer: &str) -> &'a Value {
     object.pointer(pointer).unwrap_or_else(|| panic!("{pointer} missing in {object:#}"))
 }
 
+/// Held by tests that apply objects with the names users' examples give them (`default`, `general`):
+/// they would overwrite each other's.
+pub static DEFAULT_NAMES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn every_crd_installs_and_the_seed_examples_read_back_with_server_defaults() {
+    let _names = DEFAULT_NAMES.lock().await;
     let client = cluster::shared().client().await;
     let names = ensure_all_installed(&client).await;
     assert_eq!(names, [AKSNODECLASSES, NODECLAIMS, NODEPOOLS], "the CRDs in crds/");

@@ -59,5 +59,6 @@ mod scheduling;
 mod soak;
 mod static_pools;
 mod termination;
+mod upstream_examples;
 mod validation;
 mod validation_cases;

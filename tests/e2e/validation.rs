@@ -76,6 +76,10 @@ async fn a_nodeclaim_spec_is_immutable_but_its_metadata_is_not() {
 
     let relabel = json!({"metadata": {"labels": {"example.com/touched": "yes"}}});
     objects::merge_patch(&client, &stored, &relabel).await.expect("a metadata change is accepted");
+    // A claim that never launches (its class does not exist) would hold every controller's
+    // provisioning at the synced gate until its launch timeout.
+    let api = objects::api_for(&client, &claim).await.expect("the NodeClaim API");
+    api.delete("e2e-immutable", &Default::default()).await.expect("deleting the NodeClaim");
 }
 
 #[tokio::test]

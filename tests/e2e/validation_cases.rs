@@ -48,7 +48,7 @@ pub fn merged(mut base: Value, patch: Value) -> Value {
 pub fn pool(spec: Value) -> Value {
     let base = json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "e2e-validation"},
-        "spec": {"template": {"spec": {"nodeClassRef": {"name": "default"}}}}
+        "spec": {"template": {"spec": {"nodeClassRef": {"name": "e2e-no-such-class"}}}}
     });
     merged(base, json!({"spec": spec}))
 }
@@ -79,7 +79,7 @@ pub fn claim(name: &str, spec: Value) -> Value {
     let base = json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": name},
         "spec": {
-            "nodeClassRef": {"name": "default"},
+            "nodeClassRef": {"name": "e2e-no-such-class"},
             "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
                               "values": ["Standard_D2s_v5"]}]
         }

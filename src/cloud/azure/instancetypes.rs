@@ -306,7 +306,7 @@ mod tests {
             values
         };
         let ubuntu = class("{}");
-        assert_eq!(label(&ubuntu, "kubernetes.azure.com/mode"), [Some("user".to_string())]);
+        assert_eq!(label(&ubuntu, "kubernetes.azure.com/mode"), [None], "the pool decides the mode");
         assert_eq!(label(&ubuntu, "kubernetes.azure.com/os-sku"), [Some("Ubuntu".to_string())]);
         assert_eq!(label(&ubuntu, "kubernetes.azure.com/fips_enabled"), [None]);
         let fips = class("{imageFamily: AzureLinux, fipsMode: FIPS}");

@@ -236,6 +236,17 @@ pub fn is_well_known(key: &str) -> bool {
     WELL_KNOWN_LABELS.contains(&key)
 }
 
+/// Well-known keys whose value the NodePool decides, not the instance type: the pool's name, and the
+/// AKS mode, which every size offers as `system` or `user` (upstream provider
+/// `pkg/providers/instancetype/instancetype.go`: `AKSLabelMode In [system, user]`) and a node gets from
+/// its pool's labels, `user` when the pool does not say.
+pub fn is_pool_decided(key: &str) -> bool {
+    key == LABEL_NODEPOOL || key == LABEL_AKS_MODE
+}
+
+/// A node's AKS mode when its pool does not set one.
+pub const AKS_MODE_DEFAULT: &str = "user";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,7 +31,7 @@ pub fn offering_labels(offering: &Offering) -> [(&'static str, &str); 4] {
 pub fn type_allowed(instance_type: &InstanceType, requirements: &Requirements) -> bool {
     requirements.iter().all(|r| {
         let key = r.key();
-        if !labels::is_well_known(key) || is_offering_key(key) || key == labels::LABEL_NODEPOOL {
+        if !labels::is_well_known(key) || is_offering_key(key) || labels::is_pool_decided(key) {
             return true;
         }
         r.admits(instance_type.labels.get(key).map(String::as_str))

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 
 use crate::apis::{NodePool, Operator, Taint, TaintEffect};
-use crate::model::labels::LABEL_NODEPOOL;
+use crate::model::labels::{AKS_MODE_DEFAULT, LABEL_AKS_MODE, LABEL_NODEPOOL};
 use crate::model::requirements::{Requirement, RequirementError, Requirements};
 use crate::model::resources::{Resources, ResourcesError};
 use crate::model::InstanceType;
@@ -210,6 +210,11 @@ pub fn nodepool(
     }
     let mut labels = template_labels;
     labels.insert(LABEL_NODEPOOL.to_string(), name.clone());
+    // A pool that leaves the AKS mode open launches `user` nodes, as upstream's provider labels them.
+    if !labels.contains_key(LABEL_AKS_MODE) && requirements.get(LABEL_AKS_MODE).is_none() {
+        labels.insert(LABEL_AKS_MODE.to_string(), AKS_MODE_DEFAULT.to_string());
+        requirements.add(Requirement::is_in(LABEL_AKS_MODE, [AKS_MODE_DEFAULT.to_string()]));
+    }
     let remaining = match &pool.spec.limits {
         None => None,
         Some(limits) => {

@@ -145,12 +145,12 @@ fn type_admits(
 }
 
 /// The requirements an instance type's own labels decide: well-known keys other than the offering
-/// keys (decided per offering) and the NodePool's name.
+/// keys (decided per offering) and the keys the pool decides ([`crate::model::labels::is_pool_decided`]).
 fn type_keys(requirements: &Requirements) -> impl Iterator<Item = &crate::model::requirements::Requirement> {
     requirements.iter().filter(|r| {
         crate::model::labels::is_well_known(r.key())
             && !is_offering_key(r.key())
-            && r.key() != crate::model::labels::LABEL_NODEPOOL
+            && !crate::model::labels::is_pool_decided(r.key())
     })
 }
 

@@ -76,12 +76,11 @@ pub fn aks_labels(
 }
 
 /// The labels every node of a class carries whatever its size, as instance type requirements
-/// (instancetype.go computeRequirements: mode, os-sku, fips_enabled only when FIPS).
+/// (instancetype.go computeRequirements: os-sku, fips_enabled only when FIPS; the mode is the pool's).
 pub fn class_labels(class: &NodeClassBootstrap) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::from([
-        (labels::LABEL_AKS_MODE.to_string(), "user".to_string()),
-        (labels::LABEL_AKS_OS_SKU.to_string(), os_sku(class.image_family).to_string()),
-    ]);
+    // No AKS mode: every size can be a system or a user node, so the pool decides it.
+    let mut out =
+        BTreeMap::from([(labels::LABEL_AKS_OS_SKU.to_string(), os_sku(class.image_family).to_string())]);
     if class.fips {
         out.insert(labels::LABEL_AKS_FIPS_ENABLED.to_string(), "true".to_string());
     }
