@@ -12,6 +12,7 @@ use url::Url;
 
 use super::checks::{self, setting};
 use super::options::{FeatureGates, Options, OptionsError, Secret, Setting};
+use super::upstream_only::WithoutEffect;
 use crate::catalog::{self, CapacityOptions};
 
 /// How the controller authenticates to Azure, in the order azure-identity's default credential tries
@@ -77,6 +78,17 @@ pub struct NetworkSettings {
     pub vnet_subnet_id: String,
 }
 
+/// `MIN_VALUES_POLICY` (Karpenter core options.go).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MinValuesPolicy {
+    /// A NodePool whose minValues cannot be met by the sizes that fit launches nothing for the pods.
+    #[default]
+    Strict,
+    /// The NodeClaim's minValues are lowered to what the fitting sizes meet, and the claim is annotated
+    /// `karpenter.sh/nodeclaim-min-values-relaxed: "true"`.
+    BestEffort,
+}
+
 /// The Lease that makes one replica the leader.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderElection {
@@ -116,6 +128,12 @@ pub struct Validated {
     pub system_namespace: String,
     /// `FEATURE_GATES`.
     pub feature_gates: FeatureGates,
+    /// `MIN_VALUES_POLICY`.
+    pub min_values_policy: MinValuesPolicy,
+    /// `NODE_OSDISK_DISKENCRYPTIONSET_ID`: the OS disks' disk encryption set, when given.
+    pub os_disk_encryption_set_id: Option<String>,
+    /// Upstream-only settings given a value that changes nothing here, for a warning at start.
+    pub without_effect: Vec<WithoutEffect>,
 }
 
 impl Validated {
@@ -222,6 +240,19 @@ impl Options {
             leader_election,
             system_namespace,
             feature_gates: FeatureGates::parse(setting::FEATURE_GATES, &self.feature_gates)?,
+            min_values_policy: match checks::one_of(
+                setting::MIN_VALUES_POLICY,
+                // Empty counts as unset, as for the other settings.
+                present(&Some(self.min_values_policy.clone())).unwrap_or("Strict"),
+                &["Strict", "BestEffort"],
+            )? {
+                "BestEffort" => MinValuesPolicy::BestEffort,
+                _ => MinValuesPolicy::Strict,
+            },
+            os_disk_encryption_set_id: present(&self.os_disk_encryption_set_id)
+                .map(|id| checks::disk_encryption_set_id(setting::OS_DISK_ENCRYPTION_SET_ID, id))
+                .transpose()?,
+            without_effect: self.upstream_only.check()?,
         })
     }
 
