@@ -36,6 +36,7 @@ pub mod wait;
 mod burst;
 mod chart;
 mod chart_settings;
+mod chart_upstream_values;
 mod disruption;
 mod disruption_lifecycle;
 mod disruption_scale;
