@@ -125,6 +125,7 @@ pub fn launch_settings(v: &Validated, ca_bundle_base64: &str) -> LaunchSettings 
         admin_username: v.linux_admin_username.clone(),
         node_identities: v.node_identities.clone(),
         additional_tags: v.additional_tags.clone(),
+        os_disk_encryption_set_id: v.os_disk_encryption_set_id.clone(),
         bootstrap: BootstrapSettings {
             cluster_endpoint: v.cluster_endpoint.as_str().trim_end_matches('/').to_string(),
             bootstrap_token: v.kubelet_bootstrap_token.clone(),
