@@ -179,6 +179,7 @@ pub fn azure(v: &Validated, ca_bundle_base64: &str) -> Result<Arc<Metered<AzureC
 pub fn settings(v: &Validated) -> Settings {
     Settings {
         region: v.azure.location.clone(),
+        min_values_policy: v.min_values_policy,
         batch_idle: v.batch_idle_duration,
         batch_max: v.batch_max_duration,
         gc_interval: env_duration(GC_INTERVAL_ENV, super::nodeclaim::gc::DEFAULT_INTERVAL),

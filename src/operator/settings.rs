@@ -14,6 +14,8 @@ use super::checks::{self, setting};
 use super::options::{FeatureGates, Options, OptionsError, Secret, Setting};
 use super::upstream_only::WithoutEffect;
 use crate::catalog::{self, CapacityOptions};
+/// `MIN_VALUES_POLICY` (Karpenter core options.go): the solver's own knob.
+pub use crate::scheduling::MinValuesPolicy;
 
 /// How the controller authenticates to Azure, in the order azure-identity's default credential tries
 /// them: a client secret, then workload identity, then a managed identity.
@@ -76,17 +78,6 @@ pub struct NetworkSettings {
     pub policy: NetworkPolicy,
     pub dataplane: Option<NetworkDataplane>,
     pub vnet_subnet_id: String,
-}
-
-/// `MIN_VALUES_POLICY` (Karpenter core options.go).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MinValuesPolicy {
-    /// A NodePool whose minValues cannot be met by the sizes that fit launches nothing for the pods.
-    #[default]
-    Strict,
-    /// The NodeClaim's minValues are lowered to what the fitting sizes meet, and the claim is annotated
-    /// `karpenter.sh/nodeclaim-min-values-relaxed: "true"`.
-    BestEffort,
 }
 
 /// The Lease that makes one replica the leader.

@@ -205,10 +205,26 @@ pub struct SolveOptions {
     pub max_instance_type_options: usize,
     /// Region name, for messages.
     pub region: String,
+    /// What a new node whose NodePool's minValues its fitting sizes cannot meet gets.
+    pub min_values_policy: MinValuesPolicy,
 }
 
 impl Default for SolveOptions {
     fn default() -> Self {
-        Self { max_instance_type_options: 60, region: String::new() }
+        Self {
+            max_instance_type_options: 60,
+            region: String::new(),
+            min_values_policy: MinValuesPolicy::Strict,
+        }
     }
+}
+
+/// Upstream core's MinValuesPolicy (MIN_VALUES_POLICY, pkg/operator/options/options.go).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MinValuesPolicy {
+    /// The pods of a new node whose fitting sizes cannot meet the minValues stay pending.
+    #[default]
+    Strict,
+    /// The new node's minValues are lowered to what its fitting sizes meet.
+    BestEffort,
 }

@@ -31,6 +31,6 @@ mod valuation;
 mod working;
 
 pub use cancel::{Cancelled, ShouldCancel};
-pub use input::{ExistingNode, NodePoolInput, Pod, PodId, SolveInput, SolveOptions};
+pub use input::{ExistingNode, MinValuesPolicy, NodePoolInput, Pod, PodId, SolveInput, SolveOptions};
 pub use plan::{NewNodeClaim, Plan, Unschedulable};
 pub use solve::{solve, solve_with_cancel};
