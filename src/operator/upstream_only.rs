@@ -29,6 +29,8 @@ enum Kind {
     OneOf(&'static [&'static str]),
     /// Any text.
     Text,
+    /// Any text, compared with the default without regard to case (go-autorest's cloud names).
+    Name,
 }
 
 /// What a value other than upstream's default does here.
@@ -134,8 +136,18 @@ const UPSTREAM_ONLY: &[UpstreamSetting] = &[
     upstream(
         "arm-cloud",
         "ARM_CLOUD",
-        Kind::Text,
+        Kind::Name,
         "AzurePublicCloud",
+        "the cloud is chosen by ARM_ENDPOINT and AZURE_AUTHORITY_HOST",
+        Otherwise::Refused(
+            "set ARM_ENDPOINT and AZURE_AUTHORITY_HOST to the cloud's endpoints instead, and leave this unset",
+        ),
+    ),
+    upstream(
+        "azure-environment-filepath",
+        "AZURE_ENVIRONMENT_FILEPATH",
+        Kind::Text,
+        "",
         "the cloud is chosen by ARM_ENDPOINT and AZURE_AUTHORITY_HOST",
         Otherwise::Refused(
             "set ARM_ENDPOINT and AZURE_AUTHORITY_HOST to the cloud's endpoints instead, and leave this unset",
@@ -240,6 +252,7 @@ impl UpstreamOnly {
                 }
                 Kind::OneOf(allowed) => checks::one_of(u.setting, value, allowed)? == u.default,
                 Kind::Text => value == u.default,
+                Kind::Name => value.eq_ignore_ascii_case(u.default),
             };
             if is_default {
                 continue;

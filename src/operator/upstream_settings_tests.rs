@@ -100,13 +100,18 @@ fn upstream_modes_this_controller_cannot_run_are_refused_with_the_fix() {
         ("PROVISION_MODE", "aksmachineapi", "only aksscriptless is implemented"),
         ("USE_SIG", "true", "set false, or leave it unset"),
         ("ARM_CLOUD", "AzureUSGovernmentCloud", "set ARM_ENDPOINT and AZURE_AUTHORITY_HOST"),
+        (
+            "AZURE_ENVIRONMENT_FILEPATH",
+            "/etc/kubernetes/akscustom.json",
+            "set ARM_ENDPOINT and AZURE_AUTHORITY_HOST",
+        ),
     ];
     for (name, value, fix) in cases {
         let err = validate(&[], &with(upstream_template_env(), name, value)).expect_err(name).to_string();
         assert!(err.contains(name) && err.contains(value) && err.contains(fix), "{name}: {err}");
     }
     // Upstream's defaults are silent.
-    let env = with(with(upstream_template_env(), "ARM_CLOUD", "AzurePublicCloud"), "WEBHOOK_PORT", "8443");
+    let env = with(with(upstream_template_env(), "ARM_CLOUD", "AZUREPUBLICCLOUD"), "WEBHOOK_PORT", "8443");
     assert_eq!(validate(&[], &env).unwrap().without_effect.len(), 2);
 }
 

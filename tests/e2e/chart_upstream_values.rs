@@ -288,6 +288,14 @@ fn a_required_setting_may_come_from_controller_env_or_env_from() {
         ]));
         assert_eq!(rendered[variable], given, "{variable}");
     }
+    // A reference in controller.env is kept as written.
+    let rendered = env(&render(&[
+        "settings.kubeletBootstrapTokenSecret.name=",
+        "controller.env[0].name=KUBELET_BOOTSTRAP_TOKEN",
+        "controller.env[0].valueFrom.secretKeyRef.name=bootstrap",
+        "controller.env[0].valueFrom.secretKeyRef.key=token",
+    ]));
+    assert_eq!(rendered["KUBELET_BOOTSTRAP_TOKEN"], "secret:bootstrap/token");
     let err = render_result(&["settings.clusterName="]).expect_err("nothing gives CLUSTER_NAME");
     assert!(err.contains("settings.clusterName is required (CLUSTER_NAME): the AKS cluster's name; or give CLUSTER_NAME in controller.env"), "{err}");
 
@@ -392,4 +400,11 @@ fn notes_list_the_upstream_values_that_have_no_effect_here() {
     assert!(!ours.contains("no effect") && !ours.contains("upstream's controller"), "{ours}");
     let from_env = notes(&["--values", UPSTREAM_TEMPLATE, OUR_IMAGE]);
     assert!(from_env.contains("for cluster prod."), "CLUSTER_NAME from controller.env:\n{from_env}");
+}
+
+#[test]
+fn tags_that_are_numbers_or_booleans_are_written_as_text_as_upstreams_chart_does() {
+    let rendered =
+        env(&render(&["settings.tags.cost-center=42", "settings.tags.prod=true", "settings.tags.team=blue"]));
+    assert_eq!(rendered["ADDITIONAL_TAGS"], "cost-center=42,prod=true,team=blue");
 }

@@ -214,7 +214,7 @@ the first letter raised (nodeRepair -> NodeRepair), in key order so the pods do 
 {{- define "karpenter-azure.tags" -}}
 {{- $pairs := list }}
 {{- range $key, $value := . }}
-{{- $pairs = append $pairs (printf "%s=%s" $key $value) }}
+{{- $pairs = append $pairs (printf "%s=%s" $key (toString $value)) }}
 {{- end }}
 {{- join "," $pairs }}
 {{- end }}
