@@ -297,14 +297,22 @@ impl Args for UpstreamOnly {
                 .long(u.setting.flag)
                 .env(u.setting.env)
                 .value_parser(clap::value_parser!(String))
-                .help(format!("Upstream's; no effect here: {}", u.reason));
+                .help(match u.otherwise {
+                    Otherwise::NoEffect => format!("Upstream's; no effect here: {}", u.reason),
+                    Otherwise::Refused(_) if u.default.is_empty() => {
+                        format!("Upstream's; must be left unset here: {}", u.reason)
+                    }
+                    Otherwise::Refused(_) => {
+                        format!("Upstream's; only {:?} is accepted: {}", u.default, u.reason)
+                    }
+                });
             // Go's boolean flags may be given without a value, as upstream's are.
             match u.kind {
                 Kind::Bool => arg.num_args(0..=1).default_missing_value("true"),
                 _ => arg.num_args(1),
             }
         });
-        command.next_help_heading("Upstream settings accepted without effect").args(args)
+        command.next_help_heading("Upstream settings, accepted for compatibility").args(args)
     }
 
     fn augment_args_for_update(command: Command) -> Command {
