@@ -1,8 +1,9 @@
-//! Upstream's values files, unchanged, install this chart (`helm template`; the NOTES test asks the e2e
-//! control plane, since helm renders NOTES only on install): every key of upstream's chart values is
-//! accepted, each with a meaning here is implemented, the others are listed in NOTES as having no
-//! effect, and the settings of upstream's self-hosted values template (passed through controller.env)
-//! reach the controller once each, under names it reads, and validate.
+//! Upstream's values files, unchanged, install this chart (`helm template`; two tests ask the e2e
+//! control plane: for NOTES, which helm renders only on install, and for a server-side dry run of the
+//! Deployment): every key of upstream's chart values is accepted, each with a meaning here is
+//! implemented, the others are listed in NOTES as having no effect, and the settings of upstream's
+//! self-hosted values template (passed through controller.env) reach the controller once each, under
+//! names it reads, and validate.
 //!
 //! The fixtures restate upstream's files (tests/fixtures/upstream/, each naming its source and commit).
 
@@ -407,4 +408,43 @@ fn tags_that_are_numbers_or_booleans_are_written_as_text_as_upstreams_chart_does
     let rendered =
         env(&render(&["settings.tags.cost-center=42", "settings.tags.prod=true", "settings.tags.team=blue"]));
     assert_eq!(rendered["ADDITIONAL_TAGS"], "cost-center=42,prod=true,team=blue");
+}
+
+#[tokio::test]
+async fn the_api_server_accepts_the_deployment_upstreams_values_render() {
+    // A server-side dry run of the Deployment: the API server validates it as it would on install (the
+    // container's security context without upstream's empty profiles, the sidecar, the volumes) and
+    // stores nothing.
+    let client = cluster::shared().client().await;
+    let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(client, "default");
+    let extra = [
+        "extraVolumes[0].name=ca",
+        "extraVolumes[0].configMap.name=corp-ca",
+        "controller.extraVolumeMounts[0].name=ca",
+        "controller.extraVolumeMounts[0].mountPath=/etc/corp-ca",
+        "controller.sidecarContainer[0].name=proxy",
+        "controller.sidecarContainer[0].image=proxy:1",
+        "controller.envFrom[0].configMapRef.name=karpenter-extra",
+    ];
+    let upstream_values = format!("--values={UPSTREAM_VALUES}");
+    let upstream_template = format!("--values={UPSTREAM_TEMPLATE}");
+    for values in [
+        vec![
+            upstream_values.as_str(),
+            "settings.clusterName=prod",
+            "settings.clusterEndpoint=https://prod:443",
+        ],
+        vec![upstream_template.as_str(), OUR_IMAGE],
+    ] {
+        let docs = render(&[&values[..], &extra].concat());
+        let mut deployment = find(&docs, "Deployment", None).clone();
+        deployment["metadata"]["namespace"] = json!("default");
+        let deployment = serde_json::from_value(deployment).expect("a Deployment");
+        let params = kube::api::PostParams { dry_run: true, ..Default::default() };
+        deployments
+            .create(&params, &deployment)
+            .await
+            .unwrap_or_else(|e| panic!("the API server refuses the Deployment of {values:?}: {e}"));
+    }
 }
