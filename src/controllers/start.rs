@@ -180,6 +180,7 @@ pub fn settings(v: &Validated) -> Settings {
     Settings {
         region: v.azure.location.clone(),
         min_values_policy: v.min_values_policy,
+        preference_policy: v.preference_policy,
         batch_idle: v.batch_idle_duration,
         batch_max: v.batch_max_duration,
         gc_interval: env_duration(GC_INTERVAL_ENV, super::nodeclaim::gc::DEFAULT_INTERVAL),

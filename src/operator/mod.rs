@@ -17,7 +17,7 @@ pub use checks::setting;
 pub use options::{defaults, FeatureGates, Options, OptionsError, Secret, Setting};
 pub use settings::{
     AzureSettings, Credential, LeaderElection, MinValuesPolicy, NetworkDataplane, NetworkPlugin,
-    NetworkPolicy, NetworkSettings, Validated,
+    NetworkPolicy, NetworkSettings, PreferencePolicy, Validated,
 };
 
 #[cfg(test)]

@@ -102,6 +102,7 @@ pub mod defaults {
     pub const LOG_LEVEL: &str = "info";
     /// Karpenter core options.go.
     pub const MIN_VALUES_POLICY: &str = "Strict";
+    pub const PREFERENCE_POLICY: &str = "Respect";
     pub const METRICS_PORT: &str = "8080";
     pub const HEALTH_PROBE_PORT: &str = "8081";
     pub const LEADER_ELECTION_NAME: &str = "karpenter-leader-election";
@@ -249,6 +250,10 @@ pub struct Options {
     /// BestEffort: the NodeClaim's minValues are lowered to what those sizes meet.
     #[arg(long, env = "MIN_VALUES_POLICY", default_value = defaults::MIN_VALUES_POLICY)]
     pub min_values_policy: String,
+    /// Respect: preferred affinities, anti-affinities and ScheduleAnyway spreads are honoured while they
+    /// can be. Ignore: they are given up from the start.
+    #[arg(long, env = "PREFERENCE_POLICY", default_value = defaults::PREFERENCE_POLICY)]
+    pub preference_policy: String,
 
     /// Upstream's settings that change nothing here.
     #[command(flatten)]

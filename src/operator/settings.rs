@@ -15,7 +15,7 @@ use super::options::{FeatureGates, Options, OptionsError, Secret, Setting};
 use super::upstream_only::WithoutEffect;
 use crate::catalog::{self, CapacityOptions};
 /// `MIN_VALUES_POLICY` (Karpenter core options.go): the solver's own knob.
-pub use crate::scheduling::MinValuesPolicy;
+pub use crate::scheduling::{MinValuesPolicy, PreferencePolicy};
 
 /// How the controller authenticates to Azure, in the order azure-identity's default credential tries
 /// them: a client secret, then workload identity, then a managed identity.
@@ -121,6 +121,8 @@ pub struct Validated {
     pub feature_gates: FeatureGates,
     /// `MIN_VALUES_POLICY`.
     pub min_values_policy: MinValuesPolicy,
+    /// `PREFERENCE_POLICY`.
+    pub preference_policy: PreferencePolicy,
     /// `NODE_OSDISK_DISKENCRYPTIONSET_ID`: the OS disks' disk encryption set, when given.
     pub os_disk_encryption_set_id: Option<String>,
     /// Upstream-only settings given a value that changes nothing here, for a warning at start.
@@ -239,6 +241,14 @@ impl Options {
             )? {
                 "BestEffort" => MinValuesPolicy::BestEffort,
                 _ => MinValuesPolicy::Strict,
+            },
+            preference_policy: match checks::one_of(
+                setting::PREFERENCE_POLICY,
+                present(&Some(self.preference_policy.clone())).unwrap_or("Respect"),
+                &["Respect", "Ignore"],
+            )? {
+                "Ignore" => PreferencePolicy::Ignore,
+                _ => PreferencePolicy::Respect,
             },
             os_disk_encryption_set_id: present(&self.os_disk_encryption_set_id)
                 .map(|id| checks::disk_encryption_set_id(setting::OS_DISK_ENCRYPTION_SET_ID, id))

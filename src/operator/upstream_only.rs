@@ -154,14 +154,6 @@ const UPSTREAM_ONLY: &[UpstreamSetting] = &[
         ),
     ),
     upstream(
-        "preference-policy",
-        "PREFERENCE_POLICY",
-        Kind::OneOf(&["Respect", "Ignore"]),
-        "Respect",
-        "preferred affinities and ScheduleAnyway spreads are always respected while they can be",
-        Otherwise::NoEffect,
-    ),
-    upstream(
         "ignore-dra-requests",
         "IGNORE_DRA_REQUESTS",
         Kind::Bool,

@@ -85,12 +85,12 @@ fn upstream_only_settings_are_flags_too_and_go_booleans_need_no_value() {
     .expect("upstream's flags are accepted");
     let reported: Vec<&str> = v.without_effect.iter().map(|w| w.setting.flag).collect();
     assert_eq!(reported, ["aks-machines-pool-name", "kube-client-qps"], "a flag wins over its variable");
-    let env = with(upstream_template_env(), "PREFERENCE_POLICY", "Ignore");
+    let env = with(upstream_template_env(), "IGNORE_DRA_REQUESTS", "false");
     let v = validate(&[], &env).unwrap();
     assert!(v
         .without_effect
         .iter()
-        .any(|w| w.setting.env == "PREFERENCE_POLICY" && w.reason.contains("respected")));
+        .any(|w| w.setting.env == "IGNORE_DRA_REQUESTS" && w.reason.contains("Dynamic Resource Allocation")));
     assert!(upstream_only::env_names().any(|name| name == "WEBHOOK_PORT"));
 }
 
@@ -152,6 +152,16 @@ fn min_values_policy_is_strict_unless_best_effort_is_asked_for() {
         "invalid setting --min-values-policy (MIN_VALUES_POLICY): must be one of \"Strict\", \"BestEffort\", \
          got \"besteffort\""
     );
+}
+
+#[test]
+fn preference_policy_is_respect_unless_ignore_is_asked_for() {
+    let env = upstream_template_env();
+    assert_eq!(validate(&[], &env).unwrap().preference_policy, PreferencePolicy::Respect);
+    let ignore = with(env.clone(), "PREFERENCE_POLICY", "Ignore");
+    assert_eq!(validate(&[], &ignore).unwrap().preference_policy, PreferencePolicy::Ignore);
+    let empty = with(env, "PREFERENCE_POLICY", "");
+    assert_eq!(validate(&[], &empty).unwrap().preference_policy, PreferencePolicy::Respect);
 }
 
 #[test]

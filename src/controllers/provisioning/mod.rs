@@ -117,6 +117,7 @@ async fn provision<C: CloudProvider + 'static>(
         max_instance_type_options: MAX_INSTANCE_TYPE_OPTIONS,
         region: shared.settings.region.clone(),
         min_values_policy: shared.settings.min_values_policy,
+        preference_policy: shared.settings.preference_policy,
     };
     // Upstream times the whole Schedule: snapshot and solve.
     let started = Instant::now();
