@@ -49,6 +49,7 @@ mod interruption;
 mod join;
 mod leader;
 mod metrics;
+mod min_values_policy;
 mod nodeclass;
 mod operators;
 mod pricing;
