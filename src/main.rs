@@ -186,6 +186,7 @@ async fn start_controller(validated: karpenter_azure::operator::Validated) -> an
         )
     });
     start::log_feature_gates(&validated);
+    karpenter_azure::operator::upstream_only::log_without_effect(&validated.without_effect);
     controllers::run(client, evictions, cloud, start::settings(&validated), election).await?;
     Ok(())
 }

@@ -26,6 +26,10 @@ pub struct Settings {
     pub region: String,
     /// `BATCH_IDLE_DURATION`.
     pub batch_idle: Duration,
+    /// `MIN_VALUES_POLICY`, for every solve (provisioning and disruption, as upstream).
+    pub min_values_policy: crate::scheduling::MinValuesPolicy,
+    /// `PREFERENCE_POLICY`, for every solve.
+    pub preference_policy: crate::scheduling::PreferencePolicy,
     /// `BATCH_MAX_DURATION`.
     pub batch_max: Duration,
     /// How often garbage collection sweeps ([`gc::DEFAULT_INTERVAL`]).

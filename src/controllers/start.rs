@@ -125,6 +125,7 @@ pub fn launch_settings(v: &Validated, ca_bundle_base64: &str) -> LaunchSettings 
         admin_username: v.linux_admin_username.clone(),
         node_identities: v.node_identities.clone(),
         additional_tags: v.additional_tags.clone(),
+        os_disk_encryption_set_id: v.os_disk_encryption_set_id.clone(),
         bootstrap: BootstrapSettings {
             cluster_endpoint: v.cluster_endpoint.as_str().trim_end_matches('/').to_string(),
             bootstrap_token: v.kubelet_bootstrap_token.clone(),
@@ -178,6 +179,8 @@ pub fn azure(v: &Validated, ca_bundle_base64: &str) -> Result<Arc<Metered<AzureC
 pub fn settings(v: &Validated) -> Settings {
     Settings {
         region: v.azure.location.clone(),
+        min_values_policy: v.min_values_policy,
+        preference_policy: v.preference_policy,
         batch_idle: v.batch_idle_duration,
         batch_max: v.batch_max_duration,
         gc_interval: env_duration(GC_INTERVAL_ENV, super::nodeclaim::gc::DEFAULT_INTERVAL),

@@ -61,6 +61,10 @@ pub mod setting {
         s("leader-election-namespace", "LEADER_ELECTION_NAMESPACE");
     pub const SYSTEM_NAMESPACE: Setting = s("system-namespace", "SYSTEM_NAMESPACE");
     pub const FEATURE_GATES: Setting = s("feature-gates", "FEATURE_GATES");
+    pub const MIN_VALUES_POLICY: Setting = s("min-values-policy", "MIN_VALUES_POLICY");
+    pub const PREFERENCE_POLICY: Setting = s("preference-policy", "PREFERENCE_POLICY");
+    pub const OS_DISK_ENCRYPTION_SET_ID: Setting =
+        s("node-osdisk-diskencryptionset-id", "NODE_OSDISK_DISKENCRYPTIONSET_ID");
 }
 
 fn invalid(setting: Setting, reason: impl Into<String>) -> OptionsError {
@@ -271,6 +275,22 @@ fn is_arm_id(id: &str, provider: &str, types: &[&str]) -> bool {
 /// engine; a test pins the pattern so the two cannot drift apart unnoticed).
 pub fn is_subnet_id(id: &str) -> bool {
     is_arm_id(id, "Microsoft.Network", &["virtualNetworks", "subnets"])
+}
+
+/// A disk encryption set's ARM ID, as upstream's `validateDiskEncryptionSetID` (options_validation.go)
+/// requires: a resource ID of type Microsoft.Compute/diskEncryptionSets with a subscription, a resource
+/// group and a name.
+pub fn disk_encryption_set_id(setting: Setting, id: &str) -> Result<String, OptionsError> {
+    if is_arm_id(id, "Microsoft.Compute", &["diskEncryptionSets"]) {
+        return Ok(id.to_string());
+    }
+    Err(invalid(
+        setting,
+        format!(
+            "must be a disk encryption set ID like /subscriptions/<id>/resourceGroups/<group>/providers/\
+             Microsoft.Compute/diskEncryptionSets/<name>, got {id:?}"
+        ),
+    ))
 }
 
 /// Comma-separated user-assigned identity IDs; blanks between commas are ignored.

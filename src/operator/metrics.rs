@@ -355,13 +355,20 @@ impl Metrics {
     }
 
     pub fn nodeclaim_created(&self, nodepool: &str) {
-        self.nodeclaim_created_for(REASON_PROVISIONED, nodepool);
+        self.nodeclaim_provisioned(nodepool, false);
+    }
+
+    /// A claim provisioning created; `min_values_relaxed` as its `karpenter.sh/nodeclaim-min-values-relaxed`
+    /// annotation says (upstream provisioner.go labels the counter from it).
+    pub fn nodeclaim_provisioned(&self, nodepool: &str, min_values_relaxed: bool) {
+        let relaxed = if min_values_relaxed { "true" } else { "false" };
+        self.nodeclaims_created.with_label_values(&[REASON_PROVISIONED, nodepool, relaxed]).inc();
     }
 
     /// `reason` is [`REASON_PROVISIONED`] or, for a disruption's replacement, the lower-case
     /// disruption reason (upstream `CreateNodeClaims` with `WithReason`).
     pub fn nodeclaim_created_for(&self, reason: &str, nodepool: &str) {
-        // The solver never relaxes minValues: a pool whose minValues cannot be met gets no claim.
+        // A replacement is labelled as not relaxed, whatever its minValues.
         self.nodeclaims_created.with_label_values(&[reason, nodepool, "false"]).inc();
     }
 

@@ -213,6 +213,7 @@ fn recorders_put_values_under_the_right_labels() {
     m.nodeclaim_created("a");
     m.nodeclaim_created("a");
     m.nodeclaim_created("b");
+    m.nodeclaim_provisioned("b", true);
     m.nodeclaim_disrupted("launch_timeout", "a", "spot", "eventual");
     m.vm_create_failed(
         &VmCreate {
@@ -234,6 +235,8 @@ fn recorders_put_values_under_the_right_labels() {
         )
     };
     assert_eq!((created("a"), created("b")), (Some(2.0), Some(1.0)));
+    let relaxed = &[("nodepool", "b"), ("reason", "provisioned"), ("min_values_relaxed", "true")];
+    assert_eq!(value(&text, "karpenter_nodeclaims_created_total", relaxed), Some(1.0));
     let disrupted = [
         ("reason", "launch_timeout"),
         ("nodepool", "a"),

@@ -1,7 +1,7 @@
 //! The operator: what runs around the controllers: [`Options`] as flags and environment variables with
 //! upstream's names, [`Validated`], the typed values after checking, the leader election ([`leader`]),
 //! the Prometheus metrics (`metrics`), the metrics and health servers (`server`), and the supervision
-//! of long-running tasks (`supervisor`).
+//! of long-running tasks (`supervisor`), and upstream's settings accepted without effect (`upstream_only`).
 
 mod checks;
 pub mod leader;
@@ -11,13 +11,16 @@ pub mod options;
 pub mod server;
 pub mod settings;
 pub mod supervisor;
+pub mod upstream_only;
 
 pub use checks::setting;
 pub use options::{defaults, FeatureGates, Options, OptionsError, Secret, Setting};
 pub use settings::{
-    AzureSettings, Credential, LeaderElection, NetworkDataplane, NetworkPlugin, NetworkPolicy,
-    NetworkSettings, Validated,
+    AzureSettings, Credential, LeaderElection, MinValuesPolicy, NetworkDataplane, NetworkPlugin,
+    NetworkPolicy, NetworkSettings, PreferencePolicy, Validated,
 };
 
 #[cfg(test)]
 mod options_tests;
+#[cfg(test)]
+mod upstream_settings_tests;

@@ -13,6 +13,7 @@ use std::fmt;
 
 use clap::{Args, Command, FromArgMatches};
 
+use super::upstream_only::UpstreamOnly;
 use crate::catalog::retail::DEFAULT_RETAIL_PRICES_URL;
 
 /// A value that must never be printed: the kubelet bootstrap token and the client secret.
@@ -99,6 +100,9 @@ pub mod defaults {
     pub const BATCH_IDLE_DURATION: &str = "1s";
     pub const BATCH_MAX_DURATION: &str = "10s";
     pub const LOG_LEVEL: &str = "info";
+    /// Karpenter core options.go.
+    pub const MIN_VALUES_POLICY: &str = "Strict";
+    pub const PREFERENCE_POLICY: &str = "Respect";
     pub const METRICS_PORT: &str = "8080";
     pub const HEALTH_PROBE_PORT: &str = "8081";
     pub const LEADER_ELECTION_NAME: &str = "karpenter-leader-election";
@@ -191,6 +195,10 @@ pub struct Options {
     /// controller's own Kubernetes client trusts.
     #[arg(long, env = "CLUSTER_CA_BUNDLE")]
     pub cluster_ca_bundle: Option<String>,
+    /// The ARM ID of a disk encryption set that encrypts every node's OS disk with a customer-managed key
+    /// (/subscriptions/<id>/resourceGroups/<group>/providers/Microsoft.Compute/diskEncryptionSets/<name>).
+    #[arg(long = "node-osdisk-diskencryptionset-id", env = "NODE_OSDISK_DISKENCRYPTIONSET_ID")]
+    pub os_disk_encryption_set_id: Option<String>,
     /// The ClusterIP of the cluster DNS service (kube-dns); "" keeps AKS's default 10.0.0.10.
     #[arg(long, env = "DNS_SERVICE_IP")]
     pub dns_service_ip: Option<String>,
@@ -238,6 +246,18 @@ pub struct Options {
     /// Optional features, upstream's format: NodeRepair=true,SpotToSpotConsolidation=false.
     #[arg(long, env = "FEATURE_GATES", default_value = "")]
     pub feature_gates: String,
+    /// Strict: a NodePool whose minValues the fitting sizes cannot meet launches nothing for the pods.
+    /// BestEffort: the NodeClaim's minValues are lowered to what those sizes meet.
+    #[arg(long, env = "MIN_VALUES_POLICY", default_value = defaults::MIN_VALUES_POLICY)]
+    pub min_values_policy: String,
+    /// Respect: preferred affinities, anti-affinities and ScheduleAnyway spreads are honoured while they
+    /// can be. Ignore: they are given up from the start.
+    #[arg(long, env = "PREFERENCE_POLICY", default_value = defaults::PREFERENCE_POLICY)]
+    pub preference_policy: String,
+
+    /// Upstream's settings that change nothing here.
+    #[command(flatten)]
+    pub upstream_only: UpstreamOnly,
 }
 
 impl Options {

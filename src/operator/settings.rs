@@ -12,7 +12,10 @@ use url::Url;
 
 use super::checks::{self, setting};
 use super::options::{FeatureGates, Options, OptionsError, Secret, Setting};
+use super::upstream_only::WithoutEffect;
 use crate::catalog::{self, CapacityOptions};
+/// `MIN_VALUES_POLICY` (Karpenter core options.go): the solver's own knob.
+pub use crate::scheduling::{MinValuesPolicy, PreferencePolicy};
 
 /// How the controller authenticates to Azure, in the order azure-identity's default credential tries
 /// them: a client secret, then workload identity, then a managed identity.
@@ -116,6 +119,14 @@ pub struct Validated {
     pub system_namespace: String,
     /// `FEATURE_GATES`.
     pub feature_gates: FeatureGates,
+    /// `MIN_VALUES_POLICY`.
+    pub min_values_policy: MinValuesPolicy,
+    /// `PREFERENCE_POLICY`.
+    pub preference_policy: PreferencePolicy,
+    /// `NODE_OSDISK_DISKENCRYPTIONSET_ID`: the OS disks' disk encryption set, when given.
+    pub os_disk_encryption_set_id: Option<String>,
+    /// Upstream-only settings given a value that changes nothing here, for a warning at start.
+    pub without_effect: Vec<WithoutEffect>,
 }
 
 impl Validated {
@@ -222,6 +233,27 @@ impl Options {
             leader_election,
             system_namespace,
             feature_gates: FeatureGates::parse(setting::FEATURE_GATES, &self.feature_gates)?,
+            min_values_policy: match checks::one_of(
+                setting::MIN_VALUES_POLICY,
+                // Empty counts as unset, as for the other settings.
+                present(&Some(self.min_values_policy.clone())).unwrap_or("Strict"),
+                &["Strict", "BestEffort"],
+            )? {
+                "BestEffort" => MinValuesPolicy::BestEffort,
+                _ => MinValuesPolicy::Strict,
+            },
+            preference_policy: match checks::one_of(
+                setting::PREFERENCE_POLICY,
+                present(&Some(self.preference_policy.clone())).unwrap_or("Respect"),
+                &["Respect", "Ignore"],
+            )? {
+                "Ignore" => PreferencePolicy::Ignore,
+                _ => PreferencePolicy::Respect,
+            },
+            os_disk_encryption_set_id: present(&self.os_disk_encryption_set_id)
+                .map(|id| checks::disk_encryption_set_id(setting::OS_DISK_ENCRYPTION_SET_ID, id))
+                .transpose()?,
+            without_effect: self.upstream_only.check()?,
         })
     }
 

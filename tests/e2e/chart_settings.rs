@@ -13,7 +13,7 @@ use super::helm::find;
 
 /// The controller container's environment: a literal value as is, a Secret as `secret:<name>/<key>`,
 /// a field as `field:<path>`.
-fn env(docs: &[Value]) -> BTreeMap<String, String> {
+pub fn env(docs: &[Value]) -> BTreeMap<String, String> {
     let list = pod_spec(docs)["containers"][0]["env"].as_array().expect("env list").clone();
     let mut env = BTreeMap::new();
     for var in list {
@@ -33,7 +33,7 @@ fn env(docs: &[Value]) -> BTreeMap<String, String> {
 }
 
 /// Every environment variable `karpenter-azure controller` reads, from its `--help` (`[env: NAME=]`).
-fn controller_env_names() -> BTreeSet<String> {
+pub fn controller_env_names() -> BTreeSet<String> {
     let output = Command::new(env!("CARGO_BIN_EXE_karpenter-azure"))
         .args(["controller", "--help"])
         .output()
@@ -224,7 +224,7 @@ fn a_missing_required_value_fails_with_a_message_naming_it() {
         ),
         ("settings.kubeletBootstrapTokenSecret.key=", "settings.kubeletBootstrapTokenSecret.key is required"),
         ("settings.clientSecretRef.name=creds", "settings.clientSecretRef.key is required"),
-        ("image.repository=", "image.repository is required"),
+        ("image.repository=", "image.repository (or controller.image.repository) is required"),
         ("serviceAccount.create=false", "serviceAccount.name is required when serviceAccount.create"),
     ];
     for (set, message) in cases {

@@ -2,7 +2,8 @@
 //! Resource SKUs list reports narrow the class's instance types, a trusted-launch class resolves the
 //! trusted-launch image and becomes Ready, its VMs carry `securityProfile`, and the fake refuses what
 //! Azure refuses (encryption at host on a size without it, trusted launch on a size that disables it, a
-//! trusted-launch VM on a standard image and a trusted-launch image on a standard VM).
+//! trusted-launch VM on a standard image and a trusted-launch image on a standard VM). The OS disk of
+//! every VM is encrypted with the disk encryption set of NODE_OSDISK_DISKENCRYPTIONSET_ID, when given.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,7 +19,7 @@ use karpenter_azure::cloud::azure::instancetypes::Catalog;
 use karpenter_azure::cloud::azure::launch::request as launch_request;
 use karpenter_azure::cloud::azure::nodeclass::checks::NodeClassChecks;
 use karpenter_azure::cloud::azure::nodeclass::status::{nodeclass_status, ImagesCheck};
-use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, RetrySettings};
+use karpenter_azure::cloud::azure::{ArmClients, AzureCloudProvider, LaunchSettings, RetrySettings};
 use karpenter_azure::cloud::{CloudProvider, LaunchRequest};
 use karpenter_azure::model::InstanceType;
 
@@ -33,6 +34,11 @@ struct Harness {
 
 /// The provider and a controller catalog whose SKU list comes from the fake's Resource SKUs API.
 async fn harness() -> Harness {
+    harness_with(|launch| launch).await
+}
+
+/// [`harness`] with the launch settings changed by `settings`.
+async fn harness_with(settings: impl FnOnce(LaunchSettings) -> LaunchSettings) -> Harness {
     let fake = FakeArm::start(FakeArmConfig::default()).await.expect("fake ARM starts");
     let arm = fake.arm_settings(RetrySettings {
         max_retries: 3,
@@ -40,7 +46,7 @@ async fn harness() -> Harness {
         max_delay: Duration::from_millis(100),
         max_total_elapsed: Duration::from_secs(10),
     });
-    let launch = fake.launch_settings();
+    let launch = settings(fake.launch_settings());
     let unavailable = Arc::new(Mutex::new(UnavailableOfferings::new()));
     let clock: Arc<dyn Fn() -> Duration + Send + Sync> = Arc::new(|| Duration::ZERO);
     let clients = ArmClients::new(&arm).expect("clients build");
@@ -205,4 +211,39 @@ async fn the_fake_refuses_what_the_size_or_image_cannot_take() {
     h.provider.create(&request).await.unwrap();
     let vm = h.fake.vm("aks-accepted-eah").unwrap();
     assert_eq!(vm.document["properties"]["securityProfile"], serde_json::json!({ "encryptionAtHost": true }));
+}
+
+#[tokio::test]
+async fn the_os_disk_is_encrypted_with_the_configured_disk_encryption_set() {
+    const DES: &str = "/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/keys/providers/\
+                       Microsoft.Compute/diskEncryptionSets/node-disks";
+    let h =
+        harness_with(|launch| LaunchSettings { os_disk_encryption_set_id: Some(DES.into()), ..launch }).await;
+    let plain = h.resolved("plain", "{}").await;
+    h.provider.create(&h.request(&plain, "byok", &["Standard_D2s_v5"])).await.unwrap();
+    let vm = h.fake.vm("aks-byok").unwrap();
+    let managed = &vm.document["properties"]["storageProfile"]["osDisk"]["managedDisk"];
+    assert_eq!(managed["diskEncryptionSet"], serde_json::json!({ "id": DES }));
+    let disk = managed["id"].as_str().expect("Compute names the OS disk resource");
+    assert!(disk.ends_with("/providers/Microsoft.Compute/disks/aks-byok"), "{disk}");
+
+    // Without the setting the OS disk uses platform-managed keys: no encryption set is sent.
+    let h = harness().await;
+    let plain = h.resolved("plain", "{}").await;
+    h.provider.create(&h.request(&plain, "pmk", &["Standard_D2s_v5"])).await.unwrap();
+    let vm = h.fake.vm("aks-pmk").unwrap();
+    assert!(vm.document["properties"]["storageProfile"]["osDisk"]["managedDisk"]
+        .get("diskEncryptionSet")
+        .is_none());
+
+    // ARM refuses an ID that is not a resource ID (the controller's validation stops it before).
+    let h = harness_with(|launch| LaunchSettings {
+        os_disk_encryption_set_id: Some("node-disks".into()),
+        ..launch
+    })
+    .await;
+    let plain = h.resolved("plain", "{}").await;
+    let err = h.provider.create(&h.request(&plain, "bad-des", &["Standard_D2s_v5"])).await.unwrap_err();
+    assert!(err.to_string().contains("diskEncryptionSet.id' is invalid"), "{err}");
+    assert!(h.fake.vms().is_empty(), "nothing launched");
 }

@@ -1,22 +1,86 @@
 {{/*
 The controller's environment: every value under `settings` (and logLevel and the ports) as the
-variable the controller reads (src/operator/options.rs, upstream's names). Optional settings left
-empty are not set at all, so the controller's own default applies. Secrets are only ever referenced.
+variable the controller reads (src/operator/options.rs, upstream's names), then controller.env.
+
+Upstream's chart (charts/karpenter/templates/deployment.yaml) appends controller.env after its own
+variables, and its self-hosted install (karpenter-values-template.yaml) passes most settings that way;
+Kubernetes lets the last of two equal names win. So a name in controller.env replaces the variable the
+chart would derive from `settings` (never two entries of one name), and a required setting given there
+is not required under `settings`. With controller.envFrom the chart cannot see the values, so nothing is
+required at render time: the controller names a missing setting when it starts.
+
+Optional settings left empty are not set at all, so the controller's own default applies. Secrets are
+only ever referenced.
 */}}
 {{- define "karpenter-azure.env" -}}
-{{- $s := .Values.settings }}
-{{- if and (eq $s.networkPlugin "none") (eq $s.networkPluginMode "overlay") }}
+{{- $given := dict }}
+{{- range .Values.controller.env }}
+{{- $_ := set $given .name (.value | default "") }}
+{{- end }}
+{{- $open := not (empty .Values.controller.envFrom) }}
+{{- $derived := include "karpenter-azure.settingsEnv" (dict "root" . "given" $given "open" $open) | fromYamlArray }}
+{{- $env := list }}
+{{- range $derived }}
+{{- if not (hasKey $given .name) }}
+{{- $env = append $env . }}
+{{- end }}
+{{- end }}
+{{- range .Values.controller.env }}
+{{- $env = append $env . }}
+{{- end }}
+{{- /* Written out by hand rather than with toYaml, which would fold long values over lines. */}}
+{{- range $env }}
+- name: {{ .name }}
+{{- if hasKey . "value" }}
+  value: {{ .value | default "" | quote }}
+{{- end }}
+{{- with .valueFrom }}
+  valueFrom:
+    {{- toYaml . | nindent 4 }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+A required setting: its variable when the value is given; nothing when controller.env names the variable
+or controller.envFrom may hold it; else the install fails naming the value and the variable.
+*/}}
+{{- define "karpenter-azure.requiredSetting" -}}
+{{- if .value }}
+- name: {{ .env }}
+  value: {{ .value | quote }}
+{{- else if not (or (hasKey .given .env) .open) }}
+{{- fail (printf "settings.%s is required (%s): %s; or give %s in controller.env" .key .env .what .env) }}
+{{- end }}
+{{- end }}
+
+{{/* The variables derived from `settings`; see karpenter-azure.env. */}}
+{{- define "karpenter-azure.settingsEnv" -}}
+{{- $root := .root }}
+{{- $given := .given }}
+{{- $open := .open }}
+{{- $s := $root.Values.settings }}
+{{- $plugin := $s.networkPlugin }}
+{{- $mode := $s.networkPluginMode }}
+{{- if or (hasKey $given "NETWORK_PLUGIN") (hasKey $given "NETWORK_PLUGIN_MODE") }}
+{{- $plugin = get $given "NETWORK_PLUGIN" | default $plugin }}
+{{- $mode = ternary (get $given "NETWORK_PLUGIN_MODE") $mode (hasKey $given "NETWORK_PLUGIN_MODE") }}
+{{- if and (eq $plugin "none") (eq $mode "overlay") }}
+{{- fail "NETWORK_PLUGIN_MODE (settings.networkPluginMode) must be \"\" when NETWORK_PLUGIN is none (bring-your-own CNI has no Azure overlay)" }}
+{{- end }}
+{{- else if and (eq $plugin "none") (eq $mode "overlay") }}
 {{- fail "settings.networkPluginMode must be \"\" when settings.networkPlugin is none (bring-your-own CNI has no Azure overlay)" }}
 {{- end }}
-{{- if eq (int .Values.controller.metrics.port) (int .Values.controller.healthProbe.port) }}
+{{- if eq (int $root.Values.controller.metrics.port) (int $root.Values.controller.healthProbe.port) }}
 {{- fail "controller.metrics.port and controller.healthProbe.port must differ" }}
 {{- end }}
-- name: CLUSTER_NAME
-  value: {{ required "settings.clusterName is required (CLUSTER_NAME): the AKS cluster's name" $s.clusterName | quote }}
-- name: CLUSTER_ENDPOINT
-  value: {{ required "settings.clusterEndpoint is required (CLUSTER_ENDPOINT): the API server URL nodes join, https://..." $s.clusterEndpoint | quote }}
-- name: AZURE_SUBSCRIPTION_ID
-  value: {{ required "settings.subscriptionId is required (AZURE_SUBSCRIPTION_ID): the subscription nodes are created in" $s.subscriptionId | quote }}
+{{- if and $s.clusterCABundle $s.clusterCaBundle (ne $s.clusterCABundle $s.clusterCaBundle) }}
+{{- fail "settings.clusterCABundle and settings.clusterCaBundle are the same value (CLUSTER_CA_BUNDLE) under two spellings: set one of them" }}
+{{- end }}
+{{- $required := dict "given" $given "open" $open }}
+{{- include "karpenter-azure.requiredSetting" (merge (dict "key" "clusterName" "env" "CLUSTER_NAME" "value" $s.clusterName "what" "the AKS cluster's name") $required) }}
+{{- include "karpenter-azure.requiredSetting" (merge (dict "key" "clusterEndpoint" "env" "CLUSTER_ENDPOINT" "value" $s.clusterEndpoint "what" "the API server URL nodes join, https://...") $required) }}
+{{- include "karpenter-azure.requiredSetting" (merge (dict "key" "subscriptionId" "env" "AZURE_SUBSCRIPTION_ID" "value" $s.subscriptionId "what" "the subscription nodes are created in") $required) }}
 {{- with $s.tenantId }}
 - name: AZURE_TENANT_ID
   value: {{ . | quote }}
@@ -32,22 +96,20 @@ empty are not set at all, so the controller's own default applies. Secrets are o
       name: {{ . | quote }}
       key: {{ required "settings.clientSecretRef.key is required with settings.clientSecretRef.name" $s.clientSecretRef.key | quote }}
 {{- end }}
-- name: LOCATION
-  value: {{ required "settings.location is required (LOCATION): the cluster's region, such as eastus" $s.location | quote }}
+{{- include "karpenter-azure.requiredSetting" (merge (dict "key" "location" "env" "LOCATION" "value" $s.location "what" "the cluster's region, such as eastus") $required) }}
 {{- with $s.resourceGroup }}
 - name: ARM_RESOURCE_GROUP
   value: {{ . | quote }}
 {{- end }}
-- name: AZURE_NODE_RESOURCE_GROUP
-  value: {{ required "settings.nodeResourceGroup is required (AZURE_NODE_RESOURCE_GROUP): the resource group of the node VMs (MC_...)" $s.nodeResourceGroup | quote }}
-- name: VNET_SUBNET_ID
-  value: {{ required "settings.vnetSubnetId is required (VNET_SUBNET_ID): the ARM ID of the nodes' subnet" $s.vnetSubnetId | quote }}
+{{- include "karpenter-azure.requiredSetting" (merge (dict "key" "nodeResourceGroup" "env" "AZURE_NODE_RESOURCE_GROUP" "value" $s.nodeResourceGroup "what" "the resource group of the node VMs (MC_...)") $required) }}
+{{- include "karpenter-azure.requiredSetting" (merge (dict "key" "vnetSubnetId" "env" "VNET_SUBNET_ID" "value" $s.vnetSubnetId "what" "the ARM ID of the nodes' subnet") $required) }}
+{{- if or $s.kubeletBootstrapTokenSecret.name $s.kubeletBootstrapToken (not (or (hasKey $given "KUBELET_BOOTSTRAP_TOKEN") $open)) }}
 - name: KUBELET_BOOTSTRAP_TOKEN
   valueFrom:
     secretKeyRef:
-      {{- include "karpenter-azure.bootstrapTokenRef" . | trim | nindent 6 }}
-- name: SSH_PUBLIC_KEY
-  value: {{ required "settings.sshPublicKey is required (SSH_PUBLIC_KEY): the nodes' admin SSH public key" $s.sshPublicKey | trim | quote }}
+      {{- include "karpenter-azure.bootstrapTokenRef" $root | trim | nindent 6 }}
+{{- end }}
+{{- include "karpenter-azure.requiredSetting" (merge (dict "key" "sshPublicKey" "env" "SSH_PUBLIC_KEY" "value" ($s.sshPublicKey | trim) "what" "the nodes' admin SSH public key") $required) }}
 - name: LINUX_ADMIN_USERNAME
   value: {{ $s.linuxAdminUsername | quote }}
 - name: NETWORK_PLUGIN
@@ -66,8 +128,12 @@ empty are not set at all, so the controller's own default applies. Secrets are o
 - name: KUBELET_IDENTITY_CLIENT_ID
   value: {{ . | quote }}
 {{- end }}
-{{- with $s.clusterCaBundle }}
+{{- with $s.clusterCABundle | default $s.clusterCaBundle }}
 - name: CLUSTER_CA_BUNDLE
+  value: {{ . | quote }}
+{{- end }}
+{{- with $s.nodeOsDiskEncryptionSetId }}
+- name: NODE_OSDISK_DISKENCRYPTIONSET_ID
   value: {{ . | quote }}
 {{- end }}
 {{- with $s.dnsServiceIp }}
@@ -101,18 +167,26 @@ empty are not set at all, so the controller's own default applies. Secrets are o
 - name: RETAIL_PRICES_URL
   value: {{ . | quote }}
 {{- end }}
+{{- with $s.minValuesPolicy }}
+- name: MIN_VALUES_POLICY
+  value: {{ . | quote }}
+{{- end }}
+{{- with $s.preferencePolicy }}
+- name: PREFERENCE_POLICY
+  value: {{ . | quote }}
+{{- end }}
 {{- with $s.featureGates }}
 - name: FEATURE_GATES
   value: {{ include "karpenter-azure.featureGates" . | quote }}
 {{- end }}
 - name: LOG_LEVEL
-  value: {{ .Values.logLevel | quote }}
+  value: {{ $root.Values.logLevel | quote }}
 - name: METRICS_PORT
-  value: {{ .Values.controller.metrics.port | quote }}
+  value: {{ $root.Values.controller.metrics.port | quote }}
 - name: HEALTH_PROBE_PORT
-  value: {{ .Values.controller.healthProbe.port | quote }}
+  value: {{ $root.Values.controller.healthProbe.port | quote }}
 - name: LEADER_ELECTION_NAME
-  value: {{ include "karpenter-azure.leaseName" . | quote }}
+  value: {{ include "karpenter-azure.leaseName" $root | quote }}
 {{- /* The Role for the Lease exists in the release namespace only. */}}
 - name: LEADER_ELECTION_NAMESPACE
   valueFrom:
@@ -122,9 +196,6 @@ empty are not set at all, so the controller's own default applies. Secrets are o
   valueFrom:
     fieldRef:
       fieldPath: metadata.namespace
-{{- with .Values.controller.env }}
-{{ toYaml . }}
-{{- end }}
 {{- end }}
 
 {{/*
@@ -143,7 +214,7 @@ the first letter raised (nodeRepair -> NodeRepair), in key order so the pods do 
 {{- define "karpenter-azure.tags" -}}
 {{- $pairs := list }}
 {{- range $key, $value := . }}
-{{- $pairs = append $pairs (printf "%s=%s" $key $value) }}
+{{- $pairs = append $pairs (printf "%s=%s" $key (toString $value)) }}
 {{- end }}
 {{- join "," $pairs }}
 {{- end }}

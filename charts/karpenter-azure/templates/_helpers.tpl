@@ -37,7 +37,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "karpenter-azure.labels" -}}
 helm.sh/chart: {{ include "karpenter-azure.chart" . }}
 {{ include "karpenter-azure.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/version: {{ include "karpenter-azure.imageTag" . | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- with .Values.additionalLabels }}
 {{ toYaml . }}
@@ -64,10 +64,19 @@ annotations:
 {{- end }}
 {{- end }}
 
+{{/*
+The controller image: each of repository, tag and digest from controller.image (upstream's place) when
+given there, else from image; the tag defaults to the chart's appVersion.
+*/}}
 {{- define "karpenter-azure.image" -}}
-{{- $repository := required "image.repository is required: no image is published yet; build the repository's Dockerfile and push it to a registry the cluster can pull from" .Values.image.repository }}
-{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) }}
-{{- with .Values.image.digest }}@{{ . }}{{ end }}
+{{- $image := .Values.controller.image | default dict }}
+{{- $repository := required "image.repository (or controller.image.repository) is required: no image is published yet; build the repository's Dockerfile and push it to a registry the cluster can pull from" ($image.repository | default .Values.image.repository) }}
+{{- printf "%s:%s" $repository (include "karpenter-azure.imageTag" .) }}
+{{- with $image.digest | default .Values.image.digest }}@{{ . }}{{ end }}
+{{- end }}
+
+{{- define "karpenter-azure.imageTag" -}}
+{{- (.Values.controller.image | default dict).tag | default .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
 {{/*
@@ -81,4 +90,40 @@ karpenter-leader-election
 {{/* The Secret the chart creates for settings.kubeletBootstrapToken. */}}
 {{- define "karpenter-azure.bootstrapTokenSecretName" -}}
 {{- printf "%s-bootstrap-token" (include "karpenter-azure.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The value controller.env gives variable .name, or "". */}}
+{{- define "karpenter-azure.envValue" -}}
+{{- range .root.Values.controller.env }}
+{{- if eq .name $.name }}{{ .value | default "" }}{{ end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Upstream chart values (Azure/karpenter-provider-azure charts/karpenter/values.yaml) this chart accepts
+but that change nothing here, one "  - key: reason" line for each that is set. values.yaml does not
+define them, so any of them present came from the user.
+*/}}
+{{- define "karpenter-azure.noEffect" -}}
+{{- $v := .Values }}
+{{- if hasKey $v "webhook" }}
+  - webhook: there are no admission webhooks: the CRDs validate with CEL rules
+{{- end }}
+{{- if hasKey $v "logOutputPaths" }}
+  - logOutputPaths: the controller logs to the container's stdout
+{{- end }}
+{{- if hasKey $v "logErrorOutputPaths" }}
+  - logErrorOutputPaths: the controller logs errors to the container's stdout
+{{- end }}
+{{- if hasKey $v.settings "ignoreDRARequests" }}
+  - settings.ignoreDRARequests: the solver does not read Dynamic Resource Allocation claims
+{{- end }}
+{{- if hasKey $v.settings "disableClusterStateObservability" }}
+  - settings.disableClusterStateObservability: the cluster state metrics are always exported
+{{- end }}
+{{- range $gate := list "reservedCapacity" "nodeOverlay" "staticCapacity" "capacityBuffer" }}
+{{- if get ($v.settings.featureGates | default dict) $gate }}
+  - settings.featureGates.{{ $gate }}: not implemented by this controller
+{{- end }}
+{{- end }}
 {{- end }}

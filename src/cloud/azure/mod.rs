@@ -70,6 +70,8 @@ pub struct LaunchSettings {
     pub node_identities: Vec<String>,
     /// `ADDITIONAL_TAGS`.
     pub additional_tags: BTreeMap<String, String>,
+    /// `NODE_OSDISK_DISKENCRYPTIONSET_ID`: the disk encryption set of every OS disk, when given.
+    pub os_disk_encryption_set_id: Option<String>,
     pub bootstrap: BootstrapSettings,
     /// Interval between polls of a long-running operation.
     pub poll_interval: Duration,

@@ -204,6 +204,7 @@ mod tests {
             admin_username: "azureuser".into(),
             node_identities: vec![],
             additional_tags: BTreeMap::new(),
+            os_disk_encryption_set_id: None,
             bootstrap: BootstrapSettings {
                 network_plugin: network_plugin.into(),
                 ..BootstrapSettings::new("https://c:443", Secret::new("abcdef.0123456789abcdef"), "")

@@ -82,6 +82,11 @@ pub fn vm_body(settings: &LaunchSettings, spec: &VmSpec<'_>) -> Value {
         }
         None => os_disk["caching"] = json!("ReadWrite"),
     }
+    // Customer-managed keys: the OS disk is encrypted with the given disk encryption set, ephemeral or
+    // not, as upstream's setVMPropertiesOSDiskEncryption (pkg/providers/instance/vminstance.go) does.
+    if let Some(des) = &settings.os_disk_encryption_set_id {
+        os_disk["managedDisk"] = json!({ "diskEncryptionSet": { "id": des } });
+    }
     let mut body = json!({
         "location": settings.location,
         "zones": spec.zone.map(|z| vec![z]).unwrap_or_default(),
@@ -420,5 +425,17 @@ mod tests {
         let model: compute::models::VirtualMachine = serde_json::from_value(body.clone()).unwrap();
         let sent = serde_json::to_value(model).unwrap();
         assert_eq!(sent.pointer("/properties/securityProfile"), body.pointer("/properties/securityProfile"));
+    }
+
+    #[test]
+    fn the_sdk_model_keeps_the_os_disk_encryption_set() {
+        let des = "/subscriptions/s/resourceGroups/keys/providers/Microsoft.Compute/diskEncryptionSets/d";
+        let body = json!({ "location": "eastus", "properties": { "storageProfile": { "osDisk": {
+            "createOption": "FromImage", "managedDisk": { "diskEncryptionSet": { "id": des } }
+        }}}});
+        let model: compute::models::VirtualMachine = serde_json::from_value(body).unwrap();
+        let sent = serde_json::to_value(model).unwrap();
+        let path = "/properties/storageProfile/osDisk/managedDisk/diskEncryptionSet/id";
+        assert_eq!(sent.pointer(path), Some(&json!(des)));
     }
 }

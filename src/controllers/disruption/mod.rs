@@ -90,6 +90,8 @@ fn solve_options<C>(shared: &Shared<C>) -> SolveOptions {
     SolveOptions {
         max_instance_type_options: MAX_INSTANCE_TYPE_OPTIONS,
         region: shared.settings.region.clone(),
+        min_values_policy: shared.settings.min_values_policy,
+        preference_policy: shared.settings.preference_policy,
     }
 }
 

@@ -40,6 +40,9 @@ pub fn build(planned: &NewNodeClaim, pool: &NodePool, class: Option<&AKSNodeClas
     labels.insert(LABEL_NODEPOOL.to_string(), planned.nodepool.clone());
     let mut annotations = template.metadata.as_ref().map(|m| m.annotations.clone()).unwrap_or_default();
     annotations.extend(hash::annotations(pool, class).unwrap_or_default());
+    if let Some(relaxed) = min_values_relaxed(planned, pool) {
+        annotations.insert(labels::ANNOTATION_MIN_VALUES_RELAXED.to_string(), relaxed.to_string());
+    }
     let annotations = Some(annotations).filter(|a| !a.is_empty());
     let owner = OwnerReference {
         api_version: NodePool::api_version(&()).to_string(),
@@ -71,6 +74,28 @@ pub fn build(planned: &NewNodeClaim, pool: &NodePool, class: Option<&AKSNodeClas
         ..ObjectMeta::default()
     };
     claim
+}
+
+/// Whether the planned claim's minValues are lower than its NodePool's (the solver lowered them under
+/// MinValuesPolicy BestEffort), as upstream core's scheduler compares them (scheduler.go); None for a
+/// NodePool without minValues. Upstream annotates every claim; here only those of NodePools with
+/// minValues, the only ones it can be true of.
+pub fn min_values_relaxed(planned: &NewNodeClaim, pool: &NodePool) -> Option<bool> {
+    let wanted: Vec<(&str, i32)> = pool
+        .spec
+        .template
+        .spec
+        .requirements
+        .iter()
+        .filter_map(|r| Some((r.key.as_str(), r.min_values?)))
+        .collect();
+    if wanted.is_empty() {
+        return None;
+    }
+    Some(wanted.iter().any(|&(key, min)| {
+        let planned_min = planned.requirements.get(key).and_then(|r| r.min_values());
+        planned_min.map_or(0, i64::from) < i64::from(min)
+    }))
 }
 
 /// The instance-type values in the solver's order (best first), then any others in their given order:

@@ -153,3 +153,33 @@ fn launched_labels_never_override_the_claims() {
     let regional = launched_labels(&BTreeMap::new(), t, None, CapacityType::OnDemand);
     assert!(!regional.contains_key("topology.kubernetes.io/zone"));
 }
+
+#[test]
+fn a_claim_of_a_pool_with_min_values_says_whether_the_solver_relaxed_them() {
+    use crate::model::labels::ANNOTATION_MIN_VALUES_RELAXED;
+    let mut pool = pool();
+    pool.spec.template.spec.requirements =
+        serde_yaml::from_str("[{key: node.kubernetes.io/instance-type, operator: Exists, minValues: 2}]")
+            .unwrap();
+    let annotation = |planned: &NewNodeClaim| {
+        build(planned, &pool, None).metadata.annotations.unwrap().get(ANNOTATION_MIN_VALUES_RELAXED).cloned()
+    };
+    let with_min = |min: u32| {
+        let mut planned = planned();
+        let mut requirement = planned.requirements.get(LABEL_INSTANCE_TYPE).unwrap().clone();
+        requirement = requirement.with_min_values(Some(min));
+        let mut requirements = Requirements::new();
+        for r in planned.requirements.iter().filter(|r| r.key() != LABEL_INSTANCE_TYPE) {
+            requirements.add(r.clone());
+        }
+        requirements.add(requirement);
+        planned.requirements = requirements;
+        planned
+    };
+    assert_eq!(annotation(&with_min(2)).as_deref(), Some("false"));
+    assert_eq!(annotation(&with_min(1)).as_deref(), Some("true"), "BestEffort lowered 2 to 1");
+    assert_eq!(annotation(&planned()).as_deref(), Some("true"), "dropped altogether");
+    // A pool without minValues: no annotation, as before.
+    let plain = build(&planned(), &self::pool(), None);
+    assert!(!plain.metadata.annotations.unwrap().contains_key(ANNOTATION_MIN_VALUES_RELAXED));
+}

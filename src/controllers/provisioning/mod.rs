@@ -21,6 +21,7 @@ use crate::cloud::CloudProvider;
 use crate::controllers::events::{self, Nomination};
 use crate::controllers::nodeclaim::{self, CreateError};
 use crate::controllers::{metrics, nodepool_health, ControllerError, Shared};
+use crate::model::labels::ANNOTATION_MIN_VALUES_RELAXED;
 use crate::operator::metrics::controller::PROVISIONER;
 use crate::scheduling::{self, Plan, PodId, SolveOptions};
 use batch::{DecisionClock, Window};
@@ -115,6 +116,8 @@ async fn provision<C: CloudProvider + 'static>(
     let options = SolveOptions {
         max_instance_type_options: MAX_INSTANCE_TYPE_OPTIONS,
         region: shared.settings.region.clone(),
+        min_values_policy: shared.settings.min_values_policy,
+        preference_policy: shared.settings.preference_policy,
     };
     // Upstream times the whole Schedule: snapshot and solve.
     let started = Instant::now();
@@ -185,7 +188,9 @@ async fn provision<C: CloudProvider + 'static>(
             Ok(created) => {
                 let claim = created.name_any();
                 nominations.extend(planned.pods.iter().map(|p| (p.clone(), Target::Claim(claim.clone()))));
-                m.nodeclaim_created(&planned.nodepool);
+                let relaxed =
+                    created.annotations().get(ANNOTATION_MIN_VALUES_RELAXED).is_some_and(|v| v == "true");
+                m.nodeclaim_provisioned(&planned.nodepool, relaxed);
                 tracing::info!(
                     nodeclaim = %created.name_any(),
                     nodepool = %planned.nodepool,

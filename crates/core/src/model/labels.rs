@@ -76,6 +76,9 @@ pub const ANNOTATION_REPLACEMENT_FOR: &str = "karpenter.azure.com/replacement-fo
 /// On a NodeClaim: the hash of its NodePool's template when it was created, and the hash's format
 /// version; drift compares them with the pool's current hash (`disruption/drift.rs`).
 pub const ANNOTATION_NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
+/// Whether a NodeClaim's minValues were lowered under MinValuesPolicy BestEffort, "true" or "false"
+/// (upstream core pkg/apis/v1/labels.go `NodeClaimMinValuesRelaxedAnnotationKey`).
+pub const ANNOTATION_MIN_VALUES_RELAXED: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
 pub const ANNOTATION_NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
 /// On a NodeClaim: the hash of its AKSNodeClass's spec (without tags) when it was created, and its
 /// format version (`disruption/drift.rs`).

@@ -441,17 +441,47 @@ impl Requirements {
     ) -> Result<(), MinValuesError> {
         for r in self.by_key.values() {
             let Some(needed) = r.min_values else { continue };
-            let distinct: BTreeSet<&str> = options
-                .clone()
-                .into_iter()
-                .filter_map(|labels| labels.get(&r.key).map(String::as_str))
-                .filter(|v| r.admits_value(v))
-                .collect();
-            if distinct.len() < needed as usize {
-                return Err(MinValuesError { key: r.key.clone(), needed, found: distinct.len() });
+            let found = r.distinct_values_in(options.clone());
+            if found < needed as usize {
+                return Err(MinValuesError { key: r.key.clone(), needed, found });
             }
         }
         Ok(())
+    }
+
+    /// Lowers each minValues the options cannot meet to the number of values they offer, as upstream
+    /// core does under MinValuesPolicy BestEffort (pkg/controllers/provisioning/scheduling/nodeclaim.go,
+    /// `filterInstanceTypesByRequirements` and `CanAdd`). None of them offers a value: the minValues is
+    /// dropped, since the API's minValues is at least 1. Returns whether any was lowered.
+    pub fn relax_min_values<'a>(
+        &mut self,
+        options: impl IntoIterator<Item = &'a BTreeMap<String, String>> + Clone,
+    ) -> bool {
+        let mut relaxed = false;
+        for r in self.by_key.values_mut() {
+            let Some(needed) = r.min_values else { continue };
+            let found = r.distinct_values_in(options.clone());
+            if found < needed as usize {
+                r.min_values = u32::try_from(found).ok().filter(|&n| n > 0);
+                relaxed = true;
+            }
+        }
+        relaxed
+    }
+}
+
+impl Requirement {
+    /// How many distinct values of this key, among those admitted, the label sets carry.
+    fn distinct_values_in<'a>(
+        &self,
+        options: impl IntoIterator<Item = &'a BTreeMap<String, String>>,
+    ) -> usize {
+        let distinct: BTreeSet<&str> = options
+            .into_iter()
+            .filter_map(|labels| labels.get(&self.key).map(String::as_str))
+            .filter(|v| self.admits_value(v))
+            .collect();
+        distinct.len()
     }
 }
 

@@ -5,9 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE};
-use crate::model::requirements::{Requirement, Requirements};
+use crate::model::requirements::Requirement;
 use crate::model::selection::offering_labels;
 use crate::model::Offering;
+use crate::scheduling::input::MinValuesPolicy;
 use crate::scheduling::node_fit;
 use crate::scheduling::plan::{NewNodeClaim, Plan, Unschedulable};
 use crate::scheduling::templates::TemplateOffering;
@@ -141,8 +142,19 @@ fn new_claim(
     for &(c, _) in slot.classes() {
         requirements = requirements.intersect(&solver.classes()[c].requirements);
     }
-    // minValues is judged on every type that would do, then the list is truncated for the claim.
-    check_min_values(solver, &requirements, &options)?;
+    // minValues is judged on every type that would do, then the list is truncated for the claim. Under
+    // BestEffort a minValues those types cannot meet is lowered to what they meet instead.
+    if requirements.iter().any(|r| r.min_values().is_some()) {
+        let label_sets = option_label_sets(solver, &options);
+        if let Err(e) = requirements.check_min_values(label_sets.iter()) {
+            match solver.input().options.min_values_policy {
+                MinValuesPolicy::Strict => return Err(format!("nodepool requirements: {e}")),
+                MinValuesPolicy::BestEffort => {
+                    requirements.relax_min_values(label_sets.iter());
+                }
+            }
+        }
+    }
     all_options.truncate(solver.input().options.max_instance_type_options.max(1));
     let listed = &options[..all_options.len()];
     // The claim carries the zones and capacity types its listed options may launch in, so the launcher
@@ -207,14 +219,8 @@ fn new_claim(
     })
 }
 
-fn check_min_values(
-    solver: &Solver,
-    requirements: &Requirements,
-    options: &[(usize, u32, f64)],
-) -> Result<(), String> {
-    if requirements.iter().all(|r| r.min_values().is_none()) {
-        return Ok(());
-    }
+/// The labels of every offering of the options, which minValues is judged on.
+fn option_label_sets(solver: &Solver, options: &[(usize, u32, f64)]) -> Vec<BTreeMap<String, String>> {
     let mut label_sets: Vec<BTreeMap<String, String>> = vec![];
     for &(t, mask, _) in options {
         let tpl = &solver.templates()[t];
@@ -234,5 +240,9 @@ fn check_min_values(
             label_sets.push(labels);
         }
     }
-    requirements.check_min_values(label_sets.iter()).map_err(|e| format!("nodepool requirements: {e}"))
+    label_sets
 }
+
+#[cfg(test)]
+#[path = "min_values_tests.rs"]
+mod min_values_tests;

@@ -207,10 +207,40 @@ pub struct SolveOptions {
     pub max_instance_type_options: usize,
     /// Region name, for messages.
     pub region: String,
+    /// What a new node whose NodePool's minValues its fitting sizes cannot meet gets.
+    pub min_values_policy: MinValuesPolicy,
+    /// Whether pods' preferences are honoured while they can be, or not at all.
+    pub preference_policy: PreferencePolicy,
 }
 
 impl Default for SolveOptions {
     fn default() -> Self {
-        Self { max_instance_type_options: 60, region: String::new() }
+        Self {
+            max_instance_type_options: 60,
+            region: String::new(),
+            min_values_policy: MinValuesPolicy::Strict,
+            preference_policy: PreferencePolicy::Respect,
+        }
     }
+}
+
+/// Upstream core's PreferencePolicy (PREFERENCE_POLICY, pkg/operator/options/options.go).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PreferencePolicy {
+    /// Preferred affinities, anti-affinities and ScheduleAnyway spreads are honoured while they can be,
+    /// and given up one at a time when they cannot.
+    #[default]
+    Respect,
+    /// They are given up from the start (upstream's scheduler strips them, scheduler.go).
+    Ignore,
+}
+
+/// Upstream core's MinValuesPolicy (MIN_VALUES_POLICY, pkg/operator/options/options.go).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MinValuesPolicy {
+    /// The pods of a new node whose fitting sizes cannot meet the minValues stay pending.
+    #[default]
+    Strict,
+    /// The new node's minValues are lowered to what its fitting sizes meet.
+    BestEffort,
 }

@@ -18,6 +18,8 @@ mod node;
 mod node_fit;
 mod pack;
 pub mod plan;
+#[cfg(test)]
+mod preference_policy_tests;
 mod shapes;
 mod slots;
 mod solve;
@@ -32,7 +34,9 @@ mod valuation;
 mod working;
 
 pub use cancel::{Cancelled, ShouldCancel};
-pub use input::{ExistingNode, NodePoolInput, Pod, PodId, SolveInput, SolveOptions};
+pub use input::{
+    ExistingNode, MinValuesPolicy, NodePoolInput, Pod, PodId, PreferencePolicy, SolveInput, SolveOptions,
+};
 pub use plan::{NewNodeClaim, Plan, Unschedulable};
 pub use solve::{solve, solve_with_cancel};
 pub use static_claim::static_claim;

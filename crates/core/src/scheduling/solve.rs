@@ -35,7 +35,7 @@ use crate::scheduling::claims;
 use crate::scheduling::colgen;
 use crate::scheduling::explain;
 use crate::scheduling::improve;
-use crate::scheduling::input::{tolerates_all, SolveInput};
+use crate::scheduling::input::{tolerates_all, PreferencePolicy, SolveInput};
 use crate::scheduling::node::PodTraits;
 use crate::scheduling::plan::{Plan, Unschedulable};
 use crate::scheduling::shapes::Scope;
@@ -96,11 +96,14 @@ fn solve_supported(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan
 /// Steps 2 to 5: rounds until every pod is placed or has nothing left to relax. Returns the pods
 /// left pending with their reasons, by pod.
 fn relaxation_rounds(solver: &mut Solver) -> Result<Vec<Unschedulable>, Cancelled> {
-    // Every pod starts with all its preferences honoured (level 0).
+    // Every pod starts with all its preferences honoured (level 0), or, under PreferencePolicy Ignore,
+    // with all of them given up.
+    let ignore = solver.input().options.preference_policy == PreferencePolicy::Ignore;
     let mut pending: Vec<PendingPod> = vec![];
     for (s, shape) in solver.shapes().iter().enumerate() {
+        let level = if ignore { shape.relaxable_steps } else { 0 };
         for &p in &shape.pods {
-            pending.push((s, p, 0));
+            pending.push((s, p, level));
         }
     }
     let mut failed: Vec<Unschedulable> = vec![];

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use super::faults::{self, CreateAttempt, Delivery, Fault};
 use super::state::{Operation, Shared, State, VmPhase, VmRecord};
 use super::wire::{self, ArmError, ArmRequest, ArmResponse, LroUrls, COMPUTE_VM_API_VERSIONS};
-use super::{boot, gallery, security};
+use super::{boot, gallery, osdisk, security};
 
 pub const VM_TYPE: &str = "Microsoft.Compute/virtualMachines";
 
@@ -111,6 +111,9 @@ pub fn put_vm(shared: &Arc<Shared>, request: &ArmRequest, rg: &str, name: &str) 
         Ok(image) => image,
         Err(err) => return err.into_response(),
     };
+    if let Err(err) = osdisk::check_os_disk(&body) {
+        return err.into_response();
+    }
     if let Some(sku) = embedded_sku(&spec.vm_size) {
         if let Err(err) = security::check_vm_security(&body, sku, image) {
             return err.into_response();
@@ -379,6 +382,7 @@ fn stored_document(
     if !doc.get("properties").is_some_and(Value::is_object) {
         doc["properties"] = json!({});
     }
+    osdisk::fill_in_managed_disk(&mut doc, subscription, rg);
     let props = &mut doc["properties"];
     props["vmId"] = json!(vm_id);
     props["timeCreated"] = json!(wire::now_rfc3339());

@@ -22,6 +22,7 @@ mod lb;
 mod network;
 pub mod node;
 mod operations;
+mod osdisk;
 mod security;
 mod server;
 pub mod skus;
@@ -176,6 +177,7 @@ impl FakeArm {
             admin_username: "azureuser".into(),
             node_identities: vec![],
             additional_tags: std::collections::BTreeMap::new(),
+            os_disk_encryption_set_id: None,
             bootstrap: BootstrapSettings {
                 network_plugin: "none".into(),
                 overlay: true,

@@ -1,0 +1,111 @@
+//! MinValuesPolicy in the solver: under Strict the pods of a node whose NodePool's minValues its fitting
+//! sizes cannot meet stay pending with the reason; under BestEffort the node is planned with the
+//! minValues lowered to what those sizes meet, and a minValues that can be met is left as it is.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::model::labels::{LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
+use crate::model::resources::{CPU, MEMORY, PODS};
+use crate::model::{CapacityType, InstanceType, Offering, Overhead, Requirement, Requirements, Resources};
+use crate::scheduling::{solve, MinValuesPolicy, NodePoolInput, Pod, SolveInput, SolveOptions};
+
+const GI: i64 = 1 << 30;
+
+fn instance_type(name: &str, cpus: i64, price: f64) -> InstanceType {
+    let capacity = Resources::new().with(CPU, cpus * 1000).with(MEMORY, cpus * 4 * GI).with(PODS, 110);
+    InstanceType {
+        name: name.into(),
+        vcpus: cpus as u32,
+        memory_mib: (cpus * 4096) as u64,
+        labels: BTreeMap::from([(LABEL_INSTANCE_TYPE.to_string(), name.to_string())]),
+        allocatable: capacity.clone(),
+        capacity,
+        overhead: Overhead::default(),
+        offerings: vec![Offering {
+            zone: "z-1".into(),
+            capacity_type: CapacityType::OnDemand,
+            price,
+            available: true,
+        }],
+    }
+}
+
+/// One pod of 1.5 CPUs, which c2, c4 and c8 hold, and a pool asking for `min_values` instance types.
+fn input(min_values: u32, policy: MinValuesPolicy) -> SolveInput {
+    let mut requirements = Requirements::new();
+    requirements.add(Requirement::is_in(LABEL_NODEPOOL, ["general"]));
+    requirements.add(Requirement::exists(LABEL_INSTANCE_TYPE).with_min_values(Some(min_values)));
+    let pool = NodePoolInput {
+        name: "general".into(),
+        weight: 0,
+        requirements,
+        labels: BTreeMap::from([(LABEL_NODEPOOL.to_string(), "general".to_string())]),
+        taints: vec![],
+        startup_taints: vec![],
+        remaining: None,
+        instance_types: Arc::new(vec![
+            instance_type("c1", 1, 0.1),
+            instance_type("c2", 2, 0.2),
+            instance_type("c4", 4, 0.38),
+            instance_type("c8", 8, 0.8),
+        ]),
+    };
+    let pod = Pod {
+        namespace: "default".into(),
+        name: "web".into(),
+        requests: Resources::new().with(CPU, 1500).with(MEMORY, GI).with(PODS, 1),
+        ..Default::default()
+    };
+    let options = SolveOptions { min_values_policy: policy, ..SolveOptions::default() };
+    SolveInput { pods: vec![pod], nodepools: vec![pool], options, ..Default::default() }
+}
+
+fn planned_min_values(input: &SolveInput) -> Option<u32> {
+    let plan = solve(input);
+    assert_eq!(plan.nodeclaims.len(), 1, "{plan:?}");
+    plan.nodeclaims[0].requirements.get(LABEL_INSTANCE_TYPE).and_then(|r| r.min_values())
+}
+
+#[test]
+fn strict_leaves_the_pods_pending_when_the_fitting_sizes_are_too_few() {
+    let plan = solve(&input(4, MinValuesPolicy::Strict));
+    assert!(plan.nodeclaims.is_empty(), "{plan:?}");
+    assert_eq!(plan.unschedulable.len(), 1);
+    let reason = &plan.unschedulable[0].reason;
+    assert!(reason.contains(LABEL_INSTANCE_TYPE) && reason.contains('4'), "{reason}");
+}
+
+#[test]
+fn best_effort_lowers_the_claims_min_values_to_what_the_fitting_sizes_meet() {
+    // c1 cannot hold the pod: three sizes fit.
+    assert_eq!(planned_min_values(&input(4, MinValuesPolicy::BestEffort)), Some(3));
+}
+
+#[test]
+fn min_values_that_can_be_met_are_kept_under_either_policy() {
+    for policy in [MinValuesPolicy::Strict, MinValuesPolicy::BestEffort] {
+        assert_eq!(planned_min_values(&input(2, policy)), Some(2), "{policy:?}");
+    }
+}
+
+#[test]
+fn relaxing_drops_a_min_values_no_option_offers_a_value_for() {
+    let mut requirements = Requirements::new();
+    requirements.add(Requirement::exists(LABEL_INSTANCE_TYPE).with_min_values(Some(3)));
+    requirements.add(Requirement::exists("example.com/team").with_min_values(Some(2)));
+    let options: Vec<BTreeMap<String, String>> = ["c2", "c4"]
+        .iter()
+        .map(|name| BTreeMap::from([(LABEL_INSTANCE_TYPE.to_string(), name.to_string())]))
+        .collect();
+    assert!(requirements.check_min_values(options.iter()).is_err());
+    assert!(requirements.relax_min_values(options.iter()));
+    assert_eq!(requirements.get(LABEL_INSTANCE_TYPE).and_then(|r| r.min_values()), Some(2));
+    assert_eq!(
+        requirements.get("example.com/team").and_then(|r| r.min_values()),
+        None,
+        "the API's minimum is 1"
+    );
+    assert!(requirements.check_min_values(options.iter()).is_ok());
+    assert!(!requirements.relax_min_values(options.iter()), "nothing left to relax");
+}
