@@ -118,7 +118,21 @@ pub struct Shared<C> {
     pub registrations: RegistrationHistory,
 }
 
+/// Upstream's provider truncates a NodeClaim's instance-type options to 60.
+pub const MAX_INSTANCE_TYPE_OPTIONS: usize = 60;
+
 impl<C> Shared<C> {
+    /// The solver's options for every decision this controller makes (provisioning, disruption,
+    /// static NodePools).
+    pub fn solve_options(&self) -> crate::scheduling::SolveOptions {
+        crate::scheduling::SolveOptions {
+            max_instance_type_options: MAX_INSTANCE_TYPE_OPTIONS,
+            region: self.settings.region.clone(),
+            min_values_policy: self.settings.min_values_policy,
+            preference_policy: self.settings.preference_policy,
+        }
+    }
+
     /// The index; a panic while holding the lock cannot leave it half-updated in a way later reads
     /// cannot cope with (every update replaces whole records), so a poisoned lock is used as is.
     pub fn cluster(&self) -> MutexGuard<'_, Cluster> {

@@ -21,15 +21,12 @@ use crate::controllers::writes::{self, Deleted, Guard};
 use crate::controllers::{metrics, Shared};
 use crate::disruption::static_pools::{decide, StaticAction};
 use crate::disruption::Snapshot;
-use crate::scheduling::SolveOptions;
 use crate::state::NotSynced;
 
 /// How often the replica counts are checked.
 const INTERVAL: Duration = Duration::from_secs(2);
 /// How long a claim this loop deleted counts as deleting without the index saying so.
 const REMOVED_MEMORY: Duration = Duration::from_secs(60);
-/// Upstream's provider truncates a NodeClaim's instance-type options to 60.
-const MAX_INSTANCE_TYPE_OPTIONS: usize = 60;
 
 /// Runs while this replica leads.
 pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
@@ -45,7 +42,7 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
             node.deleting = true;
             node.marked_for_deletion = true;
         }
-        let actions = decide(&snapshot, now, MAX_INSTANCE_TYPE_OPTIONS);
+        let actions = decide(&snapshot, now, snapshot.solve_options.max_instance_type_options);
         if actions.is_empty() {
             blocked.clear();
             continue;
@@ -79,10 +76,7 @@ fn snapshot<C: CloudProvider>(shared: &Shared<C>) -> Option<(Snapshot, k8s_opena
     if !listed || !cluster.nodepools().any(|p| p.is_static()) {
         return None;
     }
-    let options = SolveOptions {
-        max_instance_type_options: MAX_INSTANCE_TYPE_OPTIONS,
-        region: shared.settings.region.clone(),
-    };
+    let options = shared.solve_options();
     let (snapshot, _) = cluster.disruption_snapshot(
         &|_pool, class| shared.cloud.instance_types(class),
         options,

@@ -1,6 +1,6 @@
 //! Upstream's own manifests, unchanged: the Azure provider's `examples/v1/*.yaml` (one of them at
 //! AKSNodeClass `v1alpha2`) and its e2e default NodePool and AKSNodeClass, restated under
-//! `fixtures/upstream/` field for field. Each file applies to the real API server as it is, its classes
+//! `tests/fixtures/upstream/` field for field. Each file applies to the real API server as it is, its classes
 //! and pools become Ready, and a pod for each of its NodePools runs on a node launched for it.
 //!
 //! Several of them carry Cilium's startup taint (`node.cilium.io/agent-not-ready`); on AKS the Cilium
@@ -34,7 +34,7 @@ async fn upstreams_example_manifests_apply_unchanged_and_each_nodepool_runs_a_po
     // general-purpose example.
     let mut classes: BTreeMap<String, Value> = BTreeMap::new();
     for file in FIXTURES {
-        let text = objects::repo_file(&format!("tests/e2e/fixtures/upstream/{file}"));
+        let text = objects::repo_file(&format!("tests/fixtures/upstream/{file}"));
         let docs = objects::yaml_documents(&text);
         let of_kind = |kind: &str| docs.iter().filter(|d| d["kind"] == kind).cloned().collect::<Vec<_>>();
         let pools = of_kind("NodePool");

@@ -35,11 +35,6 @@ use super::{ControllerError, Shared};
 use crate::apis::nodepool::DisruptionReason;
 use crate::cloud::CloudProvider;
 use crate::disruption::{self, Command, Decisions, Method, Snapshot};
-use crate::scheduling::SolveOptions;
-
-/// Upstream's provider truncates a NodeClaim's instance-type options to 60; replacements are
-/// NodeClaims like any other.
-const MAX_INSTANCE_TYPE_OPTIONS: usize = 60;
 
 /// Node names of the commands this leadership term is executing.
 #[derive(Clone, Default)]
@@ -86,15 +81,6 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
     }
 }
 
-fn solve_options<C>(shared: &Shared<C>) -> SolveOptions {
-    SolveOptions {
-        max_instance_type_options: MAX_INSTANCE_TYPE_OPTIONS,
-        region: shared.settings.region.clone(),
-        min_values_policy: shared.settings.min_values_policy,
-        preference_policy: shared.settings.preference_policy,
-    }
-}
-
 /// The disruption snapshot now, or `None` while the index is not synced.
 fn snapshot<C: CloudProvider>(shared: &Shared<C>, disrupting: &Disrupting) -> Option<Snapshot> {
     let cluster = shared.cluster();
@@ -104,7 +90,7 @@ fn snapshot<C: CloudProvider>(shared: &Shared<C>, disrupting: &Disrupting) -> Op
     }
     let (snapshot, errors) = cluster.disruption_snapshot(
         &|_pool, class| shared.cloud.instance_types(class),
-        solve_options(shared),
+        shared.solve_options(),
         &disrupting.names(),
         &shared.nominated(),
     );

@@ -23,7 +23,7 @@ use crate::controllers::nodeclaim::{self, CreateError};
 use crate::controllers::{metrics, nodepool_health, ControllerError, Shared};
 use crate::model::labels::ANNOTATION_MIN_VALUES_RELAXED;
 use crate::operator::metrics::controller::PROVISIONER;
-use crate::scheduling::{self, Plan, PodId, SolveOptions};
+use crate::scheduling::{self, Plan, PodId};
 use batch::{DecisionClock, Window};
 
 /// Upstream requeues a provisionable pod every 10 s while it stays provisionable; a periodic batch
@@ -34,8 +34,6 @@ const SYNC_POLL: Duration = Duration::from_millis(200);
 /// How long a node the plan put pods on stays out of disruption (upstream `state.Cluster`
 /// `nominationPeriod`, 20 s): kube-scheduler binds the pods meanwhile.
 pub const NOMINATION_WINDOW: Duration = Duration::from_secs(20);
-/// Upstream's provider truncates a NodeClaim's instance-type options to 60.
-const MAX_INSTANCE_TYPE_OPTIONS: usize = 60;
 
 /// A provisionable pod's key, and when the pod watch saw it so.
 pub type Trigger = (String, Instant);
@@ -113,12 +111,7 @@ async fn provision<C: CloudProvider + 'static>(
     decisions: &mut DecisionClock,
     opened: Instant,
 ) -> Result<(), ControllerError> {
-    let options = SolveOptions {
-        max_instance_type_options: MAX_INSTANCE_TYPE_OPTIONS,
-        region: shared.settings.region.clone(),
-        min_values_policy: shared.settings.min_values_policy,
-        preference_policy: shared.settings.preference_policy,
-    };
+    let options = shared.solve_options();
     // Upstream times the whole Schedule: snapshot and solve.
     let started = Instant::now();
     let input = {

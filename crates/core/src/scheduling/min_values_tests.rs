@@ -50,6 +50,7 @@ fn input(min_values: u32, policy: MinValuesPolicy) -> SolveInput {
             instance_type("c4", 4, 0.38),
             instance_type("c8", 8, 0.8),
         ]),
+        replicas: None,
     };
     let pod = Pod {
         namespace: "default".into(),

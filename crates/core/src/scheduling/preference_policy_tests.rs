@@ -43,6 +43,7 @@ fn planned_size(policy: PreferencePolicy) -> String {
         startup_taints: vec![],
         remaining: None,
         instance_types: Arc::new(vec![instance_type("cheap", 0.1), instance_type("preferred", 0.5)]),
+        replicas: None,
     };
     let mut preferred = Requirements::new();
     preferred.add(Requirement::is_in(LABEL_INSTANCE_TYPE, ["preferred"]));
