@@ -15,6 +15,7 @@ use super::{cluster, objects, wait};
 pub const NODEPOOLS: &str = "nodepools.karpenter.sh";
 pub const NODECLAIMS: &str = "nodeclaims.karpenter.sh";
 pub const AKSNODECLASSES: &str = "aksnodeclasses.karpenter.azure.com";
+pub const NODEOVERLAYS: &str = "nodeoverlays.karpenter.sh";
 
 /// The outcome of the one installation, per CRD name: Established, or the API server's refusal (which
 /// names the failing rule). Kept per CRD so that one broken CRD fails only the tests that need it.
@@ -104,7 +105,7 @@ async fn every_crd_installs_and_the_seed_examples_read_back_with_server_defaults
     let _names = DEFAULT_NAMES.lock().await;
     let client = cluster::shared().client().await;
     let names = ensure_all_installed(&client).await;
-    assert_eq!(names, [AKSNODECLASSES, NODECLAIMS, NODEPOOLS], "the CRDs in crds/");
+    assert_eq!(names, [AKSNODECLASSES, NODECLAIMS, NODEOVERLAYS, NODEPOOLS], "the CRDs in crds/");
 
     let applied =
         objects::apply_yaml(&client, &objects::repo_file("examples/aksnodeclass-default.yaml")).await;

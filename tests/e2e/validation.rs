@@ -7,7 +7,7 @@
 
 use serde_json::json;
 
-use super::crds::{self, AKSNODECLASSES, NODECLAIMS, NODEPOOLS};
+use super::crds::{self, AKSNODECLASSES, NODECLAIMS, NODEOVERLAYS, NODEPOOLS};
 use super::validation_cases::{self as cases, Case, Expect};
 use super::{cluster, objects};
 
@@ -54,6 +54,13 @@ async fn invalid_aksnodeclasses_are_refused_with_the_rule_that_failed() {
     let client = cluster::shared().client().await;
     crds::ensure_installed(&client, &[AKSNODECLASSES]).await;
     check(&client, cases::aksnodeclass_cases()).await;
+}
+
+#[tokio::test]
+async fn invalid_nodeoverlays_are_refused_with_upstreams_messages() {
+    let client = cluster::shared().client().await;
+    crds::ensure_installed(&client, &[NODEOVERLAYS]).await;
+    check(&client, cases::nodeoverlay_cases()).await;
 }
 
 #[tokio::test]

@@ -383,3 +383,95 @@ pub fn aksnodeclass_cases() -> Vec<Case> {
         ),
     ]
 }
+
+/// A NodeOverlay named after its case, with `spec` merged over a requirement on the D family.
+pub fn overlay(name: &str, spec: Value) -> Value {
+    let base = json!({
+        "apiVersion": "karpenter.sh/v1alpha1",
+        "kind": "NodeOverlay",
+        "metadata": {"name": name},
+        "spec": {"requirements": [
+            {"key": "karpenter.azure.com/sku-family", "operator": "In", "values": ["D"]}
+        ]},
+    });
+    merged(base, json!({"spec": spec}))
+}
+
+/// NodeOverlay rules with upstream core's messages (`pkg/apis/crds/karpenter.sh_nodeoverlays.yaml`).
+pub fn nodeoverlay_cases() -> Vec<Case> {
+    let requirement = |r: Value| overlay("req", json!({"requirements": [r]}));
+    vec![
+        refused(
+            "price and priceAdjustment",
+            overlay("both", json!({"price": "0.5", "priceAdjustment": "-10%"})),
+            "cannot set both 'price' and 'priceAdjustment'",
+        ),
+        accepted("price only", overlay("price", json!({"price": "0.5"}))),
+        accepted("priceAdjustment -30%", overlay("minus30", json!({"priceAdjustment": "-30%"}))),
+        accepted("priceAdjustment +0.5", overlay("plushalf", json!({"priceAdjustment": "+0.5"}))),
+        accepted("priceAdjustment -100%", overlay("minus100", json!({"priceAdjustment": "-100%"}))),
+        refused(
+            "priceAdjustment without a sign",
+            overlay("nosign", json!({"priceAdjustment": "30%"})),
+            "spec.priceAdjustment in body should match",
+        ),
+        refused(
+            "priceAdjustment -150%",
+            overlay("minus150", json!({"priceAdjustment": "-150%"})),
+            "spec.priceAdjustment in body should match",
+        ),
+        refused(
+            "negative price",
+            overlay("negprice", json!({"price": "-1"})),
+            "spec.price in body should match",
+        ),
+        refused(
+            "capacity cpu",
+            overlay("cpu", json!({"capacity": {"cpu": "2"}})),
+            "invalid resource restricted",
+        ),
+        accepted(
+            "capacity extended resource",
+            overlay("gpu", json!({"capacity": {"example.com/widget": 2}})),
+        ),
+        refused(
+            "weight 0",
+            overlay("w0", json!({"weight": 0})),
+            "spec.weight in body should be greater than or equal to 1",
+        ),
+        accepted("weight 10000", overlay("w10000", json!({"weight": 10000}))),
+        refused(
+            "In without values",
+            requirement(json!({"key": "karpenter.azure.com/sku-family", "operator": "In"})),
+            "requirements with operator 'In' must have a value defined",
+        ),
+        refused(
+            "NotIn without values",
+            requirement(json!({"key": "karpenter.azure.com/sku-family", "operator": "NotIn"})),
+            "requirements with operator 'NotIn' must have a value defined",
+        ),
+        refused(
+            "Gte with a word",
+            requirement(json!({"key": "karpenter.azure.com/sku-cpu", "operator": "Gte", "values": ["many"]})),
+            "requirements operator 'Gt', 'Lt', 'Gte' or 'Lte' must have a single positive integer value",
+        ),
+        accepted(
+            "Lte 8",
+            requirement(json!({"key": "karpenter.azure.com/sku-cpu", "operator": "Lte", "values": ["8"]})),
+        ),
+        refused(
+            "karpenter.sh key",
+            requirement(json!({"key": "karpenter.sh/unknown", "operator": "Exists"})),
+            "label domain \"karpenter.sh\" is restricted",
+        ),
+        accepted(
+            "karpenter.sh/nodepool key",
+            requirement(json!({"key": "karpenter.sh/nodepool", "operator": "In", "values": ["default"]})),
+        ),
+        refused(
+            "hostname key",
+            requirement(json!({"key": "kubernetes.io/hostname", "operator": "Exists"})),
+            "label \"kubernetes.io/hostname\" is restricted",
+        ),
+    ]
+}
