@@ -16,6 +16,7 @@ mod knapsack;
 mod lp;
 mod node;
 mod node_fit;
+pub mod overlay;
 mod pack;
 pub mod plan;
 #[cfg(test)]
