@@ -29,7 +29,8 @@ unit:
 PROPTEST_TESTS = intersection_agrees_with_concrete_labels intersection_is_commutative \
 	emptiness_is_exact_on_the_sampled_universe matches_agrees_with_admits format_then_parse_is_identity \
 	small_inputs_give_feasible_deterministic_plans medium_inputs_give_feasible_deterministic_plans \
-	decisions_are_deterministic_within_budgets_and_never_cost_more the_index_never_goes_back_in_time
+	decisions_are_deterministic_within_budgets_and_never_cost_more the_index_never_goes_back_in_time \
+	prices_stay_sorted_and_non_negative
 PROPTEST_RUNS ?= 10
 proptest-random:
 	@for run in $$(seq $(PROPTEST_RUNS)); do \
