@@ -200,6 +200,7 @@ pub fn settings(v: &Validated) -> Settings {
             DISRUPTION_VALIDATION_DELAY,
         ),
         node_repair: v.feature_gates.node_repair,
+        node_overlay: v.feature_gates.node_overlay,
         watch_stale_after: env_duration(WATCH_STALE_AFTER_ENV, super::watch_health::DEFAULT_STALE_AFTER),
         credential_restart_after: env_duration(CREDENTIAL_RESTART_AFTER_ENV, CREDENTIAL_RESTART_AFTER),
     }
@@ -211,6 +212,7 @@ pub fn log_feature_gates(v: &Validated) {
     tracing::info!(
         node_repair = gates.node_repair,
         spot_to_spot_consolidation = gates.spot_to_spot_consolidation,
+        node_overlay = gates.node_overlay,
         "feature gates"
     );
     for gate in &gates.enabled_unimplemented {

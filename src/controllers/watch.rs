@@ -3,13 +3,14 @@
 //! while a watch was down are dropped at the end of its relist. No reflector store is kept: the index
 //! holds only the fields decisions read.
 //!
-//! The custom resources (NodeClaims, NodePools, AKSNodeClasses) are read one object at a time, so one
+//! The custom resources (NodeClaims, NodePools, AKSNodeClasses, NodeOverlays) are read one object at a time, so one
 //! that this version cannot read (stored by another version) is set aside, logged and evented instead
 //! of failing the whole list; objects that read but do not convert are reported the same way. Either
 //! way the object is left out of every decision ([`Cluster::invalid`]).
 //!
 //! Side effects after an update: a provisionable pod is sent to the provisioning batcher; a NodePool or
-//! AKSNodeClass change wakes the status writer.
+//! AKSNodeClass change wakes the status writer, and so does a NodeOverlay change (watched only with
+//! the `NodeOverlay` feature gate on).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -32,7 +33,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinSet;
 
 use super::{events, Shared};
-use crate::apis::{AKSNodeClass, NodeClaim, NodePool};
+use crate::apis::{AKSNodeClass, NodeClaim, NodeOverlay, NodePool};
 use crate::scheduling::from_k8s::FromK8sError;
 use crate::state::{self, Cluster, Kind, Object};
 
@@ -73,6 +74,15 @@ pub fn spawn_all<C: Send + Sync + 'static>(
     spawn_watch(tasks, &shared, Kind::PersistentVolume, typed, |_, _: &PersistentVolume| {});
     spawn_watch(tasks, &shared, Kind::StorageClass, typed, |_, _: &StorageClass| {});
     spawn_watch(tasks, &shared, Kind::Namespace, typed, |_, _: &Namespace| {});
+    if shared.settings.node_overlay {
+        let notify = shared.clone();
+        let overlay_hook = move |_: &Cluster, _: &NodeOverlay| notify.status_changed.notify_one();
+        spawn_watch(tasks, &shared, Kind::NodeOverlay, tolerant, overlay_hook);
+    } else {
+        // Nothing to wait for: with the gate off the index holds no overlays.
+        shared.cluster().mark_synced(Kind::NodeOverlay);
+        tracing::info!("feature gate NodeOverlay is off: NodeOverlays are ignored");
+    }
 }
 
 /// How a watch reads its objects.
@@ -125,6 +135,7 @@ fn watch_task(kind: Kind) -> &'static str {
         Kind::PersistentVolume => "watch_persistentvolume",
         Kind::StorageClass => "watch_storageclass",
         Kind::Namespace => "watch_namespace",
+        Kind::NodeOverlay => "watch_nodeoverlay",
     }
 }
 

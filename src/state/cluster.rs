@@ -13,7 +13,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::apis::conditions;
-use crate::apis::{AKSNodeClass, NodePool};
+use crate::apis::{AKSNodeClass, NodeOverlay, NodePool};
 use crate::model::resources::Resources;
 use crate::scheduling::from_k8s::{self, FromK8sError, PodContext, VolumeIndex};
 use crate::scheduling::Pod;
@@ -53,6 +53,8 @@ pub struct Cluster {
     // is dropped.
     nodepools: BTreeMap<String, NodePool>,
     nodeclasses: BTreeMap<String, AKSNodeClass>,
+    /// Applied to every pool's catalog when solver input is built ([`crate::scheduling::overlay`]).
+    node_overlays: BTreeMap<String, NodeOverlay>,
     /// DaemonSet key → its pod template as a solver pod.
     daemonsets: BTreeMap<String, Pod>,
     pdbs: BTreeMap<String, PdbRecord>,
@@ -85,6 +87,7 @@ fn object_key(object: Object<'_>) -> String {
         Object::PersistentVolume(o) => (None, &o.metadata.name),
         Object::StorageClass(o) => (None, &o.metadata.name),
         Object::Namespace(o) => (None, &o.metadata.name),
+        Object::NodeOverlay(o) => (None, &o.metadata.name),
     };
     key(namespace, name.as_deref().unwrap_or_default())
 }
@@ -241,6 +244,11 @@ impl Cluster {
                 class.metadata.managed_fields = None;
                 self.nodeclasses.insert(key, class);
             }
+            Object::NodeOverlay(o) => {
+                let mut overlay = o.clone();
+                overlay.metadata.managed_fields = None;
+                self.node_overlays.insert(key, overlay);
+            }
             Object::DaemonSet(d) => {
                 let template = d.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
                 let namespace = d.metadata.namespace.as_deref().unwrap_or("default");
@@ -307,6 +315,7 @@ impl Cluster {
             }
             Kind::NodePool => drop(self.nodepools.remove(key)),
             Kind::NodeClass => drop(self.nodeclasses.remove(key)),
+            Kind::NodeOverlay => drop(self.node_overlays.remove(key)),
             Kind::DaemonSet => drop(self.daemonsets.remove(key)),
             Kind::PodDisruptionBudget => drop(self.pdbs.remove(key)),
             Kind::PersistentVolumeClaim => self.volumes.delete_claim(key),
@@ -326,6 +335,7 @@ impl Cluster {
             Kind::NodeClaim => self.nodeclaims.keys().cloned().collect(),
             Kind::NodePool => self.nodepools.keys().cloned().collect(),
             Kind::NodeClass => self.nodeclasses.keys().cloned().collect(),
+            Kind::NodeOverlay => self.node_overlays.keys().cloned().collect(),
             Kind::DaemonSet => self.daemonsets.keys().cloned().collect(),
             Kind::PodDisruptionBudget => self.pdbs.keys().cloned().collect(),
             Kind::PersistentVolumeClaim => self.volumes.claim_keys().cloned().collect(),
@@ -457,6 +467,11 @@ impl Cluster {
 
     pub fn nodeclass(&self, name: &str) -> Option<&AKSNodeClass> {
         self.nodeclasses.get(name)
+    }
+
+    /// The NodeOverlays, by name.
+    pub fn node_overlays(&self) -> impl Iterator<Item = &NodeOverlay> {
+        self.node_overlays.values()
     }
 
     /// DaemonSet pod templates as solver pods, by `namespace/name`.

@@ -1,6 +1,7 @@
 //! The cluster index: a synchronous, in-memory view of the objects provisioning and disruption decide
-//! on (Pods, Nodes, NodeClaims, NodePools, AKSNodeClasses, DaemonSets, PodDisruptionBudgets, and the
-//! PersistentVolumeClaims, PersistentVolumes, StorageClasses and Namespaces that constrain pods), fed by
+//! on (Pods, Nodes, NodeClaims, NodePools, AKSNodeClasses, NodeOverlays, DaemonSets,
+//! PodDisruptionBudgets, and the PersistentVolumeClaims, PersistentVolumes, StorageClasses and
+//! Namespaces that constrain pods), fed by
 //! watch tasks through [`Cluster::apply`] / [`Cluster::delete`], gated by [`Cluster::synced`], and
 //! turned into plain solver input by [`Cluster::snapshot`].
 //!
@@ -32,7 +33,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::apis::{AKSNodeClass, NodeClaim, NodePool};
+use crate::apis::{AKSNodeClass, NodeClaim, NodeOverlay, NodePool};
 
 pub use cluster::{Cluster, NotSynced};
 pub use records::{NodeClaimRecord, NodeRecord, PdbRecord, PodPhase, PodRecord};
@@ -51,10 +52,11 @@ pub enum Kind {
     PersistentVolume,
     StorageClass,
     Namespace,
+    NodeOverlay,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Pod,
         Kind::Node,
         Kind::NodeClaim,
@@ -66,6 +68,9 @@ impl Kind {
         Kind::PersistentVolume,
         Kind::StorageClass,
         Kind::Namespace,
+        // Last, so the kinds before it keep their places. With the `NodeOverlay` feature gate off
+        // nothing watches it and the controller marks it synced at start (no overlays).
+        Kind::NodeOverlay,
     ];
 
     /// The Kubernetes kind name, for logs and events.
@@ -82,6 +87,7 @@ impl Kind {
             Kind::PersistentVolume => "PersistentVolume",
             Kind::StorageClass => "StorageClass",
             Kind::Namespace => "Namespace",
+            Kind::NodeOverlay => "NodeOverlay",
         }
     }
 }
@@ -100,6 +106,7 @@ pub enum Object<'a> {
     PersistentVolume(&'a PersistentVolume),
     StorageClass(&'a StorageClass),
     Namespace(&'a Namespace),
+    NodeOverlay(&'a NodeOverlay),
 }
 
 impl Object<'_> {
@@ -117,6 +124,7 @@ impl Object<'_> {
             Object::PersistentVolume(o) => &o.metadata,
             Object::StorageClass(o) => &o.metadata,
             Object::Namespace(o) => &o.metadata,
+            Object::NodeOverlay(o) => &o.metadata,
         }
     }
 
@@ -133,6 +141,7 @@ impl Object<'_> {
             Object::PersistentVolume(_) => Kind::PersistentVolume,
             Object::StorageClass(_) => Kind::StorageClass,
             Object::Namespace(_) => Kind::Namespace,
+            Object::NodeOverlay(_) => Kind::NodeOverlay,
         }
     }
 }
@@ -159,6 +168,7 @@ object_from!(
     PersistentVolume => PersistentVolume,
     StorageClass => StorageClass,
     Namespace => Namespace,
+    NodeOverlay => NodeOverlay,
 );
 
 /// The index key of an object: `namespace/name` for namespaced kinds, `name` for cluster-scoped ones

@@ -9,16 +9,19 @@
 //! - nodepools: Ready, not deleting and not static (`spec.replicas` unset: the solver never opens a
 //!   node in a static pool, as upstream's scheduler leaves them out), by name, with
 //!   `remaining = limits − usage` ([`Cluster::nodepool_usage`]);
-//! - daemonsets: the DaemonSet pod templates.
+//! - daemonsets: the DaemonSet pod templates;
+//! - every pool's instance types come from the caller's catalog with the NodeOverlays of the index
+//!   applied ([`Cluster::overlaid_catalogs`]).
 //!
 //! The caller checks [`Cluster::synced`] first; the snapshot itself does not refuse.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::apis::{AKSNodeClass, NodePool, Taint};
+use crate::apis::{AKSNodeClass, NodeOverlay, NodePool, Taint};
 use crate::model::InstanceType;
 use crate::scheduling::from_k8s;
+use crate::scheduling::overlay::{self, PoolTypes, Rejection};
 use crate::scheduling::{ExistingNode, NodePoolInput, Pod, SolveInput, SolveOptions};
 
 use super::records::{is_ephemeral_taint, NodeClaimRecord, NodeRecord};
@@ -61,21 +64,55 @@ impl Cluster {
 }
 
 impl Cluster {
-    /// Every Ready NodePool that is not being deleted, static ones included, as the solver reads it.
+    /// Every Ready NodePool that is not being deleted, static ones included, as the solver reads it,
+    /// with the NodeOverlays applied to its instance types ([`Cluster::overlaid_catalogs`]).
     pub fn solver_pools(
         &self,
         catalog: &impl Fn(&NodePool, Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>>,
     ) -> Vec<NodePoolInput> {
         let usage = self.nodepool_usage();
-        self.ready_nodepools()
-            .filter_map(|pool| {
-                let class = self.nodeclass(&pool.spec.template.spec.node_class_ref.name);
+        let pools: Vec<&NodePool> = self.ready_nodepools().collect();
+        let (catalogs, _) = self.overlaid_catalogs(&pools, catalog);
+        pools
+            .into_iter()
+            .zip(catalogs)
+            .filter_map(|(pool, types)| {
                 let name = pool.metadata.name.as_deref().unwrap_or_default();
                 let used = usage.get(name).cloned().unwrap_or_default();
                 // Cannot fail: the same conversion succeeded when the pool was applied.
-                from_k8s::nodepool(pool, &used, catalog(pool, class)).ok()
+                from_k8s::nodepool(pool, &used, types).ok()
             })
             .collect()
+    }
+
+    /// The catalog of each of `pools` with the index's NodeOverlays applied, and the overlays left out
+    /// (conflicting or unreadable) with why. Every decision prices and sizes instance types through
+    /// this, so provisioning, disruption and `simulate` see the same adjusted types.
+    pub fn overlaid_catalogs(
+        &self,
+        pools: &[&NodePool],
+        catalog: &impl Fn(&NodePool, Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>>,
+    ) -> (Vec<Arc<Vec<InstanceType>>>, BTreeMap<String, Rejection>) {
+        let catalogs: Vec<Arc<Vec<InstanceType>>> = pools
+            .iter()
+            .map(|pool| catalog(pool, self.nodeclass(&pool.spec.template.spec.node_class_ref.name)))
+            .collect();
+        let overlays: Vec<NodeOverlay> = self.node_overlays().cloned().collect();
+        if overlays.is_empty() {
+            return (catalogs, BTreeMap::new());
+        }
+        let no_labels = BTreeMap::new();
+        let inputs: Vec<PoolTypes<'_>> = pools
+            .iter()
+            .zip(&catalogs)
+            .map(|(pool, types)| PoolTypes {
+                name: pool.metadata.name.as_deref().unwrap_or_default(),
+                labels: pool.spec.template.metadata.as_ref().map_or(&no_labels, |m| &m.labels),
+                types,
+            })
+            .collect();
+        let out = overlay::apply(&inputs, &overlays);
+        (out.types.into_iter().map(Arc::new).collect(), out.rejected)
     }
 }
 

@@ -111,6 +111,8 @@ fn synced_waits_for_every_list_and_for_launching_claims() {
     }
     assert_eq!(cluster.sync_status(), Err(NotSynced::Listing(Kind::Namespace)), "volumes and namespaces too");
     cluster.mark_synced(Kind::Namespace);
+    assert_eq!(cluster.sync_status(), Err(NotSynced::Listing(Kind::NodeOverlay)), "overlays price the types");
+    cluster.mark_synced(Kind::NodeOverlay);
     assert!(cluster.synced());
 
     cluster.apply(&nodeclaim("c1", None, false));
@@ -325,6 +327,7 @@ pub(crate) fn apply_all(cluster: &mut Cluster, text: &str) {
             "PersistentVolume" => {
                 cluster.apply(&serde_yaml::from_value::<core::PersistentVolume>(doc).unwrap())
             }
+            "NodeOverlay" => cluster.apply(&serde_yaml::from_value::<crate::apis::NodeOverlay>(doc).unwrap()),
             other => panic!("unexpected kind {other}"),
         }
     }
@@ -342,6 +345,51 @@ pub(crate) fn small_cluster() -> Cluster {
 
 fn taint(key: &str) -> crate::apis::Taint {
     crate::apis::Taint { key: key.into(), value: None, effect: TaintEffect::NoSchedule, time_added: None }
+}
+
+#[test]
+fn node_overlays_price_every_pools_types_until_deleted() {
+    let mut cluster = small_cluster();
+    let it = |name: &str, price: f64| InstanceType {
+        name: name.into(),
+        vcpus: 2,
+        memory_mib: 8192,
+        labels: [(LABEL_INSTANCE_TYPE.to_string(), name.to_string())].into(),
+        capacity: Resources::new().with(CPU, 2000),
+        overhead: Default::default(),
+        allocatable: Resources::new().with(CPU, 2000),
+        offerings: vec![crate::model::Offering {
+            zone: "eastus-1".into(),
+            capacity_type: crate::model::CapacityType::OnDemand,
+            price,
+            available: true,
+        }],
+    };
+    let types = Arc::new(vec![it("Standard_A", 0.1), it("Standard_B", 0.2)]);
+    let catalog = |_: &crate::apis::NodePool, _: Option<&crate::apis::AKSNodeClass>| types.clone();
+    let first = |cluster: &Cluster| {
+        let pools = cluster.solver_pools(&catalog);
+        let general = pools.iter().find(|p| p.name == "general").unwrap();
+        (general.instance_types[0].name.clone(), general.instance_types[0].offerings[0].price)
+    };
+    assert_eq!(first(&cluster), ("Standard_A".to_string(), 0.1));
+    // The pool's template label `team: a` is matched, as upstream matches template labels.
+    apply_all(
+        &mut cluster,
+        "apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata: {name: cheap-b}
+spec:
+  price: '0.05'
+  requirements:
+  - {key: node.kubernetes.io/instance-type, operator: In, values: [Standard_B]}
+  - {key: team, operator: In, values: [a]}
+",
+    );
+    assert_eq!(first(&cluster), ("Standard_B".to_string(), 0.05));
+    let overlay = cluster.node_overlays().next().unwrap().clone();
+    cluster.delete(&overlay);
+    assert_eq!(first(&cluster), ("Standard_A".to_string(), 0.1));
 }
 
 #[test]
