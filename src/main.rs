@@ -32,13 +32,16 @@ enum Command {
         /// An AKSNodeClass manifest (maxPods, osDiskSizeGB) that shapes allocatable resources.
         #[arg(long)]
         nodeclass: Option<PathBuf>,
+        /// Files of NodeOverlay manifests applied to the sizes' prices and capacity (repeatable).
+        #[arg(long = "overlay")]
+        overlays: Vec<PathBuf>,
         /// table or json.
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         output: OutputFormat,
     },
     /// Show what would be launched for a scenario or a cluster snapshot, and what it would cost.
     ///
-    /// FILEs are Kubernetes YAML or JSON (multi-document or List): NodePool, AKSNodeClass, Pod,
+    /// FILEs are Kubernetes YAML or JSON (multi-document or List): NodePool, AKSNodeClass, NodeOverlay, Pod,
     /// Deployment, ReplicaSet, StatefulSet, Job, DaemonSet, Node, PodDisruptionBudget, Namespace.
     /// With no FILE a built-in demo runs.
     Simulate {
@@ -245,8 +248,8 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Controller(options) => run_controller(&options),
-        Command::Catalog { region, nodepool, nodeclass, output } => {
-            match catalog_command::run(&CatalogArgs { region, nodepool, nodeclass, output }) {
+        Command::Catalog { region, nodepool, nodeclass, overlays, output } => {
+            match catalog_command::run(&CatalogArgs { region, nodepool, nodeclass, overlays, output }) {
                 Ok(listing) => {
                     for warning in &listing.warnings {
                         eprintln!("warning: {warning}");

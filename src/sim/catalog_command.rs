@@ -1,13 +1,15 @@
 //! The `karpenter-azure catalog` command: the sizes a NodePool allows in a region, with allocatable
-//! resources and prices, cheapest first. Reads the NodePool and AKSNodeClass files; the selection
-//! itself is the pure [`crate::model::selection`].
+//! resources and prices, cheapest first. Reads the NodePool, AKSNodeClass and NodeOverlay files; the
+//! selection itself is the pure [`crate::model::selection`], the overlays the pure
+//! [`crate::scheduling::overlay`] (applied before the selection, as the controller applies them).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::apis::manifest::{self, ManifestError};
 use crate::apis::validate::{self, ValidationError};
-use crate::apis::{AKSNodeClass, NodePool};
+use crate::apis::{AKSNodeClass, NodeOverlay, NodePool};
 use crate::catalog::cli::{render, OutputFormat};
 use crate::catalog::instancetype::{instance_types, known_regions, CatalogError};
 use crate::catalog::pricing::PriceTable;
@@ -16,6 +18,8 @@ use crate::catalog::unavailable::UnavailableOfferings;
 use crate::catalog::CapacityOptions;
 use crate::model::requirements::{MinValuesError, RequirementError};
 use crate::model::selection;
+use crate::model::InstanceType;
+use crate::scheduling::overlay::{self, PoolTypes};
 
 /// What the command was asked for.
 #[derive(Debug, Clone)]
@@ -23,6 +27,8 @@ pub struct CatalogArgs {
     pub region: String,
     pub nodepool: Option<PathBuf>,
     pub nodeclass: Option<PathBuf>,
+    /// Files holding NodeOverlays (other kinds in them are skipped).
+    pub overlays: Vec<PathBuf>,
     pub output: OutputFormat,
 }
 
@@ -67,9 +73,9 @@ pub fn run(args: &CatalogArgs) -> Result<Listing, CommandError> {
     let types =
         instance_types(&args.region, &options, &pricing, &UnavailableOfferings::default(), Duration::ZERO)?;
     let has_own_data = known_regions().contains(&args.region);
-    let warnings = offline_notes(&args.region, has_own_data, &pricing);
-    let types = match &args.nodepool {
-        None => types,
+    let mut warnings = offline_notes(&args.region, has_own_data, &pricing);
+    let pool = match &args.nodepool {
+        None => None,
         Some(path) => {
             let file = path.display().to_string();
             let (raw, pool): (_, NodePool) = manifest::read_one(path, "NodePool")?;
@@ -79,6 +85,13 @@ pub fn run(args: &CatalogArgs) -> Result<Listing, CommandError> {
                 object: object.clone(),
                 error,
             })?;
+            Some((file, object, pool))
+        }
+    };
+    let types = with_overlays(types, pool.as_ref().map(|(_, _, p)| p), &args.overlays, &mut warnings)?;
+    let types = match pool {
+        None => types,
+        Some((file, object, pool)) => {
             let requirements =
                 crate::apis::requirements::from_api(&pool.spec.template.spec.requirements).map_err(
                     |error| CommandError::Requirement { file: file.clone(), object: object.clone(), error },
@@ -91,4 +104,32 @@ pub fn run(args: &CatalogArgs) -> Result<Listing, CommandError> {
         }
     };
     Ok(Listing { text: render(&types, args.output), warnings })
+}
+
+/// `types` with the NodeOverlays of `files` applied for `pool` (a pool named `default` without labels
+/// when none is given); overlays left out are reported in `warnings`.
+fn with_overlays(
+    types: Vec<InstanceType>,
+    pool: Option<&NodePool>,
+    files: &[PathBuf],
+    warnings: &mut Vec<String>,
+) -> Result<Vec<InstanceType>, CommandError> {
+    let mut overlays: Vec<NodeOverlay> = vec![];
+    for path in files {
+        let file = path.display().to_string();
+        for raw in manifest::read_objects(path)?.iter().filter(|r| r.kind == "NodeOverlay") {
+            overlays.push(raw.decode(&file)?);
+        }
+    }
+    if overlays.is_empty() {
+        return Ok(types);
+    }
+    let no_labels = BTreeMap::new();
+    let name = pool.and_then(|p| p.metadata.name.as_deref()).unwrap_or("default");
+    let labels = pool.and_then(|p| p.spec.template.metadata.as_ref()).map_or(&no_labels, |m| &m.labels);
+    let mut out = overlay::apply(&[PoolTypes { name, labels, types: &types }], &overlays);
+    for (overlay, why) in &out.rejected {
+        warnings.push(format!("NodeOverlay/{overlay}: left out: {why}"));
+    }
+    Ok(out.types.remove(0))
 }

@@ -18,6 +18,9 @@
 //!   plans only with Ready pools);
 //! - every namespace an object lives in exists.
 //!
+//! NodeOverlays in the input are applied to every pool's instance types, as the controller applies
+//! them with its `NodeOverlay` feature gate on.
+//!
 //! The index lists by name; [`InputOrder`] puts what a snapshot lists back in the order of the input
 //! (a `kubectl get` snapshot lists by name anyway; a hand-written scenario reads, and solves, as
 //! written).
@@ -68,6 +71,9 @@ pub fn load(objects: &Objects, warnings: &mut Vec<String>) -> Result<Cluster, Sc
     }
     for p in &objects.nodepools {
         cluster.apply(&ready(&p.object));
+    }
+    for o in &objects.node_overlays {
+        cluster.apply(&o.object);
     }
     let pods = pods(objects);
     let (nodes, claims) = nodes_and_claims(objects, &pods);

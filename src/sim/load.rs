@@ -14,12 +14,13 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use serde::de::DeserializeOwned;
 
 use crate::apis::manifest::{self, ManifestError, RawObject};
-use crate::apis::{AKSNodeClass, NodeClaim, NodePool};
+use crate::apis::{AKSNodeClass, NodeClaim, NodeOverlay, NodePool};
 
 /// The kinds `simulate` reads. Anything else is refused rather than silently ignored, so a typo in a
 /// kind cannot make a scenario look cheaper than it is.
-pub const KINDS: [&str; 16] = [
+pub const KINDS: [&str; 17] = [
     "NodePool",
+    "NodeOverlay",
     "NodeClaim",
     "AKSNodeClass",
     "Pod",
@@ -78,6 +79,9 @@ pub struct Objects {
     /// Managed capacity, for the disruption decisions (with Nodes labelled `karpenter.sh/nodepool`).
     pub nodeclaims: Vec<Sourced<NodeClaim>>,
     pub nodeclasses: Vec<Sourced<AKSNodeClass>>,
+    /// Applied to every pool's instance types, as the controller applies them with the `NodeOverlay`
+    /// feature gate on.
+    pub node_overlays: Vec<Sourced<NodeOverlay>>,
     pub pods: Vec<Sourced<Pod>>,
     pub deployments: Vec<Sourced<Deployment>>,
     pub replicasets: Vec<Sourced<ReplicaSet>>,
@@ -152,6 +156,7 @@ fn add(
         "NodePool" => objects.nodepools.push(decode(file, raw)?),
         "NodeClaim" => objects.nodeclaims.push(decode(file, raw)?),
         "AKSNodeClass" => objects.nodeclasses.push(decode(file, raw)?),
+        "NodeOverlay" => objects.node_overlays.push(decode(file, raw)?),
         "Pod" => objects.pods.push(decode(file, raw)?),
         "Deployment" => objects.deployments.push(decode(file, raw)?),
         "ReplicaSet" => objects.replicasets.push(decode(file, raw)?),

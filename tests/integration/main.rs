@@ -10,7 +10,7 @@
 //! - the Azure provider against the fake ARM of `crates/fake-azure`: `azure_images`, `azure_launcher`,
 //!   `azure_security`, `fake_arm` (the fake against the real SDK clients), `launch_priced`,
 //!   `workload_identity` (a rotated service-account token keeps ARM calls working);
-//! - the CLI's simulator: `simulate_cli`, `simulate_disruption`, `simulate_timeline`,
+//! - the CLI's simulator: `simulate_cli`, `simulate_disruption`, `simulate_overlay`, `simulate_timeline`,
 //!   `timeline_report_browser` (the HTML report in headless Chromium);
 //! - the repository: `crds_and_examples` (generated files are fresh, examples parse), `layering` (the
 //!   module layers and the pure modules), `property_tests` (every property test runs from the fixed
@@ -34,6 +34,7 @@ mod layering;
 mod property_tests;
 mod simulate_cli;
 mod simulate_disruption;
+mod simulate_overlay;
 mod simulate_timeline;
 mod solver_constraints;
 mod solver_eastus;
