@@ -165,3 +165,52 @@ fn the_catalog_shows_overlaid_prices_and_reports_conflicts() {
     assert_eq!(d4["capacity"]["example.com/widget"], "3", "{d4:#}");
     assert_eq!(d4["allocatable"]["example.com/widget"], "3", "{d4:#}");
 }
+
+#[test]
+fn an_overlay_applied_during_a_timeline_moves_the_node_to_its_family_after_it() {
+    let docs = |text: &str| -> Vec<Value> {
+        text.split("---\n")
+            .filter(|d| !d.trim().is_empty())
+            .map(|d| serde_yaml::from_str::<Value>(d).unwrap())
+            .collect()
+    };
+    let mut objects = docs(POOL);
+    objects.push(serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "3", "memory": "4Gi"}}}]},
+            },
+        },
+    }));
+    let overlay = docs(&cheaper_f()).remove(0);
+    let timeline = serde_json::json!({
+        "settings": {"duration": "2h", "bootDelay": "60s"},
+        "objects": objects,
+        "events": [{"at": "30m", "apply": overlay}],
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("timeline.yaml");
+    std::fs::write(&file, timeline.to_string()).unwrap();
+    let out = run(&["simulate", "--timeline", &file.display().to_string(), "--output", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let executed: Vec<&Value> = run["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["reason"] == "Underutilized" && d["outcome"].as_str().unwrap().starts_with("executed"))
+        .collect();
+    assert_eq!(executed.len(), 1, "{:#?}", run["decisions"]);
+    assert!(executed[0]["offset_seconds"].as_u64().unwrap() >= 30 * 60, "not before the overlay");
+    let first = &run["steps"].as_array().unwrap()[5];
+    assert_eq!(first["nodes_by_instance_type"], serde_json::json!({"Standard_D4als_v6": 1}), "{first}");
+    let last = run["steps"].as_array().unwrap().last().unwrap();
+    let types: Vec<&String> = last["nodes_by_instance_type"].as_object().unwrap().keys().collect();
+    assert!(types.len() == 1 && types[0].starts_with("Standard_F"), "{last}");
+}

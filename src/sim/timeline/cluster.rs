@@ -112,6 +112,7 @@ impl VirtualCluster {
         let o = &mut self.objects;
         upsert(&mut o.nodepools, &mut single.nodepools);
         upsert(&mut o.nodeclasses, &mut single.nodeclasses);
+        upsert(&mut o.node_overlays, &mut single.node_overlays);
         upsert(&mut o.pods, &mut single.pods);
         upsert(&mut o.deployments, &mut single.deployments);
         upsert(&mut o.replicasets, &mut single.replicasets);
@@ -144,18 +145,21 @@ impl VirtualCluster {
             + o.deployments.len()
             + o.nodepools.len()
             + o.nodeclasses.len()
+            + o.node_overlays.len()
             + o.pdbs.len()
             + o.daemonsets.len();
         o.pods.retain(|p| !matches(&p.display));
         o.deployments.retain(|p| !matches(&p.display));
         o.nodepools.retain(|p| !matches(&p.display));
         o.nodeclasses.retain(|p| !matches(&p.display));
+        o.node_overlays.retain(|p| !matches(&p.display));
         o.pdbs.retain(|p| !matches(&p.display));
         o.daemonsets.retain(|p| !matches(&p.display));
         let after = o.pods.len()
             + o.deployments.len()
             + o.nodepools.len()
             + o.nodeclasses.len()
+            + o.node_overlays.len()
             + o.pdbs.len()
             + o.daemonsets.len();
         if kind == "Deployment" {
