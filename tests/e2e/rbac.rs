@@ -35,6 +35,10 @@ const CLUSTER_RULES: &[(&str, &str, &[&str])] = &[
     ("karpenter.sh", "nodepools", &["list", "watch"]),
     // status.rs.
     ("karpenter.sh", "nodepools/status", &["patch"]),
+    // watch.rs (NodeOverlay feature gate on).
+    ("karpenter.sh", "nodeoverlays", &["list", "watch"]),
+    // status/nodeoverlay.rs.
+    ("karpenter.sh", "nodeoverlays/status", &["patch"]),
     // watch.rs, status.rs.
     ("karpenter.azure.com", "aksnodeclasses", &["list", "watch"]),
     // status.rs.

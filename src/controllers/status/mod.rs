@@ -6,6 +6,10 @@
 //!
 //! NodePool: NodeClassReady and Ready from its class, `resources` and `nodes` in use from the index.
 //! Provisioning only sees NodePools whose Ready is True, so this writer must run for anything to launch.
+//!
+//! NodeOverlay: ValidationSucceeded and Ready ([`nodeoverlay`]).
+
+pub mod nodeoverlay;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -102,6 +106,7 @@ async fn sync_all<C: CloudProvider>(shared: &Shared<C>) -> Result<(), Controller
             tracing::debug!(nodepool = %name, "updated nodepool status");
         }
     }
+    nodeoverlay::sync(shared, &now()).await?;
     Ok(())
 }
 
