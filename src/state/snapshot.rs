@@ -85,6 +85,20 @@ impl Cluster {
             .collect()
     }
 
+    /// The instance types of Ready NodePool `pool` with the NodeOverlays applied, or None when the
+    /// index holds no overlay (the catalog's own types are then the right ones) or no such pool.
+    pub fn overlaid_types_of(
+        &self,
+        pool: &str,
+        catalog: &impl Fn(&NodePool, Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>>,
+    ) -> Option<Arc<Vec<InstanceType>>> {
+        self.node_overlays().next()?;
+        let pools: Vec<&NodePool> = self.ready_nodepools().collect();
+        let at = pools.iter().position(|p| p.metadata.name.as_deref() == Some(pool))?;
+        let (mut catalogs, _) = self.overlaid_catalogs(&pools, catalog);
+        Some(catalogs.swap_remove(at))
+    }
+
     /// The catalog of each of `pools` with the index's NodeOverlays applied, and the overlays left out
     /// (conflicting or unreadable) with why. Every decision prices and sizes instance types through
     /// this, so provisioning, disruption and `simulate` see the same adjusted types.

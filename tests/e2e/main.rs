@@ -52,6 +52,7 @@ mod metrics;
 mod min_values_policy;
 mod nodeclass;
 mod operators;
+mod overlays;
 mod pricing;
 mod provisioning;
 mod rbac;

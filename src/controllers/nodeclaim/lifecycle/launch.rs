@@ -3,6 +3,8 @@
 //! the size, zone and capacity type it got. A refused offering (capacity, a class that is not Ready)
 //! deletes the claim so the next batch solves again without it; any other error is retried with a
 //! backoff. The create is cut off when the claim's launch timeout comes, whatever hangs inside it.
+//! With NodeOverlays in the index, the launch ranks its offerings at the overlaid prices the solver
+//! planned with ([`super::launch_prices`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -31,7 +33,7 @@ pub(super) async fn launch<C: CloudProvider + 'static>(
 ) -> Result<Action, ControllerError> {
     let name = claim.name_any();
     let class = shared.cluster().nodeclass(&claim.spec.node_class_ref.name).cloned();
-    let request = match shared.cloud.launch_request(claim, class.as_ref()) {
+    let mut request = match shared.cloud.launch_request(claim, class.as_ref()) {
         Ok(request) => request,
         Err(error) if error.category() == "NodeClassNotReady" => {
             // As upstream: the claim cannot launch until its class changes, and provisioning creates no
@@ -56,6 +58,11 @@ pub(super) async fn launch<C: CloudProvider + 'static>(
             return Err(ControllerError::Invalid(error.to_string()));
         }
     };
+    let overlaid =
+        shared.cluster().overlaid_types_of(&request.nodepool, &|_, class| shared.cloud.instance_types(class));
+    if let Some(types) = overlaid {
+        super::launch_prices::reprice(&mut request, &types);
+    }
     let bounded = tokio::time::timeout(time_left.max(MIN_CREATE_TIME), shared.cloud.create(&request));
     let created = bounded.await.unwrap_or_else(|_| {
         // The dropped create leaves at most a VM or NIC by the claim's name: the next attempt reuses

@@ -18,6 +18,7 @@
 mod finalize;
 mod initialization;
 mod launch;
+mod launch_prices;
 pub mod phase;
 mod registration;
 
