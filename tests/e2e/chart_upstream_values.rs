@@ -381,7 +381,7 @@ fn notes_list_the_upstream_values_that_have_no_effect_here() {
         "--set",
         "settings.clusterName=prod,settings.clusterEndpoint=https://prod-dns.hcp.eastus.azmk8s.io:443",
         "--set",
-        "settings.featureGates.nodeOverlay=true",
+        "settings.featureGates.staticCapacity=true",
     ]);
     assert!(upstream.contains("for cluster prod."), "{upstream}");
     assert!(upstream.contains("have no effect here:"), "{upstream}");
@@ -391,7 +391,7 @@ fn notes_list_the_upstream_values_that_have_no_effect_here() {
         "  - logErrorOutputPaths: ",
         "  - settings.ignoreDRARequests: ",
         "  - settings.disableClusterStateObservability: ",
-        "  - settings.featureGates.nodeOverlay: ",
+        "  - settings.featureGates.staticCapacity: ",
     ] {
         assert!(upstream.contains(key), "{key:?} missing from NOTES:\n{upstream}");
     }
