@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::apis::{AKSNodeClass, NodeOverlay, NodePool, Taint};
+use crate::model::labels::{ANNOTATION_CAPACITY_OVERLAY_APPLIED, ANNOTATION_PRICE_OVERLAY_APPLIED};
 use crate::model::InstanceType;
 use crate::scheduling::from_k8s;
 use crate::scheduling::overlay::{self, PoolTypes, Rejection};
@@ -72,7 +73,7 @@ impl Cluster {
     ) -> Vec<NodePoolInput> {
         let usage = self.nodepool_usage();
         let pools: Vec<&NodePool> = self.ready_nodepools().collect();
-        let (catalogs, _) = self.overlaid_catalogs(&pools, catalog);
+        let catalogs = self.overlaid_catalogs(&pools, catalog).types;
         pools
             .into_iter()
             .zip(catalogs)
@@ -95,25 +96,59 @@ impl Cluster {
         self.node_overlays().next()?;
         let pools: Vec<&NodePool> = self.ready_nodepools().collect();
         let at = pools.iter().position(|p| p.metadata.name.as_deref() == Some(pool))?;
-        let (mut catalogs, _) = self.overlaid_catalogs(&pools, catalog);
-        Some(catalogs.swap_remove(at))
+        Some(self.overlaid_catalogs(&pools, catalog).types.swap_remove(at))
     }
 
-    /// The catalog of each of `pools` with the index's NodeOverlays applied, and the overlays left out
-    /// (conflicting or unreadable) with why. Every decision prices and sizes instance types through
-    /// this, so provisioning, disruption and `simulate` see the same adjusted types.
+    /// The annotations upstream puts on a NodeClaim of `pool` whose sizes (`options`) an overlay priced
+    /// or extended (core `nodeclaimtemplate.go`): empty when none did.
+    pub fn overlay_annotations(
+        &self,
+        pool: &str,
+        options: &[String],
+        catalog: &impl Fn(&NodePool, Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>>,
+    ) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        if self.node_overlays().next().is_none() {
+            return out;
+        }
+        let pools: Vec<&NodePool> = self.ready_nodepools().collect();
+        let Some(at) = pools.iter().position(|p| p.metadata.name.as_deref() == Some(pool)) else {
+            return out;
+        };
+        let overlaid = self.overlaid_catalogs(&pools, catalog);
+        for (sizes, key) in [
+            (&overlaid.price_overlaid[at], ANNOTATION_PRICE_OVERLAY_APPLIED),
+            (&overlaid.capacity_overlaid[at], ANNOTATION_CAPACITY_OVERLAY_APPLIED),
+        ] {
+            if options.iter().any(|o| sizes.contains(o)) {
+                out.insert(key.to_string(), "true".to_string());
+            }
+        }
+        out
+    }
+
+    /// The catalog of each of `pools` with the index's NodeOverlays applied, with the overlays left
+    /// out (conflicting or unreadable) and the sizes each pool had priced or extended. Every decision
+    /// prices and sizes instance types through this, so provisioning, disruption and `simulate` see
+    /// the same adjusted types.
     pub fn overlaid_catalogs(
         &self,
         pools: &[&NodePool],
         catalog: &impl Fn(&NodePool, Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>>,
-    ) -> (Vec<Arc<Vec<InstanceType>>>, BTreeMap<String, Rejection>) {
+    ) -> OverlaidCatalogs {
         let catalogs: Vec<Arc<Vec<InstanceType>>> = pools
             .iter()
             .map(|pool| catalog(pool, self.nodeclass(&pool.spec.template.spec.node_class_ref.name)))
             .collect();
         let overlays: Vec<NodeOverlay> = self.node_overlays().cloned().collect();
         if overlays.is_empty() {
-            return (catalogs, BTreeMap::new());
+            let none = vec![BTreeSet::new(); pools.len()];
+            return OverlaidCatalogs {
+                types: catalogs,
+                rejected: BTreeMap::new(),
+                price_overlaid: none.clone(),
+                capacity_overlaid: none,
+            };
         }
         let no_labels = BTreeMap::new();
         let inputs: Vec<PoolTypes<'_>> = pools
@@ -126,8 +161,25 @@ impl Cluster {
             })
             .collect();
         let out = overlay::apply(&inputs, &overlays);
-        (out.types.into_iter().map(Arc::new).collect(), out.rejected)
+        OverlaidCatalogs {
+            types: out.types.into_iter().map(Arc::new).collect(),
+            rejected: out.rejected,
+            price_overlaid: out.price_overlaid,
+            capacity_overlaid: out.capacity_overlaid,
+        }
     }
+}
+
+/// [`Cluster::overlaid_catalogs`]: per pool, in the order of the pools given.
+#[derive(Clone, Debug, Default)]
+pub struct OverlaidCatalogs {
+    pub types: Vec<Arc<Vec<InstanceType>>>,
+    /// Overlays left out, by name, with why.
+    pub rejected: BTreeMap<String, Rejection>,
+    /// The sizes with an offering priced by an overlay.
+    pub price_overlaid: Vec<BTreeSet<String>>,
+    /// The sizes whose capacity an overlay extended.
+    pub capacity_overlaid: Vec<BTreeSet<String>>,
 }
 
 /// A registered Node as solver capacity. Until it is initialized, the taints a daemon or the lifecycle

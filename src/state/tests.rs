@@ -387,6 +387,15 @@ spec:
 ",
     );
     assert_eq!(first(&cluster), ("Standard_B".to_string(), 0.05));
+    let annotations = |options: &[&str]| {
+        let options: Vec<String> = options.iter().map(|o| o.to_string()).collect();
+        cluster.overlay_annotations("general", &options, &catalog)
+    };
+    assert_eq!(
+        annotations(&["Standard_A", "Standard_B"]),
+        [("karpenter.sh/price-overlay-applied".to_string(), "true".to_string())].into()
+    );
+    assert!(annotations(&["Standard_A"]).is_empty(), "no option of the claim was priced by an overlay");
     let overlay = cluster.node_overlays().next().unwrap().clone();
     cluster.delete(&overlay);
     assert_eq!(first(&cluster), ("Standard_A".to_string(), 0.1));

@@ -84,6 +84,15 @@ async fn a_minus_30_percent_overlay_changes_the_size_of_the_next_nodeclaim() {
     let both = controller.wait_until("the second NodeClaim", STAGE, || launched(&client, 2)).await;
     let new: Vec<&String> = both.iter().filter(|t| **t != first[0]).collect();
     assert!(new.len() == 1 && family(new[0]) == 'F', "the next NodeClaim is an F size: {both:?}");
+    let claims = claims_of(&client, NAME).await.expect("listing NodeClaims");
+    let marked =
+        |c: &&serde_json::Value| c["metadata"]["annotations"]["karpenter.sh/price-overlay-applied"] == "true";
+    let annotated: Vec<&str> = claims
+        .iter()
+        .filter(marked)
+        .filter_map(|c| c["metadata"]["labels"]["node.kubernetes.io/instance-type"].as_str())
+        .collect();
+    assert_eq!(annotated, [new[0].as_str()], "upstream's annotation marks the claim an overlay priced");
 
     let api = objects::api_for(&client, &overlay).await.expect("the NodeOverlay API");
     api.delete(NAME, &Default::default()).await.expect("deleting the NodeOverlay");

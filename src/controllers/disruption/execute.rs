@@ -19,6 +19,7 @@ use serde_json::json;
 use super::{reason_label, report, Disrupting, Shared};
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::NodeClaim;
+use crate::cloud::CloudProvider;
 use crate::controllers::nodeclaim::{self, CreateError};
 use crate::controllers::writes::{self, Deleted, Guard, Part, Updated};
 use crate::controllers::ControllerError;
@@ -39,7 +40,7 @@ pub struct Started {
 }
 
 /// Taints the candidates and creates the replacements; `None` (after a rollback) when either fails.
-pub async fn start<C: Send + Sync + 'static>(
+pub async fn start<C: CloudProvider + 'static>(
     shared: &Arc<Shared<C>>,
     disrupting: &Disrupting,
     command: &Command,
@@ -140,7 +141,7 @@ async fn await_replacements<C>(shared: &Shared<C>, started: &Started) -> Result<
     }
 }
 
-async fn create_replacements<C>(
+async fn create_replacements<C: CloudProvider>(
     shared: &Shared<C>,
     command: &Command,
 ) -> Result<Vec<String>, ControllerError> {

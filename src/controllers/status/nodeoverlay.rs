@@ -28,7 +28,8 @@ pub async fn sync<C: CloudProvider>(shared: &Shared<C>, now: &Time) -> Result<()
             return Ok(());
         }
         let pools: Vec<_> = cluster.ready_nodepools().collect();
-        let (_, rejected) = cluster.overlaid_catalogs(&pools, &|_, class| shared.cloud.instance_types(class));
+        let rejected =
+            cluster.overlaid_catalogs(&pools, &|_, class| shared.cloud.instance_types(class)).rejected;
         overlays
             .iter()
             .filter_map(|o| overlay_status(o, rejected.get(o.name()), now).map(|s| (o.name_any(), s)))

@@ -79,6 +79,11 @@ pub const ANNOTATION_NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
 /// Whether a NodeClaim's minValues were lowered under MinValuesPolicy BestEffort, "true" or "false"
 /// (upstream core pkg/apis/v1/labels.go `NodeClaimMinValuesRelaxedAnnotationKey`).
 pub const ANNOTATION_MIN_VALUES_RELAXED: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
+/// On a NodeClaim: "true" when a NodeOverlay priced one of its sizes, or extended one's capacity
+/// (upstream core pkg/apis/v1alpha1/labels.go `PriceOverlayAppliedAnnotationKey`,
+/// `CapacityOverlayAppliedAnnotationKey`).
+pub const ANNOTATION_PRICE_OVERLAY_APPLIED: &str = "karpenter.sh/price-overlay-applied";
+pub const ANNOTATION_CAPACITY_OVERLAY_APPLIED: &str = "karpenter.sh/capacity-overlay-applied";
 pub const ANNOTATION_NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
 /// On a NodeClaim: the hash of its AKSNodeClass's spec (without tags) when it was created, and its
 /// format version (`disruption/drift.rs`).

@@ -64,6 +64,8 @@ pub struct Overlaid {
     pub types: Vec<Vec<InstanceType>>,
     /// Each pool's types with at least one offering priced by an overlay.
     pub price_overlaid: Vec<BTreeSet<String>>,
+    /// Each pool's types whose capacity an overlay extended.
+    pub capacity_overlaid: Vec<BTreeSet<String>>,
     /// Overlays left out, by name.
     pub rejected: BTreeMap<String, Rejection>,
 }
@@ -269,7 +271,7 @@ pub fn apply(pools: &[PoolTypes<'_>], overlays: &[NodeOverlay]) -> Overlaid {
 
     let mut out = Overlaid { rejected, ..Overlaid::default() };
     for (pool, updates) in pools.iter().zip(updates) {
-        let mut overlaid = BTreeSet::new();
+        let (mut overlaid, mut extended) = (BTreeSet::new(), BTreeSet::new());
         let mut types = pool.types.to_vec();
         for (t, update) in updates {
             let it = &mut types[t];
@@ -286,6 +288,9 @@ pub fn apply(pools: &[PoolTypes<'_>], overlays: &[NodeOverlay]) -> Overlaid {
                     .then_with(|| a.zone.cmp(&b.zone))
                     .then_with(|| a.capacity_type.cmp(&b.capacity_type))
             });
+            if update.capacity.is_some() {
+                extended.insert(it.name.clone());
+            }
             // Extended resources have no node overhead: capacity and allocatable grow alike.
             for (resource, amount) in update.capacity.map(|c| c.merged).unwrap_or_default() {
                 it.capacity.set(&resource, amount);
@@ -295,6 +300,7 @@ pub fn apply(pools: &[PoolTypes<'_>], overlays: &[NodeOverlay]) -> Overlaid {
         types.sort_by(|a, b| a.sort_price().total_cmp(&b.sort_price()).then_with(|| a.name.cmp(&b.name)));
         out.types.push(types);
         out.price_overlaid.push(overlaid);
+        out.capacity_overlaid.push(extended);
     }
     out
 }

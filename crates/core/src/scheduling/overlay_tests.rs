@@ -223,6 +223,7 @@ fn capacity_merges_by_weight_and_conflicts_only_on_shared_resources() {
     assert_eq!(d.allocatable.get("example.com/a"), 4);
     assert_eq!(d.capacity.get(CPU), 4000, "standard resources are kept");
     assert!(out.price_overlaid[0].is_empty(), "capacity alone prices nothing");
+    assert_eq!(out.capacity_overlaid[0], BTreeSet::from(["Standard_D4s_v5".to_string()]));
 
     let out = run(&[
         with_capacity("x", Some(3), "D", &[("example.com/a", "1")]),
