@@ -105,6 +105,12 @@ pub fn build(objects: &Objects, region: &str, catalog: &Catalog) -> Result<Scena
     let types = PoolTypes::new(&cluster, region, catalog)?;
     let options = SolveOptions { region: region.to_string(), ..SolveOptions::default() };
     let mut input = cluster.snapshot(&|_pool, class| types.get(class), options);
+    if cluster.node_overlays().next().is_some() {
+        let pools: Vec<_> = cluster.ready_nodepools().collect();
+        for (name, why) in cluster.overlaid_catalogs(&pools, &|_pool, class| types.get(class)).rejected {
+            warnings.push(format!("NodeOverlay/{name}: left out: {why}"));
+        }
+    }
     input.pods.extend(cluster.pods_of_deleting_nodes());
     let order = InputOrder::new(objects);
     input.nodes.sort_by_key(|n| order.node(&n.name));

@@ -133,6 +133,20 @@ fn a_minus_30_percent_overlay_makes_consolidation_move_to_its_family() {
 }
 
 #[test]
+fn simulate_warns_about_an_overlay_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let flat = overlay("flat-f", 10, "F", "price: \"5\"");
+    let plan = simulate(dir.path(), &[POOL, PENDING, &cheaper_f(), &flat]);
+    let warnings = plan["warnings"].to_string();
+    assert!(
+        warnings.contains("NodeOverlay/cheaper-f: left out: conflict with another overlay"),
+        "{warnings}"
+    );
+    // "flat-f" holds: F sizes at $5/h, so the pod goes to a D size.
+    assert_eq!(family_of(&plan), ["D"], "{plan:#}");
+}
+
+#[test]
 fn the_catalog_shows_overlaid_prices_and_reports_conflicts() {
     let dir = tempfile::tempdir().unwrap();
     let pool = dir.path().join("pool.yaml");
