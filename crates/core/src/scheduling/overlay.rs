@@ -165,24 +165,30 @@ struct TypeUpdate {
     capacity: Option<CapacityUpdate>,
 }
 
-/// The offerings (by index) of each type (by index) an overlay matches in one pool.
+/// The offerings (by index) of each type (by index) an overlay matches in one pool. Each label is
+/// looked up where it lives (offering, type, pool), so no label set is copied per offering.
 fn matches(pool: &PoolTypes<'_>, overlay: &Parsed) -> Vec<(usize, Vec<usize>)> {
-    let mut base = pool.labels.clone();
-    base.insert(LABEL_NODEPOOL.to_string(), pool.name.to_string());
     pool.types
         .iter()
         .enumerate()
         .filter_map(|(t, it)| {
-            let mut labels = base.clone();
-            labels.extend(it.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
             let offerings: Vec<usize> = it
                 .offerings
                 .iter()
                 .enumerate()
                 .filter(|(_, o)| {
-                    let mut all = labels.clone();
-                    all.extend(offering_labels(o).iter().map(|(k, v)| (k.to_string(), v.to_string())));
-                    overlay.requirements.matches(&all)
+                    let own = offering_labels(o);
+                    overlay.requirements.iter().all(|r| {
+                        let key = r.key();
+                        let value = own
+                            .iter()
+                            .find(|(k, _)| *k == key)
+                            .map(|(_, v)| *v)
+                            .or_else(|| it.labels.get(key).map(String::as_str))
+                            .or_else(|| (key == LABEL_NODEPOOL).then_some(pool.name))
+                            .or_else(|| pool.labels.get(key).map(String::as_str));
+                        r.admits(value)
+                    })
                 })
                 .map(|(i, _)| i)
                 .collect();
