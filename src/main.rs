@@ -29,9 +29,14 @@ enum Command {
         /// A NodePool manifest whose requirements select the sizes.
         #[arg(long)]
         nodepool: Option<PathBuf>,
-        /// An AKSNodeClass manifest (maxPods, osDiskSizeGB) that shapes allocatable resources.
+        /// An AKSNodeClass manifest: maxPods and osDiskSizeGB shape allocatable resources; imageFamily,
+        /// gpu.mode and artifactStreaming decide which sizes its nodes can run.
         #[arg(long)]
         nodeclass: Option<PathBuf>,
+        /// List the region's sizes the AKSNodeClass (or any class) may not offer, each with the reason,
+        /// instead of the sizes it offers.
+        #[arg(long)]
+        left_out: bool,
         /// table or json.
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         output: OutputFormat,
@@ -245,8 +250,8 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Controller(options) => run_controller(&options),
-        Command::Catalog { region, nodepool, nodeclass, output } => {
-            match catalog_command::run(&CatalogArgs { region, nodepool, nodeclass, output }) {
+        Command::Catalog { region, nodepool, nodeclass, left_out, output } => {
+            match catalog_command::run(&CatalogArgs { region, nodepool, nodeclass, left_out, output }) {
                 Ok(listing) => {
                     for warning in &listing.warnings {
                         eprintln!("warning: {warning}");
