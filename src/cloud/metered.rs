@@ -142,6 +142,10 @@ impl<C: CloudProvider> CloudProvider for Metered<C> {
         self.inner.claim_of_resource(resource_name)
     }
 
+    fn repair_policies(&self, not_ready: Duration) -> Vec<crate::disruption::repair::RepairPolicy> {
+        self.inner.repair_policies(not_ready)
+    }
+
     fn claim_of_provider_id(&self, provider_id: &str) -> Option<String> {
         self.inner.claim_of_provider_id(provider_id)
     }

@@ -20,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::apis::common::Taint;
 use crate::apis::{AKSNodeClass, NodeClaim};
 use crate::catalog::{NodeSecurity, PriceSource, SkuRecord, Timestamp};
+use crate::disruption::repair::{not_ready_policies, RepairPolicy};
 use crate::model::{CapacityType, InstanceType};
 
 /// Reads "now" for the unavailable-offerings cache; injected so tests and the simulator control time.
@@ -107,6 +108,11 @@ pub trait CloudProvider: Send + Sync {
     /// The NodeClaim a machine was made for, read from its providerID (a Node's `spec.providerID`);
     /// None when the ID is not one of this provider's machines named for a claim.
     fn claim_of_provider_id(&self, provider_id: &str) -> Option<String>;
+    /// The node conditions that make node repair replace a node, and after how long (upstream
+    /// `CloudProvider.RepairPolicies`); `not_ready` is the toleration of `Ready` False or Unknown.
+    fn repair_policies(&self, not_ready: Duration) -> Vec<RepairPolicy> {
+        not_ready_policies(not_ready)
+    }
 }
 
 /// The part of a running machine that changes in place rather than by replacement.
