@@ -146,6 +146,10 @@ impl<C: CloudProvider> CloudProvider for Metered<C> {
         self.inner.repair_policies(not_ready)
     }
 
+    fn kubelet_identity(&self) -> Option<String> {
+        self.inner.kubelet_identity()
+    }
+
     fn claim_of_provider_id(&self, provider_id: &str) -> Option<String> {
         self.inner.claim_of_provider_id(provider_id)
     }

@@ -113,6 +113,12 @@ pub trait CloudProvider: Send + Sync {
     fn repair_policies(&self, not_ready: Duration) -> Vec<RepairPolicy> {
         not_ready_policies(not_ready)
     }
+    /// The client ID of the kubelet identity new nodes are launched with, when the provider labels
+    /// nodes with it (`kubernetes.azure.com/kubelet-identity-client-id`): a node with another one has
+    /// drifted (`KubeletIdentityDrift`).
+    fn kubelet_identity(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The part of a running machine that changes in place rather than by replacement.

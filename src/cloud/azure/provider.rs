@@ -476,6 +476,10 @@ impl CloudProvider for AzureCloudProvider {
         naming::claim_name(resource_name).map(str::to_string)
     }
 
+    fn kubelet_identity(&self) -> Option<String> {
+        Some(self.settings.bootstrap.kubelet_identity_client_id.clone()).filter(|id| !id.is_empty())
+    }
+
     /// NotReady for `not_ready`, then two signals acted on at once: AKS's node problem detector reporting
     /// `kubernetes.azure.com/NodeHealthy` False, and a spot VM's `PreemptionScheduled` True (Azure
     /// gives about 30 s notice of an eviction; the replacement should start now, not after the NotReady

@@ -56,6 +56,8 @@ pub const LABEL_SKU_HYPERV_GENERATION: &str = "karpenter.azure.com/sku-hyperv-ge
 
 pub const LABEL_AKS_CLUSTER: &str = "kubernetes.azure.com/cluster";
 pub const LABEL_AKS_MODE: &str = "kubernetes.azure.com/mode";
+/// The client ID of the kubelet's managed identity, which AKS labels every node with.
+pub const LABEL_KUBELET_IDENTITY: &str = "kubernetes.azure.com/kubelet-identity-client-id";
 pub const LABEL_AKS_SCALESET_PRIORITY: &str = "kubernetes.azure.com/scalesetpriority";
 pub const LABEL_AKS_PRIORITY: &str = "kubernetes.azure.com/priority";
 pub const LABEL_AKS_OS_SKU: &str = "kubernetes.azure.com/os-sku";
