@@ -73,8 +73,9 @@ pub mod reason {
     pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
     pub const NODE_REGISTRATION_UNHEALTHY: &str = "NodeRegistrationUnhealthy";
     pub const UNCONSOLIDATABLE: &str = "Unconsolidatable";
+    pub const WAITING_ON_NODECLAIM_TERMINATION: &str = "WaitingOnNodeClaimTermination";
 
-    pub const ALL: [&str; 24] = [
+    pub const ALL: [&str; 25] = [
         NOMINATED,
         FAILED_SCHEDULING,
         LAUNCHED,
@@ -99,6 +100,7 @@ pub mod reason {
         CREDENTIALS_UNAVAILABLE,
         NODE_REGISTRATION_UNHEALTHY,
         UNCONSOLIDATABLE,
+        WAITING_ON_NODECLAIM_TERMINATION,
     ];
 }
 
@@ -318,6 +320,19 @@ pub fn garbage_collected(provider_id: &str) -> Event {
 /// series, so a different blocker shows as its own event.
 pub fn disruption_blocked(blocker: &str, why: &str) -> Event {
     event(EventType::Normal, reason::DISRUPTION_BLOCKED, blocker, format!("Cannot disrupt: {why}"))
+}
+
+/// On an AKSNodeClass being deleted: these NodeClaims still name it (upstream provider
+/// `WaitingOnNodeClaimTermination`, the first five names).
+pub fn waiting_on_nodeclaim_termination(claims: &[String]) -> Event {
+    let shown: Vec<&str> = claims.iter().take(5).map(String::as_str).collect();
+    let more = if claims.len() > 5 { format!(" and {} other(s)", claims.len() - 5) } else { String::new() };
+    event(
+        EventType::Normal,
+        reason::WAITING_ON_NODECLAIM_TERMINATION,
+        "Finalize",
+        format!("Waiting on NodeClaim termination for {}{more}", shown.join(", ")),
+    )
 }
 
 /// On a Node and its NodeClaim: consolidation cannot remove or replace it, and `why` (upstream

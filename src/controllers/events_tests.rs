@@ -47,6 +47,11 @@ fn builders_use_their_reason_and_type() {
         (credentials_unavailable("expired assertion"), reason::CREDENTIALS_UNAVAILABLE, EventType::Warning),
         (registration_unhealthy("2 of the last 2"), reason::NODE_REGISTRATION_UNHEALTHY, EventType::Warning),
         (unconsolidatable("Can't replace with a cheaper node"), reason::UNCONSOLIDATABLE, EventType::Normal),
+        (
+            waiting_on_nodeclaim_termination(&["a".into()]),
+            reason::WAITING_ON_NODECLAIM_TERMINATION,
+            EventType::Normal,
+        ),
     ];
     assert_eq!(cases.len(), reason::ALL.len());
     for (ev, reason, type_) in cases {

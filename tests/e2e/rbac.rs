@@ -35,8 +35,8 @@ const CLUSTER_RULES: &[(&str, &str, &[&str])] = &[
     ("karpenter.sh", "nodepools", &["list", "watch"]),
     // status.rs.
     ("karpenter.sh", "nodepools/status", &["patch"]),
-    // watch.rs, status.rs.
-    ("karpenter.azure.com", "aksnodeclasses", &["list", "watch"]),
+    // watch.rs, status.rs (and its termination finalizer).
+    ("karpenter.azure.com", "aksnodeclasses", &["list", "watch", "patch"]),
     // status.rs.
     ("karpenter.azure.com", "aksnodeclasses/status", &["patch"]),
     // watch.rs: DaemonSets (the overhead of a new node) and PodDisruptionBudgets.
@@ -191,7 +191,7 @@ async fn the_service_account_token_may_do_exactly_that_in_the_cluster() {
         ("karpenter.sh", "nodeclaims", "update"),
         ("karpenter.sh", "nodepools", "patch"),
         ("karpenter.sh", "nodepools", "delete"),
-        ("karpenter.azure.com", "aksnodeclasses", "patch"),
+        ("karpenter.azure.com", "aksnodeclasses", "update"),
         ("karpenter.azure.com", "aksnodeclasses", "create"),
         ("apps", "daemonsets", "patch"),
         ("apps", "deployments", "list"),

@@ -22,7 +22,8 @@ use crate::apis::{AKSNodeClass, NodePool};
 use crate::cloud::CloudProvider;
 use crate::controllers::nodeclaim::resource_list;
 use crate::controllers::nodepool_health::Registration;
-use crate::controllers::{events, ControllerError, Shared};
+use crate::controllers::{events, writes, ControllerError, Shared};
+use crate::model::labels::FINALIZER_NODECLASS_TERMINATION;
 
 /// Status is recomputed at least this often (node counts and the Kubernetes version change without a
 /// NodePool or AKSNodeClass event).
@@ -46,9 +47,12 @@ async fn sync_all<C: CloudProvider>(shared: &Shared<C>) -> Result<(), Controller
     // The index keeps classes by name only; they are few, so they are listed (fresh status included).
     let classes_api: Api<AKSNodeClass> = Api::all(shared.client.clone());
     let classes = classes_api.list(&ListParams::default()).await?.items;
+    for class in &classes {
+        finalize(shared, &classes_api, class).await?;
+    }
     if !classes.is_empty() {
         let version = kubernetes_version(&shared.client.apiserver_version().await?.git_version);
-        for class in &classes {
+        for class in classes.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
             if let Some(status) = shared.cloud.node_class_status(class, &version, &now()).await {
                 let patch = Patch::Merge(json!({ "status": status }));
                 classes_api.patch_status(&class.name_any(), &PatchParams::default(), &patch).await?;
@@ -101,6 +105,45 @@ async fn sync_all<C: CloudProvider>(shared: &Shared<C>) -> Result<(), Controller
             }
             tracing::debug!(nodepool = %name, "updated nodepool status");
         }
+    }
+    Ok(())
+}
+
+/// The AKSNodeClass termination finalizer (upstream provider `pkg/controllers/nodeclass/status` adds it,
+/// `pkg/controllers/nodeclass/termination` removes it): a class in use is deleted only after the last
+/// NodeClaim that names it, so no node is left without the class its drift and launches read. While it
+/// waits, a `WaitingOnNodeClaimTermination` event names the claims.
+async fn finalize<C>(
+    shared: &Shared<C>,
+    api: &Api<AKSNodeClass>,
+    class: &AKSNodeClass,
+) -> Result<(), ControllerError> {
+    let has = class.finalizers().iter().any(|f| f == FINALIZER_NODECLASS_TERMINATION);
+    let deleting = class.metadata.deletion_timestamp.is_some();
+    let finalizers: Vec<String> = match (deleting, has) {
+        (false, false) => {
+            let mut list = class.finalizers().to_vec();
+            list.push(FINALIZER_NODECLASS_TERMINATION.to_string());
+            list
+        }
+        (true, true) => {
+            let users: Vec<String> = {
+                let cluster = shared.cluster();
+                let name = class.name_any();
+                cluster.nodeclaims().filter(|c| c.node_class == name).map(|c| c.name.clone()).collect()
+            };
+            if !users.is_empty() {
+                let event = events::waiting_on_nodeclaim_termination(&users);
+                shared.events.publish(event, class.object_ref(&())).await;
+                return Ok(());
+            }
+            class.finalizers().iter().filter(|f| *f != FINALIZER_NODECLASS_TERMINATION).cloned().collect()
+        }
+        _ => return Ok(()),
+    };
+    // Guarded by the version read: a merge patch replaces the whole list.
+    if writes::patch(api, class, json!({"metadata": {"finalizers": finalizers}})).await?.is_some() {
+        tracing::info!(aksnodeclass = %class.name_any(), added = !deleting, "updated aksnodeclass termination finalizer");
     }
     Ok(())
 }
@@ -159,10 +202,17 @@ pub fn nodepool_status(
     let class_ready = class
         .and_then(|c| c.status.as_ref())
         .is_some_and(|s| conditions::is_true(&s.conditions, conditions::READY));
+    let terminating = class.is_some_and(|c| c.metadata.deletion_timestamp.is_some());
     let (status, reason, message) = match (class, class_ready) {
         (None, _) => {
             (ConditionStatus::False, "NodeClassNotFound", format!("AKSNodeClass {class_name} not found"))
         }
+        // Upstream core's NodePool readiness: a deleting class launches nothing more.
+        (Some(_), _) if terminating => (
+            ConditionStatus::False,
+            "NodeClassTerminating",
+            format!("AKSNodeClass {class_name} is terminating"),
+        ),
         (Some(_), false) => {
             (ConditionStatus::False, "NodeClassNotReady", format!("AKSNodeClass {class_name} is not ready"))
         }

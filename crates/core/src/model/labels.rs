@@ -97,6 +97,7 @@ pub const TAINT_DISRUPTED: &str = "karpenter.sh/disrupted";
 // --- Finalizers ----------------------------------------------------------------------------------
 
 pub const FINALIZER_TERMINATION: &str = "karpenter.sh/termination";
+/// Holds an AKSNodeClass until no NodeClaim names it (upstream provider `v1beta1.TerminationFinalizer`).
 pub const FINALIZER_NODECLASS_TERMINATION: &str = "karpenter.azure.com/termination";
 
 // --- Which keys users may use --------------------------------------------------------------------
