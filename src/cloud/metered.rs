@@ -109,9 +109,10 @@ impl<C: CloudProvider> CloudProvider for Metered<C> {
         &self,
         class: &AKSNodeClass,
         version: &str,
+        upgrades: super::ImageUpgrades,
         now: &Time,
     ) -> Option<serde_json::Value> {
-        self.inner.node_class_status(class, version, now).await
+        self.inner.node_class_status(class, version, upgrades, now).await
     }
 
     fn forget_unused_node_class_lookups(&self) {

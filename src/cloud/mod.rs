@@ -35,6 +35,15 @@ pub fn wall_clock() -> Clock {
 ///
 /// Every method is idempotent: create reuses what an earlier, interrupted create left behind, delete of
 /// something already gone succeeds.
+/// Whether the node image versions a class already resolved may move to newer ones now: not outside
+/// the cluster's node OS maintenance window (upstream provider `pkg/controllers/nodeclass/status/images.go`).
+/// A new class, a Kubernetes upgrade and a change of the class's image selection resolve anew either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageUpgrades {
+    Allowed,
+    Held,
+}
+
 pub trait CloudProvider: Send + Sync {
     /// Launches a machine for the claim, trying the request's offerings in order.
     fn create(&self, request: &LaunchRequest) -> impl Future<Output = Result<Instance, CloudError>> + Send;
@@ -78,6 +87,7 @@ pub trait CloudProvider: Send + Sync {
         &self,
         class: &AKSNodeClass,
         version: &str,
+        upgrades: ImageUpgrades,
         now: &Time,
     ) -> impl Future<Output = Option<serde_json::Value>> + Send;
     /// How long the cloud credential has failed to get tokens without a success in between, and the

@@ -54,6 +54,8 @@ pub struct Settings {
     /// How long the Azure credential may keep failing before `/healthz` fails, so the kubelet restarts
     /// the pod (`KARPENTER_CREDENTIAL_RESTART_AFTER`; a restart rereads mounted secrets).
     pub credential_restart_after: Duration,
+    /// `SYSTEM_NAMESPACE`, where AKS publishes the maintenance windows.
+    pub system_namespace: String,
 }
 
 /// Why a controller step failed. `category` is the bounded label for logs, metrics and events.

@@ -202,6 +202,7 @@ pub fn settings(v: &Validated) -> Settings {
         node_repair: v.feature_gates.node_repair,
         watch_stale_after: env_duration(WATCH_STALE_AFTER_ENV, super::watch_health::DEFAULT_STALE_AFTER),
         credential_restart_after: env_duration(CREDENTIAL_RESTART_AFTER_ENV, CREDENTIAL_RESTART_AFTER),
+        system_namespace: v.system_namespace.clone(),
     }
 }
 

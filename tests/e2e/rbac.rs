@@ -104,8 +104,19 @@ fn the_chart_grants_exactly_the_calls_the_controller_makes() {
     assert_eq!(grants(cluster_role), expected_cluster_grants());
     let role = find(&docs, "Role", None);
     assert_eq!(role["metadata"]["namespace"], NAMESPACE);
-    let expected: BTreeSet<_> =
-        [lease_grant("create", ""), lease_grant("get", LEASE), lease_grant("update", LEASE)].into();
+    let maintenance_window = (
+        String::new(),
+        "configmaps".to_string(),
+        "get".to_string(),
+        "upcoming-maintenance-window".to_string(),
+    );
+    let expected: BTreeSet<_> = [
+        lease_grant("create", ""),
+        lease_grant("get", LEASE),
+        lease_grant("update", LEASE),
+        maintenance_window,
+    ]
+    .into();
     assert_eq!(grants(role), expected);
 
     // Both bind the chart's ServiceAccount, and the controller is told the Lease the Role names.

@@ -423,6 +423,7 @@ impl CloudProvider for AzureCloudProvider {
         &self,
         class: &AKSNodeClass,
         version: &str,
+        upgrades: crate::cloud::ImageUpgrades,
         now: &Time,
     ) -> Option<serde_json::Value> {
         let mut checks = self.node_class_checks.lock().await;
@@ -436,11 +437,10 @@ impl CloudProvider for AzureCloudProvider {
                 self,
                 class,
                 version,
-                subnet,
-                node_resource_group,
+                (subnet, node_resource_group),
                 credentials.as_deref(),
-                Instant::now(),
-                now,
+                upgrades,
+                (Instant::now(), now),
             )
             .await
     }

@@ -4,8 +4,13 @@
 //! community galleries and the subnet check, written as KubernetesVersionReady / ImagesReady /
 //! SubnetsReady / Ready ([`crate::cloud::azure::nodeclass`]).
 //!
+//! Node image versions move only inside the AKS node OS maintenance window, when one is configured
+//! ([`maintenance`]).
+//!
 //! NodePool: NodeClassReady and Ready from its class, `resources` and `nodes` in use from the index.
 //! Provisioning only sees NodePools whose Ready is True, so this writer must run for anything to launch.
+
+pub mod maintenance;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -52,8 +57,13 @@ async fn sync_all<C: CloudProvider>(shared: &Shared<C>) -> Result<(), Controller
     }
     if !classes.is_empty() {
         let version = kubernetes_version(&shared.client.apiserver_version().await?.git_version);
+        let (upgrades, problem) =
+            maintenance::upgrades(&shared.client, &shared.settings.system_namespace, Timestamp::now()).await;
+        if let Some(problem) = problem {
+            tracing::warn!(%problem, "node OS maintenance window");
+        }
         for class in classes.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
-            if let Some(status) = shared.cloud.node_class_status(class, &version, &now()).await {
+            if let Some(status) = shared.cloud.node_class_status(class, &version, upgrades, &now()).await {
                 let patch = Patch::Merge(json!({ "status": status }));
                 classes_api.patch_status(&class.name_any(), &PatchParams::default(), &patch).await?;
                 if let Some(why) = newly_failing_credentials(class, &status) {
