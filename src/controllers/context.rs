@@ -49,6 +49,9 @@ pub struct Settings {
     pub disruption_validation_delay: Duration,
     /// Feature gate `NodeRepair` (upstream default off): [`repair`] replaces nodes that stay unhealthy.
     pub node_repair: bool,
+    /// Feature gate `StaticCapacity` (upstream default off): [`static_pools`] holds static NodePools at
+    /// their replica count.
+    pub static_capacity: bool,
     /// How long a watch may keep failing before `/readyz` fails (`KARPENTER_WATCH_STALE_AFTER`).
     pub watch_stale_after: Duration,
     /// How long the Azure credential may keep failing before `/healthz` fails, so the kubelet restarts

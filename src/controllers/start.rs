@@ -200,6 +200,7 @@ pub fn settings(v: &Validated) -> Settings {
             DISRUPTION_VALIDATION_DELAY,
         ),
         node_repair: v.feature_gates.node_repair,
+        static_capacity: v.feature_gates.static_capacity,
         watch_stale_after: env_duration(WATCH_STALE_AFTER_ENV, super::watch_health::DEFAULT_STALE_AFTER),
         credential_restart_after: env_duration(CREDENTIAL_RESTART_AFTER_ENV, CREDENTIAL_RESTART_AFTER),
         system_namespace: v.system_namespace.clone(),
@@ -212,6 +213,7 @@ pub fn log_feature_gates(v: &Validated) {
     tracing::info!(
         node_repair = gates.node_repair,
         spot_to_spot_consolidation = gates.spot_to_spot_consolidation,
+        static_capacity = gates.static_capacity,
         "feature gates"
     );
     for gate in &gates.enabled_unimplemented {

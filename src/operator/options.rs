@@ -308,12 +308,12 @@ impl Options {
 }
 
 /// The feature gates this controller implements, with upstream's defaults (core options.go).
-pub const FEATURE_GATES: [(&str, bool); 2] = [("NodeRepair", false), ("SpotToSpotConsolidation", false)];
+pub const FEATURE_GATES: [(&str, bool); 3] =
+    [("NodeRepair", false), ("SpotToSpotConsolidation", false), ("StaticCapacity", false)];
 /// Upstream gates this controller does not implement. They are accepted, so a values file or
 /// environment written for upstream's chart (which passes every gate) still starts the controller; one
 /// that is enabled gets a warning at start, since it changes nothing here.
-pub const UNIMPLEMENTED_FEATURE_GATES: [&str; 4] =
-    ["ReservedCapacity", "NodeOverlay", "StaticCapacity", "CapacityBuffer"];
+pub const UNIMPLEMENTED_FEATURE_GATES: [&str; 3] = ["ReservedCapacity", "NodeOverlay", "CapacityBuffer"];
 
 /// `--feature-gates` (FEATURE_GATES), parsed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -322,6 +322,9 @@ pub struct FeatureGates {
     pub node_repair: bool,
     /// `SpotToSpotConsolidation`: consolidation may replace spot nodes with cheaper spot nodes.
     pub spot_to_spot_consolidation: bool,
+    /// `StaticCapacity`: static NodePools (`spec.replicas`) launch and remove nodes to hold their count
+    /// (upstream core default off; its static provisioning and deprovisioning run only with it on).
+    pub static_capacity: bool,
     /// Upstream gates set to true that this controller does not implement, for a warning at start.
     pub enabled_unimplemented: Vec<String>,
 }
@@ -350,6 +353,7 @@ impl FeatureGates {
             match name {
                 "NodeRepair" => gates.node_repair = enabled,
                 "SpotToSpotConsolidation" => gates.spot_to_spot_consolidation = enabled,
+                "StaticCapacity" => gates.static_capacity = enabled,
                 _ if UNIMPLEMENTED_FEATURE_GATES.contains(&name) => {
                     unimplemented.insert(name.to_string(), enabled);
                 }

@@ -35,9 +35,10 @@ use crate::model::labels::FINALIZER_NODECLASS_TERMINATION;
 const RESYNC: Duration = Duration::from_secs(10);
 
 pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
+    let mut window_problem = None;
     loop {
         let in_flight = shared.begin_work().await;
-        if let Err(error) = sync_all(&shared).await {
+        if let Err(error) = sync_all(&shared, &mut window_problem).await {
             tracing::warn!(category = error.category(), %error, "status update failed");
         }
         drop(in_flight);
@@ -48,7 +49,11 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
     }
 }
 
-async fn sync_all<C: CloudProvider>(shared: &Shared<C>) -> Result<(), ControllerError> {
+/// `window_problem` is the last maintenance-window problem logged, so each is logged once.
+async fn sync_all<C: CloudProvider>(
+    shared: &Shared<C>,
+    window_problem: &mut Option<String>,
+) -> Result<(), ControllerError> {
     // The index keeps classes by name only; they are few, so they are listed (fresh status included).
     let classes_api: Api<AKSNodeClass> = Api::all(shared.client.clone());
     let classes = classes_api.list(&ListParams::default()).await?.items;
@@ -59,9 +64,10 @@ async fn sync_all<C: CloudProvider>(shared: &Shared<C>) -> Result<(), Controller
         let version = kubernetes_version(&shared.client.apiserver_version().await?.git_version);
         let (upgrades, problem) =
             maintenance::upgrades(&shared.client, &shared.settings.system_namespace, Timestamp::now()).await;
-        if let Some(problem) = problem {
-            tracing::warn!(%problem, "node OS maintenance window");
+        if problem.is_some() && problem != *window_problem {
+            tracing::warn!(problem = problem.as_deref().unwrap_or_default(), "node OS maintenance window");
         }
+        *window_problem = problem;
         for class in classes.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
             if let Some(status) = shared.cloud.node_class_status(class, &version, upgrades, &now()).await {
                 let patch = Patch::Merge(json!({ "status": status }));
