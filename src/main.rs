@@ -29,12 +29,17 @@ enum Command {
         /// A NodePool manifest whose requirements select the sizes.
         #[arg(long)]
         nodepool: Option<PathBuf>,
-        /// An AKSNodeClass manifest (maxPods, osDiskSizeGB) that shapes allocatable resources.
+        /// An AKSNodeClass manifest: maxPods and osDiskSizeGB shape allocatable resources; imageFamily,
+        /// gpu.mode and artifactStreaming decide which sizes its nodes can run.
         #[arg(long)]
         nodeclass: Option<PathBuf>,
         /// Files of NodeOverlay manifests applied to the sizes' prices and capacity (repeatable).
         #[arg(long = "overlay")]
         overlays: Vec<PathBuf>,
+        /// List the region's sizes the AKSNodeClass (or any class) may not offer, each with the reason,
+        /// instead of the sizes it offers.
+        #[arg(long)]
+        left_out: bool,
         /// table or json.
         #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
         output: OutputFormat,
@@ -248,8 +253,15 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Controller(options) => run_controller(&options),
-        Command::Catalog { region, nodepool, nodeclass, overlays, output } => {
-            match catalog_command::run(&CatalogArgs { region, nodepool, nodeclass, overlays, output }) {
+        Command::Catalog { region, nodepool, nodeclass, overlays, left_out, output } => {
+            match catalog_command::run(&CatalogArgs {
+                region,
+                nodepool,
+                nodeclass,
+                overlays,
+                left_out,
+                output,
+            }) {
                 Ok(listing) => {
                     for warning in &listing.warnings {
                         eprintln!("warning: {warning}");

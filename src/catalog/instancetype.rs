@@ -59,7 +59,8 @@ pub fn region_zones(region: &str) -> Result<Vec<String>, CatalogError> {
 /// gets every embedded size, in the zones [`region_zones`] knows (regional offerings when none).
 ///
 /// Filters: restricted sizes (AKS- and Karpenter-restricted lists), fewer than 2 vCPUs, less than
-/// 3.5 GiB, confidential DC*/EC* sizes, constrained-core sizes (their `vcpus` overstates what the VM can use), and sizes without an
+/// 3.5 GiB, confidential DC*/EC* sizes, constrained-core sizes (their `vcpus` overstates what the VM can use), sizes
+/// with a GPU AKS does not support ([`super::support::global_reason`]), and sizes without an
 /// on-demand price in `pricing`. Unlike upstream, which keeps unpriced sizes at a placeholder price of
 /// 999 $/h, an unpriced size is left out of the region: a made-up price would distort cost ranking and
 /// the solver's lower bound, and the static table covers every size the region actually sells.
@@ -107,6 +108,7 @@ pub fn passes_global_filters(sku: &SkuRecord) -> bool {
         && sku.memory_mib >= MIN_MEMORY_MIB
         && !sku.is_constrained_cpu()
         && !sku.is_confidential()
+        && super::support::global_reason(sku).is_none()
 }
 
 /// Builds one instance type; None when the size has no on-demand price in `pricing`.

@@ -23,6 +23,7 @@ pub mod regions;
 pub mod retail;
 pub mod security;
 pub mod sku;
+pub mod support;
 pub mod unavailable;
 
 pub use allocatable::{CapacityOptions, NetworkPlugin};

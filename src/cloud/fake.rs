@@ -231,11 +231,13 @@ impl CloudProvider for FakeCloud {
         &self,
         class: &AKSNodeClass,
         version: &str,
+        upgrades: super::ImageUpgrades,
         now: &Time,
     ) -> Option<serde_json::Value> {
         let mut checks = self.node_class_checks.lock().await;
         let (subnet, node_resource_group) = (FAKE_CLUSTER_SUBNET, FAKE_RESOURCE_GROUP);
-        checks.status(self, class, version, subnet, node_resource_group, None, Instant::now(), now).await
+        let (cluster, time) = ((subnet, node_resource_group), (Instant::now(), now));
+        checks.status(self, class, version, cluster, None, upgrades, time).await
     }
 
     fn forget_unused_node_class_lookups(&self) {

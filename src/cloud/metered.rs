@@ -109,9 +109,10 @@ impl<C: CloudProvider> CloudProvider for Metered<C> {
         &self,
         class: &AKSNodeClass,
         version: &str,
+        upgrades: super::ImageUpgrades,
         now: &Time,
     ) -> Option<serde_json::Value> {
-        self.inner.node_class_status(class, version, now).await
+        self.inner.node_class_status(class, version, upgrades, now).await
     }
 
     fn forget_unused_node_class_lookups(&self) {
@@ -140,6 +141,14 @@ impl<C: CloudProvider> CloudProvider for Metered<C> {
 
     fn claim_of_resource(&self, resource_name: &str) -> Option<String> {
         self.inner.claim_of_resource(resource_name)
+    }
+
+    fn repair_policies(&self, not_ready: Duration) -> Vec<crate::disruption::repair::RepairPolicy> {
+        self.inner.repair_policies(not_ready)
+    }
+
+    fn kubelet_identity(&self) -> Option<String> {
+        self.inner.kubelet_identity()
     }
 
     fn claim_of_provider_id(&self, provider_id: &str) -> Option<String> {

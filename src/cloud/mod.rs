@@ -20,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::apis::common::Taint;
 use crate::apis::{AKSNodeClass, NodeClaim};
 use crate::catalog::{NodeSecurity, PriceSource, SkuRecord, Timestamp};
+use crate::disruption::repair::{not_ready_policies, RepairPolicy};
 use crate::model::{CapacityType, InstanceType};
 
 /// Reads "now" for the unavailable-offerings cache; injected so tests and the simulator control time.
@@ -34,6 +35,15 @@ pub fn wall_clock() -> Clock {
 ///
 /// Every method is idempotent: create reuses what an earlier, interrupted create left behind, delete of
 /// something already gone succeeds.
+/// Whether the node image versions a class already resolved may move to newer ones now: not outside
+/// the cluster's node OS maintenance window (upstream provider `pkg/controllers/nodeclass/status/images.go`).
+/// A new class, a Kubernetes upgrade and a change of the class's image selection resolve anew either way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageUpgrades {
+    Allowed,
+    Held,
+}
+
 pub trait CloudProvider: Send + Sync {
     /// Launches a machine for the claim, trying the request's offerings in order.
     fn create(&self, request: &LaunchRequest) -> impl Future<Output = Result<Instance, CloudError>> + Send;
@@ -77,6 +87,7 @@ pub trait CloudProvider: Send + Sync {
         &self,
         class: &AKSNodeClass,
         version: &str,
+        upgrades: ImageUpgrades,
         now: &Time,
     ) -> impl Future<Output = Option<serde_json::Value>> + Send;
     /// How long the cloud credential has failed to get tokens without a success in between, and the
@@ -107,6 +118,17 @@ pub trait CloudProvider: Send + Sync {
     /// The NodeClaim a machine was made for, read from its providerID (a Node's `spec.providerID`);
     /// None when the ID is not one of this provider's machines named for a claim.
     fn claim_of_provider_id(&self, provider_id: &str) -> Option<String>;
+    /// The node conditions that make node repair replace a node, and after how long (upstream
+    /// `CloudProvider.RepairPolicies`); `not_ready` is the toleration of `Ready` False or Unknown.
+    fn repair_policies(&self, not_ready: Duration) -> Vec<RepairPolicy> {
+        not_ready_policies(not_ready)
+    }
+    /// The client ID of the kubelet identity new nodes are launched with, when the provider labels
+    /// nodes with it (`kubernetes.azure.com/kubelet-identity-client-id`): a node with another one has
+    /// drifted (`KubeletIdentityDrift`).
+    fn kubelet_identity(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The part of a running machine that changes in place rather than by replacement.

@@ -52,11 +52,16 @@ pub struct Settings {
     /// Feature gate `NodeOverlay` (upstream default off): NodeOverlays are watched and applied to
     /// every pool's instance types; off, they are ignored.
     pub node_overlay: bool,
+    /// Feature gate `StaticCapacity` (upstream default off): [`static_pools`] holds static NodePools at
+    /// their replica count.
+    pub static_capacity: bool,
     /// How long a watch may keep failing before `/readyz` fails (`KARPENTER_WATCH_STALE_AFTER`).
     pub watch_stale_after: Duration,
     /// How long the Azure credential may keep failing before `/healthz` fails, so the kubelet restarts
     /// the pod (`KARPENTER_CREDENTIAL_RESTART_AFTER`; a restart rereads mounted secrets).
     pub credential_restart_after: Duration,
+    /// `SYSTEM_NAMESPACE`, where AKS publishes the maintenance windows.
+    pub system_namespace: String,
 }
 
 /// Why a controller step failed. `category` is the bounded label for logs, metrics and events.

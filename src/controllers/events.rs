@@ -26,6 +26,18 @@ use crate::apis::NodeClaim;
 pub const REPORTER: &str = "karpenter";
 /// An identical event (object, reason, message) is not published again within this time (upstream: 2 min).
 pub const DEDUPE_TIMEOUT: Duration = Duration::from_secs(2 * 60);
+/// Upstream repeats an `Unconsolidatable` event at most every 15 minutes
+/// (`pkg/controllers/disruption/events/events.go`): a pass every 10 s would otherwise repeat it.
+pub const UNCONSOLIDATABLE_DEDUPE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// How long an identical event is held back after one went out.
+pub fn dedupe_timeout(reason: &str) -> Duration {
+    if reason == reason::UNCONSOLIDATABLE {
+        UNCONSOLIDATABLE_DEDUPE_TIMEOUT
+    } else {
+        DEDUPE_TIMEOUT
+    }
+}
 /// Pod events (nominated, and separately unschedulable) published per provisioning batch at most.
 pub const MAX_POD_EVENTS_PER_BATCH: usize = 500;
 /// The API server rejects an event note longer than 1 kB.
@@ -60,8 +72,10 @@ pub mod reason {
     pub const UNREADABLE: &str = "Unreadable";
     pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
     pub const NODE_REGISTRATION_UNHEALTHY: &str = "NodeRegistrationUnhealthy";
+    pub const UNCONSOLIDATABLE: &str = "Unconsolidatable";
+    pub const WAITING_ON_NODECLAIM_TERMINATION: &str = "WaitingOnNodeClaimTermination";
 
-    pub const ALL: [&str; 23] = [
+    pub const ALL: [&str; 25] = [
         NOMINATED,
         FAILED_SCHEDULING,
         LAUNCHED,
@@ -85,6 +99,8 @@ pub mod reason {
         UNREADABLE,
         CREDENTIALS_UNAVAILABLE,
         NODE_REGISTRATION_UNHEALTHY,
+        UNCONSOLIDATABLE,
+        WAITING_ON_NODECLAIM_TERMINATION,
     ];
 }
 
@@ -306,6 +322,25 @@ pub fn disruption_blocked(blocker: &str, why: &str) -> Event {
     event(EventType::Normal, reason::DISRUPTION_BLOCKED, blocker, format!("Cannot disrupt: {why}"))
 }
 
+/// On an AKSNodeClass being deleted: these NodeClaims still name it (upstream provider
+/// `WaitingOnNodeClaimTermination`, the first five names).
+pub fn waiting_on_nodeclaim_termination(claims: &[String]) -> Event {
+    let shown: Vec<&str> = claims.iter().take(5).map(String::as_str).collect();
+    let more = if claims.len() > 5 { format!(" and {} other(s)", claims.len() - 5) } else { String::new() };
+    event(
+        EventType::Normal,
+        reason::WAITING_ON_NODECLAIM_TERMINATION,
+        "Finalize",
+        format!("Waiting on NodeClaim termination for {}{more}", shown.join(", ")),
+    )
+}
+
+/// On a Node and its NodeClaim: consolidation cannot remove or replace it, and `why` (upstream
+/// `Unconsolidatable`, with its messages where the cause is the same).
+pub fn unconsolidatable(why: &str) -> Event {
+    event(EventType::Normal, reason::UNCONSOLIDATABLE, "Consolidate", why.to_string())
+}
+
 /// On a Node and its NodeClaim: a disruption command is acting on it (upstream `DisruptionLaunching`
 /// and `DisruptionTerminating` in one reason); `what` says the method and the replacements.
 pub fn disrupting(what: &str) -> Event {
@@ -387,13 +422,14 @@ pub struct Dedupe {
 }
 
 impl Dedupe {
-    /// Whether an event with `key` should go out at `now`; records it if so.
-    pub fn admit(&mut self, key: String, now: Instant) -> bool {
+    /// Whether an event with `key` should go out at `now`, none having gone out within `timeout`;
+    /// records it if so.
+    pub fn admit(&mut self, key: String, now: Instant, timeout: Duration) -> bool {
         if self.seen.len() >= DEDUPE_PRUNE_AT {
-            self.seen.retain(|_, at| now.saturating_duration_since(*at) < DEDUPE_TIMEOUT);
+            self.seen.retain(|_, at| now.saturating_duration_since(*at) < UNCONSOLIDATABLE_DEDUPE_TIMEOUT);
         }
         match self.seen.get(&key) {
-            Some(at) if now.saturating_duration_since(*at) < DEDUPE_TIMEOUT => false,
+            Some(at) if now.saturating_duration_since(*at) < timeout => false,
             _ => {
                 self.seen.insert(key, now);
                 true
@@ -429,7 +465,7 @@ impl Events {
 
     fn admit(&self, ev: &Event, reference: &ObjectReference) -> bool {
         let mut dedupe = self.dedupe.lock().unwrap_or_else(|p| p.into_inner());
-        dedupe.admit(Dedupe::key(ev, reference), Instant::now())
+        dedupe.admit(Dedupe::key(ev, reference), Instant::now(), dedupe_timeout(&ev.reason))
     }
 
     /// Publishes one event; a failure is logged, never returned.

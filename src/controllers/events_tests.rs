@@ -46,6 +46,12 @@ fn builders_use_their_reason_and_type() {
         ),
         (credentials_unavailable("expired assertion"), reason::CREDENTIALS_UNAVAILABLE, EventType::Warning),
         (registration_unhealthy("2 of the last 2"), reason::NODE_REGISTRATION_UNHEALTHY, EventType::Warning),
+        (unconsolidatable("Can't replace with a cheaper node"), reason::UNCONSOLIDATABLE, EventType::Normal),
+        (
+            waiting_on_nodeclaim_termination(&["a".into()]),
+            reason::WAITING_ON_NODECLAIM_TERMINATION,
+            EventType::Normal,
+        ),
     ];
     assert_eq!(cases.len(), reason::ALL.len());
     for (ev, reason, type_) in cases {
@@ -134,12 +140,17 @@ fn identical_events_are_deduplicated_for_a_while() {
     let t0 = Instant::now();
     let r = pod_ref("ns/p", None);
     let key = |ev: &Event| Dedupe::key(ev, &r);
-    assert!(d.admit(key(&failed_scheduling("x")), t0));
-    assert!(!d.admit(key(&failed_scheduling("x")), t0 + Duration::from_secs(60)));
-    assert!(d.admit(key(&failed_scheduling("y")), t0 + Duration::from_secs(60)));
-    assert!(d.admit(key(&failed_scheduling("x")), t0 + DEDUPE_TIMEOUT));
+    assert!(d.admit(key(&failed_scheduling("x")), t0, DEDUPE_TIMEOUT));
+    assert!(!d.admit(key(&failed_scheduling("x")), t0 + Duration::from_secs(60), DEDUPE_TIMEOUT));
+    assert!(d.admit(key(&failed_scheduling("y")), t0 + Duration::from_secs(60), DEDUPE_TIMEOUT));
+    assert!(d.admit(key(&failed_scheduling("x")), t0 + DEDUPE_TIMEOUT, DEDUPE_TIMEOUT));
+    // Unconsolidatable waits longer before it repeats, as upstream's.
+    let why = unconsolidatable("Can't replace with a cheaper node");
+    assert!(d.admit(key(&why), t0, dedupe_timeout(&why.reason)));
+    assert!(!d.admit(key(&why), t0 + DEDUPE_TIMEOUT, dedupe_timeout(&why.reason)));
+    assert!(d.admit(key(&why), t0 + UNCONSOLIDATABLE_DEDUPE_TIMEOUT, dedupe_timeout(&why.reason)));
     let other = pod_ref("ns/q", None);
-    assert!(d.admit(Dedupe::key(&failed_scheduling("x"), &other), t0));
+    assert!(d.admit(Dedupe::key(&failed_scheduling("x"), &other), t0, DEDUPE_TIMEOUT));
 }
 
 #[test]
@@ -147,9 +158,9 @@ fn the_dedupe_table_is_pruned() {
     let mut d = Dedupe::default();
     let t0 = Instant::now();
     for i in 0..DEDUPE_PRUNE_AT {
-        assert!(d.admit(format!("k{i}"), t0));
+        assert!(d.admit(format!("k{i}"), t0, DEDUPE_TIMEOUT));
     }
-    assert!(d.admit("new".into(), t0 + DEDUPE_TIMEOUT));
+    assert!(d.admit("new".into(), t0 + UNCONSOLIDATABLE_DEDUPE_TIMEOUT, DEDUPE_TIMEOUT));
     assert_eq!(d.seen.len(), 1);
 }
 

@@ -201,8 +201,10 @@ pub fn settings(v: &Validated) -> Settings {
         ),
         node_repair: v.feature_gates.node_repair,
         node_overlay: v.feature_gates.node_overlay,
+        static_capacity: v.feature_gates.static_capacity,
         watch_stale_after: env_duration(WATCH_STALE_AFTER_ENV, super::watch_health::DEFAULT_STALE_AFTER),
         credential_restart_after: env_duration(CREDENTIAL_RESTART_AFTER_ENV, CREDENTIAL_RESTART_AFTER),
+        system_namespace: v.system_namespace.clone(),
     }
 }
 
@@ -213,6 +215,7 @@ pub fn log_feature_gates(v: &Validated) {
         node_repair = gates.node_repair,
         spot_to_spot_consolidation = gates.spot_to_spot_consolidation,
         node_overlay = gates.node_overlay,
+        static_capacity = gates.static_capacity,
         "feature gates"
     );
     for gate in &gates.enabled_unimplemented {

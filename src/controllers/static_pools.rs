@@ -8,7 +8,7 @@
 //! in memory, so looking every [`INTERVAL`] is cheap and catches every change within it. A created
 //! claim and a deleted one go into the index at once, so the next look never acts twice.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,11 +25,25 @@ use crate::state::NotSynced;
 
 /// How often the replica counts are checked.
 const INTERVAL: Duration = Duration::from_secs(2);
+/// How often static pools are looked for while the gate is off.
+const GATE_OFF_INTERVAL: Duration = Duration::from_secs(30);
 /// How long a claim this loop deleted counts as deleting without the index saying so.
 const REMOVED_MEMORY: Duration = Duration::from_secs(60);
 
-/// Runs while this replica leads.
+/// Runs while this replica leads. With the `StaticCapacity` gate off (upstream's default) static pools
+/// launch nothing, as upstream; each is named once in a warning, so a pool that stays empty says why.
 pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
+    if !shared.settings.static_capacity {
+        let mut warned = BTreeSet::new();
+        loop {
+            let pools: Vec<String> =
+                shared.cluster().nodepools().filter(|p| p.is_static()).map(|p| p.name_any()).collect();
+            for pool in pools.into_iter().filter(|p| warned.insert(p.clone())) {
+                tracing::warn!(nodepool = %pool, "NodePool is static (spec.replicas) but the StaticCapacity feature gate is off; it launches nothing");
+            }
+            tokio::time::sleep(GATE_OFF_INTERVAL).await;
+        }
+    }
     let mut blocked: BTreeMap<String, String> = BTreeMap::new();
     // Claims this loop deleted: a claim without finalizers is gone at once, and the index learns it
     // from the watch; until then it counts as deleting here, so the next look removes no other.

@@ -308,12 +308,16 @@ impl Options {
 }
 
 /// The feature gates this controller implements, with upstream's defaults (core options.go).
-pub const FEATURE_GATES: [(&str, bool); 3] =
-    [("NodeRepair", false), ("SpotToSpotConsolidation", false), ("NodeOverlay", false)];
+pub const FEATURE_GATES: [(&str, bool); 4] = [
+    ("NodeRepair", false),
+    ("SpotToSpotConsolidation", false),
+    ("NodeOverlay", false),
+    ("StaticCapacity", false),
+];
 /// Upstream gates this controller does not implement. They are accepted, so a values file or
 /// environment written for upstream's chart (which passes every gate) still starts the controller; one
 /// that is enabled gets a warning at start, since it changes nothing here.
-pub const UNIMPLEMENTED_FEATURE_GATES: [&str; 3] = ["ReservedCapacity", "StaticCapacity", "CapacityBuffer"];
+pub const UNIMPLEMENTED_FEATURE_GATES: [&str; 2] = ["ReservedCapacity", "CapacityBuffer"];
 
 /// `--feature-gates` (FEATURE_GATES), parsed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -325,6 +329,9 @@ pub struct FeatureGates {
     /// `NodeOverlay`: NodeOverlays change the price and extended resources of instance types
     /// (upstream default off, core `pkg/operator/options/options.go`).
     pub node_overlay: bool,
+    /// `StaticCapacity`: static NodePools (`spec.replicas`) launch and remove nodes to hold their count
+    /// (upstream core default off; its static provisioning and deprovisioning run only with it on).
+    pub static_capacity: bool,
     /// Upstream gates set to true that this controller does not implement, for a warning at start.
     pub enabled_unimplemented: Vec<String>,
 }
@@ -354,6 +361,7 @@ impl FeatureGates {
                 "NodeRepair" => gates.node_repair = enabled,
                 "SpotToSpotConsolidation" => gates.spot_to_spot_consolidation = enabled,
                 "NodeOverlay" => gates.node_overlay = enabled,
+                "StaticCapacity" => gates.static_capacity = enabled,
                 _ if UNIMPLEMENTED_FEATURE_GATES.contains(&name) => {
                     unimplemented.insert(name.to_string(), enabled);
                 }

@@ -439,7 +439,7 @@ fn feature_gates_default_off_and_parse_upstreams_format() {
             false,
             &["ReservedCapacity"],
         ),
-        ("StaticCapacity=true,NodeOverlay=1", false, false, &["StaticCapacity"]),
+        ("StaticCapacity=true,NodeOverlay=1", false, false, &[]),
     ];
     for (value, repair, spot, unimplemented) in cases {
         let gates = validate(&[], &with(required_env(), "FEATURE_GATES", value)).unwrap().feature_gates;
@@ -449,6 +449,9 @@ fn feature_gates_default_off_and_parse_upstreams_format() {
             "{value:?}"
         );
     }
+    let gates =
+        validate(&[], &with(required_env(), "FEATURE_GATES", "StaticCapacity=true")).unwrap().feature_gates;
+    assert!(gates.static_capacity, "StaticCapacity is implemented");
     let flag =
         validate(&["--feature-gates=NodeRepair=true"], &with(required_env(), "FEATURE_GATES", "")).unwrap();
     assert!(flag.feature_gates.node_repair, "the flag wins over the environment");
@@ -463,7 +466,7 @@ fn a_bad_feature_gate_names_the_gate_and_the_known_ones() {
     assert_eq!(
         err,
         "invalid setting --feature-gates (FEATURE_GATES): unknown gate \"NodeRepiar\"; known gates: NodeRepair, \
-         SpotToSpotConsolidation, NodeOverlay (upstream's ReservedCapacity, StaticCapacity, CapacityBuffer are \
+         SpotToSpotConsolidation, NodeOverlay, StaticCapacity (upstream's ReservedCapacity, CapacityBuffer are \
          accepted but not implemented)"
     );
     let err = error_of(&[], &with(required_env(), "FEATURE_GATES", "NodeRepair=yes"));

@@ -14,8 +14,9 @@ use crate::catalog::cli::{render, OutputFormat};
 use crate::catalog::instancetype::{instance_types, known_regions, CatalogError};
 use crate::catalog::pricing::PriceTable;
 use crate::catalog::regions::offline_notes;
+use crate::catalog::support::SizeRules;
 use crate::catalog::unavailable::UnavailableOfferings;
-use crate::catalog::CapacityOptions;
+use crate::catalog::{embedded_sku, embedded_skus, CapacityOptions};
 use crate::model::requirements::{MinValuesError, RequirementError};
 use crate::model::selection;
 use crate::model::InstanceType;
@@ -29,6 +30,8 @@ pub struct CatalogArgs {
     pub nodeclass: Option<PathBuf>,
     /// Files holding NodeOverlays (other kinds in them are skipped).
     pub overlays: Vec<PathBuf>,
+    /// List the sizes left out, with the reason, instead of those offered.
+    pub left_out: bool,
     pub output: OutputFormat,
 }
 
@@ -58,6 +61,7 @@ pub struct Listing {
 /// Runs the command and returns what it prints.
 pub fn run(args: &CatalogArgs) -> Result<Listing, CommandError> {
     let mut options = CapacityOptions::default();
+    let mut rules = SizeRules::default();
     if let Some(path) = &args.nodeclass {
         let (raw, class): (_, AKSNodeClass) = manifest::read_one(path, "AKSNodeClass")?;
         let file = path.display().to_string();
@@ -68,10 +72,18 @@ pub fn run(args: &CatalogArgs) -> Result<Listing, CommandError> {
         })?;
         options.max_pods = class.spec.max_pods.map(|m| m as u32);
         options.os_disk_size_gb = class.spec.os_disk_size_gb.map(|g| g as u32);
+        rules = SizeRules::of(&class);
+    }
+    if args.left_out {
+        let has_own_data = known_regions().contains(&args.region);
+        let pricing = PriceTable::static_or_fallback(&args.region);
+        let warnings = offline_notes(&args.region, has_own_data, &pricing);
+        return Ok(Listing { text: render_left_out(&left_out(&rules), args.output), warnings });
     }
     let pricing = PriceTable::static_or_fallback(&args.region);
-    let types =
+    let mut types =
         instance_types(&args.region, &options, &pricing, &UnavailableOfferings::default(), Duration::ZERO)?;
+    types.retain(|t| embedded_sku(&t.name).is_none_or(|sku| rules.reason(sku).is_none()));
     let has_own_data = known_regions().contains(&args.region);
     let mut warnings = offline_notes(&args.region, has_own_data, &pricing);
     let pool = match &args.nodepool {
@@ -132,4 +144,34 @@ fn with_overlays(
         warnings.push(format!("NodeOverlay/{overlay}: left out: {why}"));
     }
     Ok(out.types.remove(0))
+}
+
+/// The embedded sizes `rules` leave out, by name, with the reason.
+fn left_out(rules: &SizeRules) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = embedded_skus()
+        .iter()
+        .filter_map(|sku| rules.reason(sku).map(|why| (sku.name.clone(), why.to_string())))
+        .collect();
+    out.sort();
+    out
+}
+
+fn render_left_out(rows: &[(String, String)], output: OutputFormat) -> String {
+    match output {
+        OutputFormat::Json => {
+            let list: Vec<serde_json::Value> = rows
+                .iter()
+                .map(|(name, reason)| serde_json::json!({"name": name, "reason": reason}))
+                .collect();
+            format!("{}\n", serde_json::to_string_pretty(&list).expect("JSON of strings"))
+        }
+        OutputFormat::Table => {
+            let width = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(4).max(4);
+            let mut out = format!("{:<width$}  REASON\n", "NAME");
+            for (name, reason) in rows {
+                out.push_str(&format!("{name:<width$}  {reason}\n"));
+            }
+            out
+        }
+    }
 }

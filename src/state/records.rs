@@ -2,6 +2,7 @@
 //! the same [`from_k8s`] functions the simulator uses) plus the few status fields provisioning and
 //! disruption read. Whole objects are dropped after conversion.
 
+use crate::disruption::repair::NodeCondition;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -193,6 +194,8 @@ pub struct NodeRecord {
     pub do_not_disrupt: bool,
     /// `status.nodeInfo.kubeletVersion` (`v1.34.4`), for Kubernetes-version drift.
     pub kubelet_version: Option<String>,
+    /// Every condition the Node reports, for node repair's policies.
+    pub conditions: Vec<NodeCondition>,
 }
 
 /// Whether the Node's `Ready` condition is True.
@@ -233,6 +236,18 @@ impl NodeRecord {
                 .and_then(|s| s.node_info.as_ref())
                 .map(|i| i.kubelet_version.clone())
                 .filter(|v| !v.is_empty()),
+            conditions: n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|c| NodeCondition {
+                    type_: c.type_.clone(),
+                    status: c.status.clone(),
+                    since: c.last_transition_time.as_ref().map(|t| t.0),
+                })
+                .collect(),
         })
     }
 

@@ -121,7 +121,10 @@ fn every_setting_reaches_the_controller_as_the_variable_it_reads() {
         ("ARM_ENDPOINT", "https://management.usgovcloudapi.net"),
         ("AZURE_AUTHORITY_HOST", "https://login.microsoftonline.us"),
         ("RETAIL_PRICES_URL", "https://prices.example.com/api/retail/prices"),
-        ("FEATURE_GATES", "NodeRepair=true,ReservedCapacity=false,SpotToSpotConsolidation=false"),
+        (
+            "FEATURE_GATES",
+            "NodeRepair=true,ReservedCapacity=false,SpotToSpotConsolidation=false,StaticCapacity=false",
+        ),
         ("LOG_LEVEL", "debug"),
         ("METRICS_PORT", "9090"),
         ("HEALTH_PROBE_PORT", "9091"),
@@ -191,7 +194,7 @@ fn optional_settings_left_empty_are_not_set_so_the_controller_defaults_apply() {
         ("NETWORK_DATAPLANE", "cilium"),
         ("VM_MEMORY_OVERHEAD_PERCENT", "0.075"),
         ("LINUX_ADMIN_USERNAME", "azureuser"),
-        ("FEATURE_GATES", "NodeRepair=false,SpotToSpotConsolidation=false"),
+        ("FEATURE_GATES", "NodeRepair=false,SpotToSpotConsolidation=false,StaticCapacity=false"),
     ] {
         assert_eq!(rendered[name], value, "{name}");
     }

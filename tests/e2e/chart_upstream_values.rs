@@ -233,7 +233,8 @@ fn upstreams_self_hosted_values_template_reaches_the_controller_once_per_setting
         .unwrap_or_else(|e| panic!("the controller refuses: {e}"));
     assert_eq!(v.cluster_name, "prod");
     assert!(v.leader_election.is_none());
-    assert_eq!(v.feature_gates.enabled_unimplemented, ["StaticCapacity"]);
+    assert!(v.feature_gates.enabled_unimplemented.is_empty());
+    assert!(v.feature_gates.static_capacity, "upstream's template turns static NodePools on");
     let warned: Vec<&str> = v.without_effect.iter().map(|w| w.setting.env).collect();
     assert_eq!(warned, ["AKS_MACHINES_POOL_NAME", "ENABLE_AZURE_SDK_LOGGING"]);
 }

@@ -440,6 +440,8 @@ fn settings_env(kubeconfig: &Path, fake: &FakeArm) -> Vec<(&'static str, String)
         ("DISABLE_LEADER_ELECTION", "true".to_string()),
         // Where the chart's Role lets it keep its Lease.
         ("LEADER_ELECTION_NAMESPACE", identity::NAMESPACE.to_string()),
+        // As the chart sets it: the pod's namespace, where its Role lets it read the maintenance window.
+        ("SYSTEM_NAMESPACE", identity::NAMESPACE.to_string()),
         ("LOG_LEVEL", "debug".to_string()),
         ("METRICS_PORT", metrics_port.to_string()),
         ("HEALTH_PROBE_PORT", health_port.to_string()),

@@ -1,8 +1,10 @@
-//! Kubernetes Events: one pending
-//! pod gets a `Nominated` event naming its new NodeClaim, and that NodeClaim gets a `Launched` event.
+//! Kubernetes Events: one pending pod gets a `Nominated` event naming its new NodeClaim, that NodeClaim
+//! gets a `Launched` event, and its Node, which carries the NodePool template's annotation, gets
+//! upstream's `Unconsolidatable` event because the pool's consolidation is off.
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::ListParams;
 use kube::{Api, Client};
@@ -15,13 +17,17 @@ const NAME: &str = "e2e-events";
 const POD: &str = "pending";
 const STAGE: Duration = Duration::from_secs(60);
 const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
+const ANNOTATION: &str = "example.com/team";
 
 fn node_class() -> Value {
     manifests::node_class(NAME)
 }
 
+/// consolidateAfter Never (the scenario default), and an annotation its nodes must carry.
 fn node_pool() -> Value {
-    manifests::node_pool(NAME, None)
+    let mut pool = manifests::node_pool(NAME, None);
+    pool["spec"]["template"]["metadata"] = json!({"annotations": {ANNOTATION: "from-the-template"}});
+    pool
 }
 
 fn pod() -> Value {
@@ -91,6 +97,27 @@ async fn a_pending_pod_is_nominated_and_its_nodeclaim_reports_launched() {
         })
         .await;
     assert!(launched.starts_with("Launched: Launched Standard_"), "{launched}");
+
+    // The template's annotation reaches the Node; consolidation, off in this pool, says so on the Node.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = controller
+        .wait_until("the claim's Node with the template's annotation", STAGE, || async {
+            let claim = nodeclaims(&client).get(&claim).await.map_err(|e| e.to_string())?;
+            let name = claim.data["status"]["nodeName"].as_str().ok_or("no Node yet")?.to_string();
+            let node = nodes.get(&name).await.map_err(|e| e.to_string())?;
+            match node.metadata.annotations.as_ref().and_then(|a| a.get(ANNOTATION)) {
+                Some(value) if value == "from-the-template" => Ok(name),
+                other => Err(format!("annotation {ANNOTATION}: {other:?}")),
+            }
+        })
+        .await;
+    let unconsolidatable = controller
+        .wait_until("an Unconsolidatable event on the Node", Duration::from_secs(90), || async {
+            let found = events_about(&client, "default", "Node", &node, "Unconsolidatable").await?;
+            found.into_iter().next().ok_or_else(|| "no Unconsolidatable event yet".to_string())
+        })
+        .await;
+    assert_eq!(unconsolidatable, format!("Unconsolidatable: NodePool \"{NAME}\" has consolidation disabled"));
 
     cleanup::remove(&client, NAME, &[pod()], || controller.exit_status().is_none()).await;
 }

@@ -56,15 +56,20 @@ pub async fn start_kubelet(client: &Client, node: &str) {
 
 /// Writes the Node's Ready condition (`True`, `False` or `Unknown`), transitioning now.
 pub async fn set_ready(client: &Client, node: &str, status: &str) {
+    set_condition(client, node, "Ready", status).await;
+}
+
+/// Writes the condition `type_` with `status`, transitioned now, on the Node (a node agent's report).
+pub async fn set_condition(client: &Client, node: &str, type_: &str, status: &str) {
     let now = Timestamp::now().to_string();
     let patch = json!({"status": {"conditions": [{
-        "type": "Ready", "status": status, "reason": "E2E", "message": "set by the e2e test",
+        "type": type_, "status": status, "reason": "E2E", "message": "set by the e2e test",
         "lastHeartbeatTime": now, "lastTransitionTime": now
     }]}});
     Api::<Node>::all(client.clone())
         .patch_status(node, &PatchParams::default(), &Patch::Strategic(patch))
         .await
-        .unwrap_or_else(|err| panic!("setting Ready={status} on node {node}: {err}"));
+        .unwrap_or_else(|err| panic!("setting {type_}={status} on node {node}: {err}"));
 }
 
 /// The name of a NodeClaim as JSON.

@@ -329,3 +329,53 @@ async fn launch_failures(client: &Client, claim: &str) -> Vec<String> {
         .filter_map(|e| e.note)
         .collect()
 }
+
+/// The termination finalizer: a class in use outlives its deletion until its last NodeClaim is gone,
+/// its NodePool stops launching meanwhile, and the class says which claims it waits for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_class_in_use_is_deleted_only_after_its_last_nodeclaim() {
+    const NAME: &str = "e2e-class-finalizer";
+    let client = cluster::shared().client().await;
+    let controller = setup::controller(NAME).start(&client).await;
+    let (class, pool) = (manifests::node_class(NAME), manifests::node_pool(NAME, Some("D")));
+    setup::class_and_pool_ready(&client, &controller, &class, &pool).await;
+    let finalizers = get_json(&client, &class).await.expect("the class")["metadata"]["finalizers"].clone();
+    assert_eq!(finalizers, json!(["karpenter.azure.com/termination"]));
+    let deployment = manifests::deployment(NAME, "web", NAME, 1, "500m", "1Gi");
+    objects::apply(&client, &deployment).await.expect("applying the Deployment");
+    setup::running_pods(&client, NAME, "app=web", 1).within(STAGE).wait(&controller).await;
+
+    let classes = objects::api_for(&client, &class).await.expect("the AKSNodeClass API");
+    classes.delete(NAME, &Default::default()).await.expect("deleting the class");
+    controller
+        .wait_until("the class to wait for its NodeClaim", STAGE, || async {
+            let stored = get_json(&client, &class).await?;
+            let pool = get_json(&client, &pool).await?;
+            let terminating =
+                condition(&pool, "NodeClassReady").is_some_and(|c| c["reason"] == "NodeClassTerminating");
+            let events: Api<Event> = Api::namespaced(client.clone(), "default");
+            let list = events.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+            let waiting = list.items.iter().any(|e| {
+                e.reason.as_deref() == Some("WaitingOnNodeClaimTermination")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(NAME)
+            });
+            match (stored["metadata"]["deletionTimestamp"].is_string(), terminating, waiting) {
+                (true, true, true) => Ok(()),
+                state => Err(format!("deleting, pool NodeClassTerminating, event: {state:?}")),
+            }
+        })
+        .await;
+
+    // The pool goes first, so nothing launches again; then the claim, and with it the class.
+    let pools = objects::api_for(&client, &pool).await.expect("the NodePool API");
+    let _ = pools.delete(NAME, &Default::default()).await;
+    cleanup::remove(&client, NAME, &[deployment], || controller.exit_status().is_none()).await;
+    controller
+        .wait_until("the class to go once its NodeClaim is gone", STAGE, || async {
+            match get_json(&client, &class).await {
+                Err(_) => Ok(()),
+                Ok(stored) => Err(format!("still there: {}", stored["metadata"])),
+            }
+        })
+        .await;
+}

@@ -39,8 +39,8 @@ const CLUSTER_RULES: &[(&str, &str, &[&str])] = &[
     ("karpenter.sh", "nodeoverlays", &["list", "watch"]),
     // status/nodeoverlay.rs.
     ("karpenter.sh", "nodeoverlays/status", &["patch"]),
-    // watch.rs, status.rs.
-    ("karpenter.azure.com", "aksnodeclasses", &["list", "watch"]),
+    // watch.rs, status.rs (and its termination finalizer).
+    ("karpenter.azure.com", "aksnodeclasses", &["list", "watch", "patch"]),
     // status.rs.
     ("karpenter.azure.com", "aksnodeclasses/status", &["patch"]),
     // watch.rs: DaemonSets (the overhead of a new node) and PodDisruptionBudgets.
@@ -108,8 +108,19 @@ fn the_chart_grants_exactly_the_calls_the_controller_makes() {
     assert_eq!(grants(cluster_role), expected_cluster_grants());
     let role = find(&docs, "Role", None);
     assert_eq!(role["metadata"]["namespace"], NAMESPACE);
-    let expected: BTreeSet<_> =
-        [lease_grant("create", ""), lease_grant("get", LEASE), lease_grant("update", LEASE)].into();
+    let maintenance_window = (
+        String::new(),
+        "configmaps".to_string(),
+        "get".to_string(),
+        "upcoming-maintenance-window".to_string(),
+    );
+    let expected: BTreeSet<_> = [
+        lease_grant("create", ""),
+        lease_grant("get", LEASE),
+        lease_grant("update", LEASE),
+        maintenance_window,
+    ]
+    .into();
     assert_eq!(grants(role), expected);
 
     // Both bind the chart's ServiceAccount, and the controller is told the Lease the Role names.
@@ -195,7 +206,7 @@ async fn the_service_account_token_may_do_exactly_that_in_the_cluster() {
         ("karpenter.sh", "nodeclaims", "update"),
         ("karpenter.sh", "nodepools", "patch"),
         ("karpenter.sh", "nodepools", "delete"),
-        ("karpenter.azure.com", "aksnodeclasses", "patch"),
+        ("karpenter.azure.com", "aksnodeclasses", "update"),
         ("karpenter.azure.com", "aksnodeclasses", "create"),
         ("apps", "daemonsets", "patch"),
         ("apps", "deployments", "list"),

@@ -2,6 +2,7 @@
 //! With two of them NotReady (more than 20 % of the NodePool) nothing is repaired; once one of them is
 //! Ready again, the other's NodeClaim is deleted at once (the drain does not wait) and replaced, and
 //! the pods run on three Ready nodes again. `karpenter_nodeclaims_unhealthy_disrupted_total` counts it.
+//! A node reporting `kubernetes.azure.com/NodeHealthy=False` is then replaced at once.
 //!
 //! A node goes NotReady as a stopped kubelet's would: kwok is told to leave its status alone (see
 //! `health`) and the test writes `Ready=False`.
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::health::{name_of, nodes_of, set_ready, start_kubelet, stop_kubelet};
+use super::health::{name_of, nodes_of, set_condition, set_ready, start_kubelet, stop_kubelet};
 use super::lookups::{self, nodeclaims};
 use super::{cleanup, cluster, manifests, objects, setup};
 
@@ -116,9 +117,34 @@ async fn repair_replaces_a_notready_node_unless_too_much_of_its_pool_is_unhealth
     )
     .await;
     assert_eq!(unhealthy, 1.0, "karpenter_nodeclaims_unhealthy_disrupted_total");
+
+    // AKS's node problem detector reports the node broken: replaced at once, no toleration.
+    let broken = nodes_of(&replaced)[0].clone();
+    let broken_claim = claim_of(&lookups::claims_of(&client, NAME).await.expect("listing"), &broken);
+    stop_kubelet(&client, &broken).await;
+    set_condition(&client, &broken, "kubernetes.azure.com/NodeHealthy", "False").await;
+    let reported = Instant::now();
+    controller
+        .wait_until("the broken node's NodeClaim to be deleted", STAGE, || async {
+            match nodeclaims(&client).get_opt(&broken_claim).await.map_err(|err| err.to_string())? {
+                None => Ok(()),
+                Some(found) if found.metadata.deletion_timestamp.is_some() => Ok(()),
+                Some(_) => Err(format!("{broken_claim} is not being deleted")),
+            }
+        })
+        .await;
+    let broken_after = reported.elapsed();
+    let by_condition = super::health::counter(
+        &controller,
+        "karpenter_nodeclaims_unhealthy_disrupted_total",
+        &[("condition", "kubernetes_azure_com/node_healthy"), ("nodepool", NAME)],
+    )
+    .await;
+    assert_eq!(by_condition, 1.0, "the NodeHealthy repair is counted under its condition");
     println!(
         "e2e repair: 2 of 3 NotReady held {HOLD:?} without repair; after one recovered the other's claim was \
-         deleted in {repaired_after:.1?} and its pod ran on new capacity in {replaced_after:.1?}"
+         deleted in {repaired_after:.1?} and its pod ran on new capacity in {replaced_after:.1?}; \
+         NodeHealthy=False was acted on in {broken_after:.1?}"
     );
     cleanup::remove(&client, NAME, &[deployment(0)], || controller.exit_status().is_none()).await;
 }

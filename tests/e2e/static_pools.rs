@@ -16,7 +16,7 @@ const STAGE: Duration = Duration::from_secs(120);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_static_pool_holds_its_replica_count_across_pods_and_a_change_of_replicas() {
     let client = super::cluster::shared().client().await;
-    let controller = setup::controller(NAME).start(&client).await;
+    let controller = setup::controller(NAME).env("FEATURE_GATES", "StaticCapacity=true").start(&client).await;
     let class = manifests::node_class(NAME);
     let mut pool = manifests::node_pool(NAME, Some("D"));
     pool["spec"]["replicas"] = json!(2);

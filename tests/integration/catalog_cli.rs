@@ -133,3 +133,33 @@ fn bad_input_is_one_line_with_exit_code_2() {
         assert!(out.stdout.is_empty(), "{args:?} printed partial output");
     }
 }
+
+#[test]
+fn sizes_a_class_cannot_run_are_left_out_and_listed_with_the_reason() {
+    let dir = std::env::temp_dir().join(format!("karpenter-azure-left-out-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let class = dir.join("class.yaml");
+    std::fs::write(
+        &class,
+        "apiVersion: karpenter.azure.com/v1beta1\nkind: AKSNodeClass\nmetadata: {name: c}\n\
+         spec: {imageFamily: Ubuntu, artifactStreaming: {enabled: true}}\n",
+    )
+    .unwrap();
+    let class = class.to_str().unwrap();
+    let offered = json_rows(&["--nodeclass", class]);
+    let names: Vec<&str> = offered.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    for gone in
+        ["Standard_NCC40ads_H100_v5", "Standard_NG32ads_V620_v1", "Standard_NV32as_v4", "Standard_D2ps_v5"]
+    {
+        assert!(!names.contains(&gone), "{gone} is offered");
+    }
+    assert!(names.contains(&"Standard_D2s_v5") && names.contains(&"Standard_NC24ads_A100_v4"));
+
+    let left_out = json_rows(&["--nodeclass", class, "--left-out"]);
+    let reason = |name: &str| row(&left_out, name)["reason"].as_str().unwrap().to_string();
+    assert!(reason("Standard_NCC40ads_H100_v5").contains("GPU is not one AKS supports"));
+    assert!(reason("Standard_NV4ads_V710_v5").contains("no driver"));
+    assert!(reason("Standard_D2ps_v5").contains("artifactStreaming"));
+    assert!(left_out.iter().all(|r| r["name"] != "Standard_D2s_v5"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -121,7 +121,7 @@ define them, so any of them present came from the user.
 {{- if hasKey $v.settings "disableClusterStateObservability" }}
   - settings.disableClusterStateObservability: the cluster state metrics are always exported
 {{- end }}
-{{- range $gate := list "reservedCapacity" "staticCapacity" "capacityBuffer" }}
+{{- range $gate := list "reservedCapacity" "capacityBuffer" }}
 {{- if get ($v.settings.featureGates | default dict) $gate }}
   - settings.featureGates.{{ $gate }}: not implemented by this controller
 {{- end }}

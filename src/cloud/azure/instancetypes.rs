@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::apis::aksnodeclass::NodeImage;
 use crate::apis::AKSNodeClass;
+use crate::catalog::support::SizeRules;
 use crate::catalog::{
     self, embedded_sku, CapacityOptions, CatalogError, NodeSecurity, PriceTable, PricingProvider, SkuRecord,
     UnavailableOfferings,
@@ -33,7 +34,7 @@ const SKU_RETRY_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
 /// (maxPods, osDiskSizeGB, image requirements, security, AKS labels) of a class: what changes
 /// allocatable, which sizes it can launch and the labels all its nodes carry.
-type ClassShape = (Option<u32>, Option<u32>, String, NodeSecurity, BTreeMap<String, String>);
+type ClassShape = (Option<u32>, Option<u32>, String, NodeSecurity, BTreeMap<String, String>, SizeRules);
 /// The types of a shape, with the cache generation, SKU-list version and price version they were
 /// computed at.
 type Memo = BTreeMap<ClassShape, ((u64, u64, u64), Arc<Vec<InstanceType>>)>;
@@ -129,16 +130,19 @@ impl Catalog {
     /// The instance types a NodePool on `class` can launch (the defaults when the class is unknown).
     pub fn types_for(&self, class: Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>> {
         let images = class.and_then(|c| c.status.as_ref()).map(|s| s.images.as_slice()).unwrap_or_default();
-        let shape: ClassShape =
-            class.map_or((None, None, String::new(), NodeSecurity::default(), BTreeMap::new()), |c| {
+        let shape: ClassShape = class.map_or(
+            (None, None, String::new(), NodeSecurity::default(), BTreeMap::new(), SizeRules::default()),
+            |c| {
                 (
                     c.spec.max_pods.map(|m| m.max(0) as u32),
                     c.spec.os_disk_size_gb.map(|g| g.max(0) as u32),
                     image_requirements_key(images),
                     NodeSecurity::from_spec(c.spec.security.as_ref()),
                     class_labels(&NodeClassBootstrap::from_class(c)),
+                    SizeRules::of(c),
                 )
-            });
+            },
+        );
         let now = (self.clock)();
         let mut unavailable = self.unavailable.lock().unwrap_or_else(|p| p.into_inner());
         unavailable.evict_expired(now);
@@ -167,6 +171,9 @@ impl Catalog {
         if security != NodeSecurity::default() {
             types.retain(|t| record(&t.name).is_some_and(|sku| security.check(sku).is_ok()));
         }
+        // Sizes the class's nodes could not initialize on (GPU support, driver, artifact streaming).
+        let rules = shape.5;
+        types.retain(|t| record(&t.name).is_none_or(|sku| rules.reason(sku).is_none()));
         // A class without images is not Ready and launches nothing; its sizes are left as they are.
         if !images.is_empty() {
             types.retain(|t| record(&t.name).is_none_or(|sku| image_for(images, sku).is_some()));
@@ -262,6 +269,34 @@ mod tests {
             clock,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_class_offers_only_sizes_its_nodes_can_run() {
+        let catalog = catalog();
+        let class = |spec: &str| -> AKSNodeClass {
+            serde_yaml::from_str(&format!(
+                "apiVersion: karpenter.azure.com/v1beta1\nkind: AKSNodeClass\nmetadata: {{name: c}}\nspec: {spec}\n"
+            ))
+            .unwrap()
+        };
+        let offers =
+            |spec: &str, size: &str| catalog.types_for(Some(&class(spec))).iter().any(|t| t.name == size);
+        assert!(
+            offers("{}", "Standard_D2ps_v5")
+                && !offers("{artifactStreaming: {enabled: true}}", "Standard_D2ps_v5")
+        );
+        assert!(
+            !offers("{}", "Standard_NV4ads_V710_v5")
+                && offers("{gpu: {mode: None}}", "Standard_NV4ads_V710_v5")
+        );
+        assert!(
+            !offers("{gpu: {mode: None}}", "Standard_NCC40ads_H100_v5"),
+            "no class offers an unknown GPU"
+        );
+        assert!(
+            offers("{}", "Standard_NV12s_v3") && !offers("{imageFamily: AzureLinux}", "Standard_NV12s_v3")
+        );
     }
 
     #[test]

@@ -326,6 +326,12 @@ fn refused(option: &InstanceTypeOption, offering: &OfferingChoice, reason: &str)
     }
 }
 
+/// AKS's node problem detector condition (upstream provider `RepairPolicies`).
+pub const CONDITION_NODE_HEALTHY: &str = "kubernetes.azure.com/NodeHealthy";
+/// Set by a node agent when Azure schedules a spot VM's eviction (upstream provider
+/// `SpotConditionPreemptionScheduled`).
+pub const CONDITION_PREEMPTION_SCHEDULED: &str = "PreemptionScheduled";
+
 impl CloudProvider for AzureCloudProvider {
     async fn create(&self, request: &LaunchRequest) -> Result<Instance, CloudError> {
         let name = naming::resource_name(&request.claim_name);
@@ -417,6 +423,7 @@ impl CloudProvider for AzureCloudProvider {
         &self,
         class: &AKSNodeClass,
         version: &str,
+        upgrades: crate::cloud::ImageUpgrades,
         now: &Time,
     ) -> Option<serde_json::Value> {
         let mut checks = self.node_class_checks.lock().await;
@@ -430,11 +437,10 @@ impl CloudProvider for AzureCloudProvider {
                 self,
                 class,
                 version,
-                subnet,
-                node_resource_group,
+                (subnet, node_resource_group),
                 credentials.as_deref(),
-                Instant::now(),
-                now,
+                upgrades,
+                (Instant::now(), now),
             )
             .await
     }
@@ -468,6 +474,22 @@ impl CloudProvider for AzureCloudProvider {
 
     fn claim_of_resource(&self, resource_name: &str) -> Option<String> {
         naming::claim_name(resource_name).map(str::to_string)
+    }
+
+    fn kubelet_identity(&self) -> Option<String> {
+        Some(self.settings.bootstrap.kubelet_identity_client_id.clone()).filter(|id| !id.is_empty())
+    }
+
+    /// NotReady for `not_ready`, then two signals acted on at once: AKS's node problem detector reporting
+    /// `kubernetes.azure.com/NodeHealthy` False, and a spot VM's `PreemptionScheduled` True (Azure
+    /// gives about 30 s notice of an eviction; the replacement should start now, not after the NotReady
+    /// backstop). Upstream provider `pkg/cloudprovider/cloudprovider.go` `RepairPolicies`.
+    fn repair_policies(&self, not_ready: Duration) -> Vec<crate::disruption::repair::RepairPolicy> {
+        use crate::disruption::repair::{not_ready_policies, RepairPolicy};
+        let mut policies = not_ready_policies(not_ready);
+        policies.push(RepairPolicy::new(CONDITION_NODE_HEALTHY, "False", Duration::ZERO));
+        policies.push(RepairPolicy::new(CONDITION_PREEMPTION_SCHEDULED, "True", Duration::ZERO));
+        policies
     }
 
     fn claim_of_provider_id(&self, provider_id: &str) -> Option<String> {

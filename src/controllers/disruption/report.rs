@@ -69,10 +69,15 @@ pub fn decisions<C>(
     m.repack_lower_bound.set(decisions.repack_lower_bound_per_hour);
     let mut out = vec![];
     for blocked in &decisions.blocked {
-        let Some((blocker, why)) = event_worthy(&blocked.reason) else { continue };
-        out.push((events::disruption_blocked(blocker, &why), events::node_ref(&blocked.node)));
+        let event = || match (event_worthy(&blocked.reason), unconsolidatable(&blocked.reason)) {
+            (Some((blocker, why)), _) => Some(events::disruption_blocked(blocker, &why)),
+            (None, Some(why)) => Some(events::unconsolidatable(&why)),
+            (None, None) => None,
+        };
+        let Some(on_node) = event() else { continue };
+        out.push((on_node, events::node_ref(&blocked.node)));
         if let Some(n) = snapshot.nodes.iter().find(|n| n.node.name == blocked.node && !n.node.in_flight) {
-            out.push((events::disruption_blocked(blocker, &why), events::nodeclaim_ref(&n.nodeclaim)));
+            out.extend(event().map(|ev| (ev, events::nodeclaim_ref(&n.nodeclaim))));
         }
     }
     shared.events.spawn_all(out);
@@ -94,7 +99,6 @@ pub fn event_worthy(reason: &BlockReason) -> Option<(&'static str, String)> {
         BlockReason::NodeDoNotDisrupt => "NodeDoNotDisrupt",
         BlockReason::Pdb { .. } | BlockReason::MultiplePdbs { .. } => "PodDisruptionBudget",
         BlockReason::Budget { .. } => "DisruptionBudget",
-        BlockReason::SpotToSpotDisabled => "SpotToSpotDisabled",
         BlockReason::UnknownNodePool { .. } => "UnknownNodePool",
         BlockReason::PodDoNotDisrupt { pod, .. } => {
             return Some(("PodDoNotDisrupt", format!("pod {pod} has karpenter.sh/do-not-disrupt")));
@@ -102,6 +106,28 @@ pub fn event_worthy(reason: &BlockReason) -> Option<(&'static str, String)> {
         _ => return None,
     };
     Some((blocker, reason.to_string()))
+}
+
+/// The message of an `Unconsolidatable` event: consolidation looked at the node and cannot act on it
+/// (upstream `pkg/controllers/disruption/consolidation.go`, with its wording where the cause is the same).
+/// Routine states (utilized, consolidateAfter running, deferred) publish none.
+pub fn unconsolidatable(reason: &BlockReason) -> Option<String> {
+    Some(match reason {
+        BlockReason::ConsolidationDisabled { nodepool } => format!("NodePool {nodepool:?} has consolidation disabled"),
+        BlockReason::WhenEmptyPolicy { nodepool } => {
+            format!("NodePool {nodepool:?} has consolidation policy WhenEmpty, but node is not empty")
+        }
+        BlockReason::SpotToSpotDisabled => {
+            "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node".to_string()
+        }
+        BlockReason::SpotFlexibility { cheaper_options, needed } => format!(
+            "SpotToSpotConsolidation requires {needed} cheaper instance type options than the current candidate to consolidate, got {cheaper_options}"
+        ),
+        BlockReason::NoCheaperPlacement { detail } if detail.starts_with("pod ") => detail.clone(),
+        BlockReason::NoCheaperPlacement { .. } => "Can't replace with a cheaper node".to_string(),
+        BlockReason::NotWorthIt { .. } => format!("Can't replace with a cheaper node: {reason}"),
+        _ => return None,
+    })
 }
 
 pub fn failed_validation(command: &Command) {

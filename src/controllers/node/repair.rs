@@ -30,12 +30,31 @@ use crate::controllers::node::drain::ANNOTATION_TERMINATION_TIMESTAMP;
 use crate::controllers::start::{env_duration, REPAIR_INTERVAL_ENV, REPAIR_TOLERATION_ENV};
 use crate::controllers::writes::{self, Deleted};
 use crate::controllers::{events, metrics, ControllerError, Shared};
-use crate::disruption::repair::{self, NodeHealth, RepairPlan};
+use crate::disruption::repair::{self, NodeHealth, RepairPlan, RepairPolicy};
 
 /// How often the nodes are looked at when none is about to reach its toleration.
 pub const INTERVAL: Duration = Duration::from_secs(30);
-/// The condition repair acts on, as the metric's `condition` label (upstream snake-cases the type).
-const CONDITION: &str = "ready";
+/// A condition type as the metric's `condition` label: upstream snake-cases it with `strcase.ToSnake`
+/// (dots, dashes and spaces become `_`, a capital after a small letter or digit starts a word):
+/// `Ready` is `ready`, `kubernetes.azure.com/NodeHealthy` is `kubernetes_azure_com/node_healthy`.
+fn condition_label(condition_type: &str) -> String {
+    let mut out = String::new();
+    let mut previous: Option<char> = None;
+    for c in condition_type.chars() {
+        match c {
+            '.' | '-' | ' ' | '_' => out.push('_'),
+            c if c.is_uppercase() => {
+                if previous.is_some_and(|p| p.is_lowercase() || p.is_ascii_digit()) {
+                    out.push('_');
+                }
+                out.extend(c.to_lowercase());
+            }
+            c => out.push(c),
+        }
+        previous = Some(c);
+    }
+    out
+}
 
 /// Runs repair passes until the task is stopped; started only with the `NodeRepair` gate on.
 pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
@@ -51,7 +70,8 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
         if shared.cluster().synced() {
             let _in_flight = shared.begin_work().await;
             let now = Timestamp::now();
-            let plan = repair::decide(&health(&shared, now), toleration, now);
+            let policies = shared.cloud.repair_policies(toleration);
+            let plan = repair::decide(&health(&shared, &policies, now), &policies, now);
             if let Some(due) = plan.next_due {
                 let until = Duration::try_from(due.duration_since(now)).unwrap_or_default();
                 wait = wait.min(until.max(Duration::from_secs(1)));
@@ -68,19 +88,21 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
 /// transition (the kubelet's or the node controller's clock), but never from before this process saw
 /// it unhealthy: a controller clock running fast cannot make a node that just went NotReady look long
 /// unhealthy (`controllers::observed`).
-fn health<C>(shared: &Shared<C>, now: Timestamp) -> Vec<NodeHealth> {
+fn health<C>(shared: &Shared<C>, policies: &[RepairPolicy], now: Timestamp) -> Vec<NodeHealth> {
     let seen_at = std::time::Instant::now();
     let cluster = shared.cluster();
     let mut unhealthy = std::collections::BTreeSet::new();
     let nodes = cluster
         .nodes()
         .map(|(node, claim)| {
-            let mut ready_since = node.ready_since;
-            if let (false, Some(since)) = (node.ready, node.ready_since) {
-                let key = format!("Unready/{}/{since}", node.name());
+            let mut conditions = node.conditions.clone();
+            for c in &mut conditions {
+                let broken = policies.iter().any(|p| p.condition == c.type_ && p.status == c.status);
+                let Some(since) = c.since.filter(|_| broken) else { continue };
+                let key = format!("Unhealthy/{}/{}={}/{since}", node.name(), c.type_, c.status);
                 let wall = Duration::try_from(now.duration_since(since)).unwrap_or_default();
                 let age = shared.first_seen.guarded(&key, wall, seen_at);
-                ready_since = now
+                c.since = now
                     .checked_sub(k8s_openapi::jiff::SignedDuration::try_from(age).unwrap_or_default())
                     .ok();
                 unhealthy.insert(key);
@@ -89,13 +111,12 @@ fn health<C>(shared: &Shared<C>, now: Timestamp) -> Vec<NodeHealth> {
                 node: node.name().to_string(),
                 nodeclaim: claim.map(|c| c.name.clone()),
                 nodepool: node.node.nodepool.clone().or_else(|| claim.and_then(|c| c.nodepool.clone())),
-                ready: node.ready,
-                ready_since,
+                conditions,
                 deleting: claim.is_some_and(|c| c.deleting),
             }
         })
         .collect();
-    shared.first_seen.retain(|key| !key.starts_with("Unready/") || unhealthy.contains(key));
+    shared.first_seen.retain(|key| !key.starts_with("Unhealthy/") || unhealthy.contains(key));
     nodes
 }
 
@@ -124,9 +145,10 @@ async fn act<C>(shared: &Shared<C>, plan: &RepairPlan) -> Result<(), ControllerE
             Deleted::Now => {}
             Deleted::Gone | Deleted::Stale => continue,
         }
-        tracing::info!(node = %r.node, nodeclaim = %r.nodeclaim, unhealthy_since = %r.since, "deleting unhealthy node");
-        metrics::nodeclaim_unhealthy_disrupted(metrics::get(), &claim, CONDITION);
-        let event = events::unhealthy(&r.node, "Ready not True", &r.since.to_string());
+        tracing::info!(node = %r.node, nodeclaim = %r.nodeclaim, condition = %r.condition, unhealthy_since = %r.since, "deleting unhealthy node");
+        let condition_type = r.condition.split('=').next().unwrap_or_default();
+        metrics::nodeclaim_unhealthy_disrupted(metrics::get(), &claim, &condition_label(condition_type));
+        let event = events::unhealthy(&r.node, &r.condition, &r.since.to_string());
         shared.events.publish(event, claim.object_ref(&())).await;
     }
     Ok(())
@@ -134,6 +156,17 @@ async fn act<C>(shared: &Shared<C>, plan: &RepairPlan) -> Result<(), ControllerE
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn condition_labels_are_snake_cased_as_upstream() {
+        for (condition, label) in [
+            ("Ready", "ready"),
+            ("kubernetes.azure.com/NodeHealthy", "kubernetes_azure_com/node_healthy"),
+            ("PreemptionScheduled", "preemption_scheduled"),
+        ] {
+            assert_eq!(super::condition_label(condition), label);
+        }
+    }
+
     #[test]
     fn a_node_is_timed_from_its_ready_conditions_transition_whatever_the_status() {
         let node = |conditions: &str| -> k8s_openapi::api::core::v1::Node {

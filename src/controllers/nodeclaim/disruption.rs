@@ -18,6 +18,7 @@
 //! patches with an optimistic lock for the same reason). Nothing is written when nothing changed, and
 //! nothing is read from the API server: the index has it all.
 
+use crate::model::labels::LABEL_KUBELET_IDENTITY;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,6 +105,7 @@ pub fn decide(
         };
         let node = input.node.map(|n| NodeFacts {
             kubelet_version: n.kubelet_version.as_deref(),
+            kubelet_identity: n.node.labels.get(LABEL_KUBELET_IDENTITY).map(String::as_str),
             ready: n.ready,
             deleting: n.deleting,
         });
@@ -246,7 +248,7 @@ fn plan<C: CloudProvider>(shared: &Shared<C>, memory: &mut Memory, now: Timestam
         let Some((pool_drift, consolidate_after)) = pool_entry.as_ref() else { continue };
         let class_object = cluster.nodeclass(&claim.node_class);
         let class_entry = classes.entry(claim.node_class.clone()).or_insert_with(|| match class_object {
-            Some(c) => class_input(c, &mut memory.errors).ok_or(()),
+            Some(c) => class_input(c, shared.cloud.kubelet_identity(), &mut memory.errors).ok_or(()),
             None => Ok(None),
         });
         let Ok(class) = class_entry.as_ref().map(Option::as_ref) else { continue };
@@ -306,12 +308,16 @@ fn pool_input(
     Some((drift, after))
 }
 
-fn class_input(class: &AKSNodeClass, errors: &mut BTreeMap<String, String>) -> Option<Option<ClassDrift>> {
+fn class_input(
+    class: &AKSNodeClass,
+    kubelet_identity: Option<String>,
+    errors: &mut BTreeMap<String, String>,
+) -> Option<Option<ClassDrift>> {
     let key = format!("AKSNodeClass/{}", class.name_any());
     match ClassDrift::new(class) {
         Ok(c) => {
             errors.remove(&key);
-            Some(Some(c))
+            Some(Some(ClassDrift { kubelet_identity, ..c }))
         }
         Err(e) => {
             report(errors, &key, e.category(), &e.to_string());

@@ -4,12 +4,17 @@
 //! community galleries and the subnet check, written as KubernetesVersionReady / ImagesReady /
 //! SubnetsReady / Ready ([`crate::cloud::azure::nodeclass`]).
 //!
+//! Node image versions move only inside the AKS node OS maintenance window, when one is configured
+//! ([`maintenance`]).
+//!
 //! NodePool: NodeClassReady and Ready from its class, `resources` and `nodes` in use from the index.
 //! Provisioning only sees NodePools whose Ready is True, so this writer must run for anything to launch.
 //!
 //! NodeOverlay: ValidationSucceeded and Ready ([`nodeoverlay`]).
 
 pub mod nodeoverlay;
+
+pub mod maintenance;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,16 +31,18 @@ use crate::apis::{AKSNodeClass, NodePool};
 use crate::cloud::CloudProvider;
 use crate::controllers::nodeclaim::resource_list;
 use crate::controllers::nodepool_health::Registration;
-use crate::controllers::{events, ControllerError, Shared};
+use crate::controllers::{events, writes, ControllerError, Shared};
+use crate::model::labels::FINALIZER_NODECLASS_TERMINATION;
 
 /// Status is recomputed at least this often (node counts and the Kubernetes version change without a
 /// NodePool or AKSNodeClass event).
 const RESYNC: Duration = Duration::from_secs(10);
 
 pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
+    let mut window_problem = None;
     loop {
         let in_flight = shared.begin_work().await;
-        if let Err(error) = sync_all(&shared).await {
+        if let Err(error) = sync_all(&shared, &mut window_problem).await {
             tracing::warn!(category = error.category(), %error, "status update failed");
         }
         drop(in_flight);
@@ -46,14 +53,27 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
     }
 }
 
-async fn sync_all<C: CloudProvider>(shared: &Shared<C>) -> Result<(), ControllerError> {
+/// `window_problem` is the last maintenance-window problem logged, so each is logged once.
+async fn sync_all<C: CloudProvider>(
+    shared: &Shared<C>,
+    window_problem: &mut Option<String>,
+) -> Result<(), ControllerError> {
     // The index keeps classes by name only; they are few, so they are listed (fresh status included).
     let classes_api: Api<AKSNodeClass> = Api::all(shared.client.clone());
     let classes = classes_api.list(&ListParams::default()).await?.items;
+    for class in &classes {
+        finalize(shared, &classes_api, class).await?;
+    }
     if !classes.is_empty() {
         let version = kubernetes_version(&shared.client.apiserver_version().await?.git_version);
-        for class in &classes {
-            if let Some(status) = shared.cloud.node_class_status(class, &version, &now()).await {
+        let (upgrades, problem) =
+            maintenance::upgrades(&shared.client, &shared.settings.system_namespace, Timestamp::now()).await;
+        if problem.is_some() && problem != *window_problem {
+            tracing::warn!(problem = problem.as_deref().unwrap_or_default(), "node OS maintenance window");
+        }
+        *window_problem = problem;
+        for class in classes.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
+            if let Some(status) = shared.cloud.node_class_status(class, &version, upgrades, &now()).await {
                 let patch = Patch::Merge(json!({ "status": status }));
                 classes_api.patch_status(&class.name_any(), &PatchParams::default(), &patch).await?;
                 if let Some(why) = newly_failing_credentials(class, &status) {
@@ -107,6 +127,45 @@ async fn sync_all<C: CloudProvider>(shared: &Shared<C>) -> Result<(), Controller
         }
     }
     nodeoverlay::sync(shared, &now()).await?;
+    Ok(())
+}
+
+/// The AKSNodeClass termination finalizer (upstream provider `pkg/controllers/nodeclass/status` adds it,
+/// `pkg/controllers/nodeclass/termination` removes it): a class in use is deleted only after the last
+/// NodeClaim that names it, so no node is left without the class its drift and launches read. While it
+/// waits, a `WaitingOnNodeClaimTermination` event names the claims.
+async fn finalize<C>(
+    shared: &Shared<C>,
+    api: &Api<AKSNodeClass>,
+    class: &AKSNodeClass,
+) -> Result<(), ControllerError> {
+    let has = class.finalizers().iter().any(|f| f == FINALIZER_NODECLASS_TERMINATION);
+    let deleting = class.metadata.deletion_timestamp.is_some();
+    let finalizers: Vec<String> = match (deleting, has) {
+        (false, false) => {
+            let mut list = class.finalizers().to_vec();
+            list.push(FINALIZER_NODECLASS_TERMINATION.to_string());
+            list
+        }
+        (true, true) => {
+            let users: Vec<String> = {
+                let cluster = shared.cluster();
+                let name = class.name_any();
+                cluster.nodeclaims().filter(|c| c.node_class == name).map(|c| c.name.clone()).collect()
+            };
+            if !users.is_empty() {
+                let event = events::waiting_on_nodeclaim_termination(&users);
+                shared.events.publish(event, class.object_ref(&())).await;
+                return Ok(());
+            }
+            class.finalizers().iter().filter(|f| *f != FINALIZER_NODECLASS_TERMINATION).cloned().collect()
+        }
+        _ => return Ok(()),
+    };
+    // Guarded by the version read: a merge patch replaces the whole list.
+    if writes::patch(api, class, json!({"metadata": {"finalizers": finalizers}})).await?.is_some() {
+        tracing::info!(aksnodeclass = %class.name_any(), added = !deleting, "updated aksnodeclass termination finalizer");
+    }
     Ok(())
 }
 
@@ -164,10 +223,17 @@ pub fn nodepool_status(
     let class_ready = class
         .and_then(|c| c.status.as_ref())
         .is_some_and(|s| conditions::is_true(&s.conditions, conditions::READY));
+    let terminating = class.is_some_and(|c| c.metadata.deletion_timestamp.is_some());
     let (status, reason, message) = match (class, class_ready) {
         (None, _) => {
             (ConditionStatus::False, "NodeClassNotFound", format!("AKSNodeClass {class_name} not found"))
         }
+        // Upstream core's NodePool readiness: a deleting class launches nothing more.
+        (Some(_), _) if terminating => (
+            ConditionStatus::False,
+            "NodeClassTerminating",
+            format!("AKSNodeClass {class_name} is terminating"),
+        ),
         (Some(_), false) => {
             (ConditionStatus::False, "NodeClassNotReady", format!("AKSNodeClass {class_name} is not ready"))
         }

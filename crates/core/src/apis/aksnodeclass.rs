@@ -111,7 +111,9 @@ fn default_image_family() -> Option<ImageFamily> {
 }
 
 /// The node OS image family.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default, JsonSchema,
+)]
 pub enum ImageFamily {
     /// Ubuntu 22.04 below Kubernetes 1.34, Ubuntu 24.04 from 1.34.
     #[default]
@@ -119,6 +121,18 @@ pub enum ImageFamily {
     Ubuntu2204,
     Ubuntu2404,
     AzureLinux,
+}
+
+impl ImageFamily {
+    /// The name as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImageFamily::Ubuntu => "Ubuntu",
+            ImageFamily::Ubuntu2204 => "Ubuntu2204",
+            ImageFamily::Ubuntu2404 => "Ubuntu2404",
+            ImageFamily::AzureLinux => "AzureLinux",
+        }
+    }
 }
 
 /// FIPS-compliant node images.

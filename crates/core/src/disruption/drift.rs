@@ -40,16 +40,18 @@ pub enum DriftReason {
     InstanceTypeNotFound,
     NodeClassDrift,
     K8sVersionDrift,
+    KubeletIdentityDrift,
     ImageDrift,
 }
 
 impl DriftReason {
-    pub const ALL: [DriftReason; 6] = [
+    pub const ALL: [DriftReason; 7] = [
         DriftReason::NodePoolDrifted,
         DriftReason::RequirementsDrifted,
         DriftReason::InstanceTypeNotFound,
         DriftReason::NodeClassDrift,
         DriftReason::K8sVersionDrift,
+        DriftReason::KubeletIdentityDrift,
         DriftReason::ImageDrift,
     ];
 
@@ -60,6 +62,7 @@ impl DriftReason {
             DriftReason::InstanceTypeNotFound => "InstanceTypeNotFound",
             DriftReason::NodeClassDrift => "NodeClassDrift",
             DriftReason::K8sVersionDrift => "K8sVersionDrift",
+            DriftReason::KubeletIdentityDrift => "KubeletIdentityDrift",
             DriftReason::ImageDrift => "ImageDrift",
         }
     }
@@ -81,6 +84,9 @@ impl DriftReason {
             }
             DriftReason::NodeClassDrift => "the AKSNodeClass's spec changed since the node was launched",
             DriftReason::K8sVersionDrift => "the node's kubelet is not at the cluster's Kubernetes version",
+            DriftReason::KubeletIdentityDrift => {
+                "the node's kubelet identity is not the one new nodes get (the kubelet identity setting changed)"
+            }
             DriftReason::ImageDrift => "the node's image is no longer among the AKSNodeClass's images",
         }
     }
@@ -140,6 +146,9 @@ pub struct ClassDrift {
     pub kubernetes_version: Option<String>,
     /// `status.images[].id`, only while `ImagesReady` is True and there are some.
     pub images: Option<Vec<String>>,
+    /// The kubelet identity's client ID new nodes are launched with (an operator setting, the same for
+    /// every class); `None` skips the check.
+    pub kubelet_identity: Option<String>,
 }
 
 impl ClassDrift {
@@ -151,7 +160,7 @@ impl ClassDrift {
             .filter(|v| !v.is_empty() && ready(conditions::KUBERNETES_VERSION_READY));
         let images: Vec<String> = status.images.iter().map(|i| i.id.clone()).collect();
         let images = (ready(conditions::IMAGES_READY) && !images.is_empty()).then_some(images);
-        Ok(ClassDrift { hash: class.hash()?, kubernetes_version, images })
+        Ok(ClassDrift { hash: class.hash()?, kubernetes_version, images, kubelet_identity: None })
     }
 }
 
@@ -170,6 +179,8 @@ pub struct ClaimFacts<'a> {
 pub struct NodeFacts<'a> {
     /// `status.nodeInfo.kubeletVersion`, such as `v1.34.4`.
     pub kubelet_version: Option<&'a str>,
+    /// The `kubernetes.azure.com/kubelet-identity-client-id` label.
+    pub kubelet_identity: Option<&'a str>,
     pub ready: bool,
     pub deleting: bool,
 }
@@ -223,6 +234,13 @@ pub fn drift_reason(
         let have = node.kubelet_version.unwrap_or_default();
         if have.trim_start_matches('v') != want.trim_start_matches('v') {
             return Some(DriftReason::K8sVersionDrift);
+        }
+    }
+    // Nodes launched before the label existed carry none: they are not drifted for it (upstream
+    // provider `pkg/cloudprovider/drift.go` `isKubeletIdentityDrifted`).
+    if let (Some(want), Some(have)) = (&class.kubelet_identity, node.and_then(|n| n.kubelet_identity)) {
+        if !have.is_empty() && have != want {
+            return Some(DriftReason::KubeletIdentityDrift);
         }
     }
     // ARM resource IDs are case-insensitive, and Azure may echo one back in another case.

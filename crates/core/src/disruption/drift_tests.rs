@@ -112,7 +112,8 @@ fn reason(
         created: Some(c.created),
         image_id: Some(&c.image),
     };
-    let node = NodeFacts { kubelet_version: Some(kubelet), ready: true, deleting: false };
+    let node =
+        NodeFacts { kubelet_version: Some(kubelet), kubelet_identity: None, ready: true, deleting: false };
     drift_reason(&facts, &pool, class.as_ref(), Some(&node), its, t(NOW))
 }
 
@@ -302,12 +303,49 @@ fn the_provider_checks_need_their_inputs() {
     };
     // No Node, a NotReady Node and a deleting Node say nothing about the version.
     assert_eq!(at(None), None);
-    assert_eq!(at(Some(NodeFacts { kubelet_version: Some("v1.34.4"), ready: false, deleting: false })), None);
-    assert_eq!(at(Some(NodeFacts { kubelet_version: Some("v1.34.4"), ready: true, deleting: true })), None);
     assert_eq!(
-        at(Some(NodeFacts { kubelet_version: Some("v1.34.4"), ready: true, deleting: false })),
+        at(Some(NodeFacts {
+            kubelet_version: Some("v1.34.4"),
+            kubelet_identity: None,
+            ready: false,
+            deleting: false
+        })),
+        None
+    );
+    assert_eq!(
+        at(Some(NodeFacts {
+            kubelet_version: Some("v1.34.4"),
+            kubelet_identity: None,
+            ready: true,
+            deleting: true
+        })),
+        None
+    );
+    assert_eq!(
+        at(Some(NodeFacts {
+            kubelet_version: Some("v1.34.4"),
+            kubelet_identity: None,
+            ready: true,
+            deleting: false
+        })),
         Some(DriftReason::K8sVersionDrift)
     );
+    // The kubelet identity: a node launched with another one drifts; a node without the label does not.
+    let mut with_identity = ClassDrift::new(&class()).unwrap();
+    with_identity.kubelet_identity = Some("new-id".into());
+    let identity = |label: Option<&'static str>| {
+        let node = NodeFacts {
+            kubelet_version: Some("v1.34.4"),
+            kubelet_identity: label,
+            ready: true,
+            deleting: false,
+        };
+        drift_reason(&claim_facts, &pool_drift, Some(&with_identity), Some(&node), None, t(NOW))
+    };
+    assert_eq!(identity(Some("old-id")), Some(DriftReason::KubeletIdentityDrift));
+    assert_eq!(identity(Some("new-id")), None);
+    assert_eq!(identity(None), None, "nodes from before the label are not drifted");
+    assert_eq!(identity(Some("")), None);
     // Without the class, only core's checks run; without instance types, that check is skipped.
     assert_eq!(reason(&c, &pool(), None, "v0", None), None);
     assert_eq!(reason(&c, &pool(), Some(&class()), "v1.34.4", Some(&[])), None, "empty catalog");

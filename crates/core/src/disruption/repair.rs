@@ -2,9 +2,10 @@
 //! unhealthy managed nodes to replace now, and which are held back because too much of their NodePool
 //! is unhealthy at once. Pure: the controller passes the nodes and `now`.
 //!
-//! A node is unhealthy while its `Ready` condition is False or Unknown (the Azure provider's
-//! `RepairPolicies`, which give both a 10-minute toleration). Once that has lasted the toleration, counted
-//! from the condition's `lastTransitionTime`, its NodeClaim is deleted forcefully — unless more than 20 %
+//! A node is unhealthy while one of its conditions matches a repair policy (the cloud provider's
+//! `RepairPolicies`: for Azure, `Ready` False or Unknown for 10 minutes, `kubernetes.azure.com/NodeHealthy`
+//! False and a spot VM's `PreemptionScheduled` True at once). Once that has lasted the policy's toleration,
+//! counted from the condition's `lastTransitionTime`, its NodeClaim is deleted forcefully — unless more than 20 %
 //! of the nodes of its NodePool (rounded up, as a PDB's `maxUnavailable` rounds, so one of three may be)
 //! are unhealthy: then a wider failure is more likely than a broken machine, replacing nodes would not
 //! help, and nothing in that pool is repaired. A NodeClaim without a NodePool is judged against the whole
@@ -15,8 +16,37 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-/// How long a node may stay unhealthy before it is replaced (Azure provider `RepairPolicies`).
+/// How long a node may stay NotReady before it is replaced (Azure provider `RepairPolicies`).
 pub const TOLERATION: Duration = Duration::from_secs(10 * 60);
+
+/// A node condition that makes a node unhealthy, and for how long it is tolerated (upstream core
+/// `cloudprovider.RepairPolicy`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepairPolicy {
+    pub condition: String,
+    pub status: String,
+    pub toleration: Duration,
+}
+
+impl RepairPolicy {
+    pub fn new(condition: &str, status: &str, toleration: Duration) -> RepairPolicy {
+        RepairPolicy { condition: condition.into(), status: status.into(), toleration }
+    }
+}
+
+/// `Ready` False or Unknown for `toleration`: every cloud provider's first policies.
+pub fn not_ready_policies(toleration: Duration) -> Vec<RepairPolicy> {
+    vec![RepairPolicy::new("Ready", "False", toleration), RepairPolicy::new("Ready", "Unknown", toleration)]
+}
+
+/// One condition of a Node: type, status and `lastTransitionTime` (`None` when the node did not give
+/// one: such a condition is not judged).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeCondition {
+    pub type_: String,
+    pub status: String,
+    pub since: Option<Timestamp>,
+}
 /// Above this share of unhealthy nodes in a NodePool nothing in it is repaired (upstream
 /// `allowedUnhealthyPercent`).
 pub const MAX_UNHEALTHY_PERCENT: usize = 20;
@@ -30,19 +60,32 @@ pub struct NodeHealth {
     pub nodeclaim: Option<String>,
     /// The `karpenter.sh/nodepool` label.
     pub nodepool: Option<String>,
-    /// `Ready=True`.
-    pub ready: bool,
-    /// The Ready condition's `lastTransitionTime`; `None` when the node reports no Ready condition (a
-    /// node that never said anything is not judged).
-    pub ready_since: Option<Timestamp>,
+    /// The Node's conditions.
+    pub conditions: Vec<NodeCondition>,
     /// Its NodeClaim is already being deleted.
     pub deleting: bool,
 }
 
 impl NodeHealth {
-    pub fn unhealthy(&self) -> bool {
-        !self.ready && self.ready_since.is_some()
+    /// The policy the node breaks that falls due first, with its condition's transition time.
+    pub fn broken<'p>(&self, policies: &'p [RepairPolicy]) -> Option<(&'p RepairPolicy, Timestamp)> {
+        policies
+            .iter()
+            .filter_map(|p| {
+                let c = self.conditions.iter().find(|c| c.type_ == p.condition && c.status == p.status)?;
+                Some((p, c.since?))
+            })
+            .min_by_key(|(p, since)| due(*since, p.toleration))
     }
+
+    pub fn unhealthy(&self, policies: &[RepairPolicy]) -> bool {
+        self.broken(policies).is_some()
+    }
+}
+
+fn due(since: Timestamp, toleration: Duration) -> Timestamp {
+    let toleration = SignedDuration::try_from(toleration).unwrap_or(SignedDuration::MAX);
+    since.checked_add(toleration).unwrap_or(Timestamp::MAX)
 }
 
 /// Where the unhealthy share is counted.
@@ -61,6 +104,8 @@ pub struct Repair {
     pub nodepool: Option<String>,
     /// When it became unhealthy.
     pub since: Timestamp,
+    /// The condition that made it so, as `Type=Status`.
+    pub condition: String,
 }
 
 /// Nodes past their toleration that are not repaired, because too much of their scope is unhealthy.
@@ -103,14 +148,14 @@ pub fn allowed_unhealthy(total: usize) -> usize {
     (total * MAX_UNHEALTHY_PERCENT).div_ceil(100)
 }
 
-/// Which of `nodes` to repair at `now`, given the `toleration`.
-pub fn decide(nodes: &[NodeHealth], toleration: Duration, now: Timestamp) -> RepairPlan {
-    let toleration = SignedDuration::try_from(toleration).unwrap_or(SignedDuration::MAX);
+/// Which of `nodes` to repair at `now` under `policies`.
+pub fn decide(nodes: &[NodeHealth], policies: &[RepairPolicy], now: Timestamp) -> RepairPlan {
     let mut plan = RepairPlan::default();
-    let mut due: BTreeMap<Scope, Vec<Repair>> = BTreeMap::new();
-    for node in nodes.iter().filter(|n| n.unhealthy() && !n.deleting) {
-        let (Some(claim), Some(since)) = (&node.nodeclaim, node.ready_since) else { continue };
-        let at = since.checked_add(toleration).unwrap_or(Timestamp::MAX);
+    let mut due_now: BTreeMap<Scope, Vec<Repair>> = BTreeMap::new();
+    for node in nodes.iter().filter(|n| !n.deleting) {
+        let Some((policy, since)) = node.broken(policies) else { continue };
+        let Some(claim) = &node.nodeclaim else { continue };
+        let at = due(since, policy.toleration);
         if now < at {
             plan.next_due = Some(plan.next_due.map_or(at, |t| t.min(at)));
             continue;
@@ -121,16 +166,17 @@ pub fn decide(nodes: &[NodeHealth], toleration: Duration, now: Timestamp) -> Rep
             nodeclaim: claim.clone(),
             nodepool: node.nodepool.clone(),
             since,
+            condition: format!("{}={}", policy.condition, policy.status),
         };
-        due.entry(scope).or_default().push(repair);
+        due_now.entry(scope).or_default().push(repair);
     }
-    for (scope, mut repairs) in due {
+    for (scope, mut repairs) in due_now {
         repairs.sort_by(|a, b| a.node.cmp(&b.node));
         let members: Vec<&NodeHealth> = match &scope {
             Scope::NodePool(pool) => nodes.iter().filter(|n| n.nodepool.as_ref() == Some(pool)).collect(),
             Scope::Cluster => nodes.iter().collect(),
         };
-        let unhealthy = members.iter().filter(|n| n.unhealthy()).count();
+        let unhealthy = members.iter().filter(|n| n.unhealthy(policies)).count();
         let allowed = allowed_unhealthy(members.len());
         if unhealthy <= allowed {
             plan.repair.extend(repairs);
@@ -146,7 +192,13 @@ pub fn decide(nodes: &[NodeHealth], toleration: Duration, now: Timestamp) -> Rep
 mod tests {
     use super::*;
 
-    const TEN_MIN: Duration = TOLERATION;
+    fn ten_min() -> Vec<RepairPolicy> {
+        not_ready_policies(TOLERATION)
+    }
+
+    fn condition(type_: &str, status: &str, since: Option<i64>) -> NodeCondition {
+        NodeCondition { type_: type_.into(), status: status.into(), since: since.map(t) }
+    }
 
     fn t(secs: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + secs).unwrap()
@@ -157,14 +209,13 @@ mod tests {
             node: name.into(),
             nodeclaim: Some(format!("claim-{name}")),
             nodepool: Some(pool.into()),
-            ready: true,
-            ready_since: Some(t(-86_400)),
+            conditions: vec![condition("Ready", "True", Some(-86_400))],
             deleting: false,
         }
     }
 
     fn sick(name: &str, pool: &str, since: i64) -> NodeHealth {
-        NodeHealth { ready: false, ready_since: Some(t(since)), ..healthy(name, pool) }
+        NodeHealth { conditions: vec![condition("Ready", "False", Some(since))], ..healthy(name, pool) }
     }
 
     fn repaired(plan: &RepairPlan) -> Vec<&str> {
@@ -259,7 +310,7 @@ mod tests {
             ),
             (
                 "no Ready condition is not unhealthy",
-                vec![NodeHealth { ready_since: None, ..sick("a", "p", 0) }],
+                vec![NodeHealth { conditions: vec![condition("Ready", "False", None)], ..sick("a", "p", 0) }],
                 1_000,
                 vec![],
                 vec![],
@@ -279,7 +330,7 @@ mod tests {
             ),
         ];
         for (name, nodes, now, expected, blocked, next_due) in cases {
-            let plan = decide(&nodes, TEN_MIN, t(now));
+            let plan = decide(&nodes, &ten_min(), t(now));
             assert_eq!(repaired(&plan), expected, "{name}: {plan:?}");
             let scopes: Vec<Scope> = plan.blocked.iter().map(|b| b.scope.clone()).collect();
             assert_eq!(scopes, blocked, "{name}");
@@ -290,7 +341,7 @@ mod tests {
     #[test]
     fn blocked_pools_say_why_and_which_nodes() {
         let nodes = vec![sick("a", "p", -700), sick("b", "p", -700), healthy("c", "p")];
-        let plan = decide(&nodes, TEN_MIN, t(0));
+        let plan = decide(&nodes, &ten_min(), t(0));
         let blocked = &plan.blocked[0];
         assert_eq!((blocked.unhealthy, blocked.total, blocked.allowed), (2, 3, 1));
         assert_eq!(blocked.nodes, [("a".to_string(), "claim-a".to_string()), ("b".into(), "claim-b".into())]);
@@ -303,7 +354,27 @@ mod tests {
     #[test]
     fn the_toleration_is_a_parameter() {
         let nodes = vec![sick("a", "p", -5), healthy("b", "p"), healthy("c", "p")];
-        assert_eq!(repaired(&decide(&nodes, Duration::from_secs(5), t(0))), ["a"]);
-        assert!(decide(&nodes, TEN_MIN, t(0)).repair.is_empty());
+        assert_eq!(repaired(&decide(&nodes, &not_ready_policies(Duration::from_secs(5)), t(0))), ["a"]);
+        assert!(decide(&nodes, &ten_min(), t(0)).repair.is_empty());
+    }
+
+    #[test]
+    fn a_policy_without_toleration_repairs_at_once_and_names_its_condition() {
+        let mut policies = ten_min();
+        policies.push(RepairPolicy::new("kubernetes.azure.com/NodeHealthy", "False", Duration::ZERO));
+        policies.push(RepairPolicy::new("PreemptionScheduled", "True", Duration::ZERO));
+        let mut broken = healthy("a", "p");
+        broken.conditions.push(condition("kubernetes.azure.com/NodeHealthy", "False", Some(-1)));
+        let mut evicted = healthy("b", "p");
+        evicted.conditions.push(condition("PreemptionScheduled", "True", Some(0)));
+        let mut fine = healthy("c", "p");
+        fine.conditions.push(condition("kubernetes.azure.com/NodeHealthy", "True", Some(-1)));
+        let others = (0..7).map(|i| healthy(&format!("h{i}"), "p"));
+        let nodes: Vec<NodeHealth> = [broken, evicted, fine].into_iter().chain(others).collect();
+        let plan = decide(&nodes, &policies, t(0));
+        assert_eq!(repaired(&plan), ["a", "b"]);
+        assert_eq!(plan.repair[0].condition, "kubernetes.azure.com/NodeHealthy=False");
+        assert_eq!(plan.repair[1].condition, "PreemptionScheduled=True");
+        assert!(decide(&nodes, &ten_min(), t(0)).repair.is_empty(), "Ready alone does not see them");
     }
 }

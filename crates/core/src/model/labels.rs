@@ -56,6 +56,8 @@ pub const LABEL_SKU_HYPERV_GENERATION: &str = "karpenter.azure.com/sku-hyperv-ge
 
 pub const LABEL_AKS_CLUSTER: &str = "kubernetes.azure.com/cluster";
 pub const LABEL_AKS_MODE: &str = "kubernetes.azure.com/mode";
+/// The client ID of the kubelet's managed identity, which AKS labels every node with.
+pub const LABEL_KUBELET_IDENTITY: &str = "kubernetes.azure.com/kubelet-identity-client-id";
 pub const LABEL_AKS_SCALESET_PRIORITY: &str = "kubernetes.azure.com/scalesetpriority";
 pub const LABEL_AKS_PRIORITY: &str = "kubernetes.azure.com/priority";
 pub const LABEL_AKS_OS_SKU: &str = "kubernetes.azure.com/os-sku";
@@ -100,6 +102,7 @@ pub const TAINT_DISRUPTED: &str = "karpenter.sh/disrupted";
 // --- Finalizers ----------------------------------------------------------------------------------
 
 pub const FINALIZER_TERMINATION: &str = "karpenter.sh/termination";
+/// Holds an AKSNodeClass until no NodeClaim names it (upstream provider `v1beta1.TerminationFinalizer`).
 pub const FINALIZER_NODECLASS_TERMINATION: &str = "karpenter.azure.com/termination";
 
 // --- Which keys users may use --------------------------------------------------------------------

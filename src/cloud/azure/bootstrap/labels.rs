@@ -14,7 +14,7 @@ use crate::model::labels;
 
 pub const LABEL_OS_SKU_REQUESTED: &str = "kubernetes.azure.com/os-sku-requested";
 pub const LABEL_OS_SKU_EFFECTIVE: &str = "kubernetes.azure.com/os-sku-effective";
-pub const LABEL_KUBELET_IDENTITY: &str = "kubernetes.azure.com/kubelet-identity-client-id";
+pub use crate::model::labels::LABEL_KUBELET_IDENTITY;
 pub const LABEL_EBPF_DATAPLANE: &str = "kubernetes.azure.com/ebpf-dataplane";
 pub const LABEL_AZURE_CNI_OVERLAY: &str = "kubernetes.azure.com/azure-cni-overlay";
 pub const LABEL_PODNETWORK_TYPE: &str = "kubernetes.azure.com/podnetwork-type";

@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::recheck::{Rechecks, Schedule};
-use super::status::{nodeclass_status_with, ImagesCheck, SubnetCheck};
+use super::status::{hold_versions, nodeclass_status_with, ImagesCheck, SubnetCheck};
 use crate::apis::AKSNodeClass;
 use crate::cloud::azure::imagefamily::{self, class_definitions, node_image, ImageDefinition};
 use crate::cloud::azure::subnet::{class_subnet, SubnetId};
-use crate::cloud::CloudError;
+use crate::cloud::{CloudError, ImageUpgrades};
 
 /// The Azure reads behind the status. The Azure provider answers them from ARM, the in-memory cloud
 /// from what a test published.
@@ -83,21 +83,24 @@ impl NodeClassChecks {
     }
 
     /// The status to write for `class` on a cluster at Kubernetes `version` (None when what is stored
-    /// is already right): its images and its subnet (its own, else `cluster_subnet_id`), each looked
-    /// up through `cloud` when due at `now`; `time` stamps changed conditions.
+    /// is already right): its images and its subnet (its own, else the cluster's `(subnet, node resource
+    /// group)`), each looked up through `cloud` when due at `now`; `time` stamps changed conditions.
+    /// With image `upgrades` held, images the class already has keep their versions.
     #[allow(clippy::too_many_arguments)]
     pub async fn status<C: NodeClassLookups>(
         &mut self,
         cloud: &C,
         class: &AKSNodeClass,
         version: &str,
-        cluster_subnet_id: &str,
-        node_resource_group: &str,
+        (cluster_subnet_id, node_resource_group): (&str, &str),
         credentials_failing: Option<&str>,
-        now: Instant,
-        time: &Time,
+        upgrades: ImageUpgrades,
+        (now, time): (Instant, &Time),
     ) -> Option<serde_json::Value> {
-        let images = self.images(cloud, class, version, now).await;
+        let images = match self.images(cloud, class, version, now).await {
+            ImagesCheck::Resolved(found) => ImagesCheck::Resolved(hold_versions(class, found, upgrades)),
+            other => other,
+        };
         let subnet = self.subnet(cloud, class, cluster_subnet_id, node_resource_group, now).await;
         nodeclass_status_with(class, version, &images, &subnet, credentials_failing, time)
     }

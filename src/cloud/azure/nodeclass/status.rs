@@ -11,6 +11,7 @@ use crate::apis::aksnodeclass::NodeImage;
 use crate::apis::conditions::{self, ConditionStatus};
 use crate::apis::AKSNodeClass;
 use crate::cloud::azure::bootstrap::{class_problem, NodeClassBootstrap};
+use crate::cloud::ImageUpgrades;
 
 /// What image resolution found.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +28,33 @@ pub enum ImagesCheck {
 pub enum SubnetCheck {
     Ready,
     NotReady { reason: &'static str, message: String },
+}
+
+/// The images to write when `found` was resolved: all of `found` while upgrades are allowed or the class
+/// has no ready images yet (a new class, or a Kubernetes upgrade, which clears ImagesReady); otherwise,
+/// outside the maintenance window, an image the class already has keeps its version and only images of
+/// a new definition (a changed image family, a newly supported size) come in at theirs, in `found`'s
+/// order (upstream provider `pkg/controllers/nodeclass/status/images.go`
+/// `overrideAnyGoalStateVersionsWithExisting`).
+pub fn hold_versions(class: &AKSNodeClass, found: Vec<NodeImage>, upgrades: ImageUpgrades) -> Vec<NodeImage> {
+    let status = class.status.as_ref();
+    let images_ready = status.is_some_and(|s| conditions::is_true(&s.conditions, conditions::IMAGES_READY));
+    if upgrades == ImageUpgrades::Allowed || !images_ready {
+        return found;
+    }
+    let existing = status.map(|s| s.images.as_slice()).unwrap_or_default();
+    found
+        .into_iter()
+        .map(|image| {
+            let base = without_version(&image.id);
+            existing.iter().find(|e| without_version(&e.id) == base).cloned().unwrap_or(image)
+        })
+        .collect()
+}
+
+/// An image ID without its `/versions/<version>` suffix.
+fn without_version(id: &str) -> &str {
+    id.rsplit_once("/versions/").map_or(id, |(base, _)| base)
 }
 
 /// The condition written while the controller's Azure credentials keep failing (ours: there is nothing
@@ -173,6 +201,23 @@ mod tests {
         let status = nodeclass_status(&class, "1.34.4", &resolved, &SubnetCheck::Ready, &now()).unwrap();
         apply(&mut class, status);
         assert_eq!(condition(&class, "Ready").status, ConditionStatus::True);
+    }
+
+    #[test]
+    fn outside_the_window_known_images_keep_their_versions_and_new_definitions_come_in() {
+        let mut class = class();
+        let image = |definition: &str, version: &str| NodeImage {
+            id: format!("/CommunityGalleries/g/images/{definition}/versions/{version}"),
+            requirements: vec![],
+        };
+        let found = vec![image("2404gen2containerd", "2"), image("2404arm64containerd", "2")];
+        assert_eq!(hold_versions(&class, found.clone(), ImageUpgrades::Held), found, "a new class resolves");
+        let resolved = ImagesCheck::Resolved(vec![image("2404gen2containerd", "1")]);
+        let status = nodeclass_status(&class, "1.34.4", &resolved, &SubnetCheck::Ready, &now()).unwrap();
+        apply(&mut class, status);
+        let held = hold_versions(&class, found.clone(), ImageUpgrades::Held);
+        assert_eq!(held, [image("2404gen2containerd", "1"), image("2404arm64containerd", "2")]);
+        assert_eq!(hold_versions(&class, found.clone(), ImageUpgrades::Allowed), found, "inside the window");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Registration of a launched NodeClaim (upstream core `nodeclaim/lifecycle/registration.go`): find the
-//! Node with the claim's providerID, give it the claim's labels, taints and our finalizer and drop
+//! Node with the claim's providerID, give it the claim's labels, annotations, taints and our finalizer and drop
 //! `karpenter.sh/unregistered`.
 
 use k8s_openapi::api::core::v1::Node;
@@ -73,8 +73,16 @@ pub(super) async fn register<C>(
         .into_iter()
         .filter(|t| t.key != TAINT_UNREGISTERED)
         .collect();
+    // The claim's annotations (its NodePool template's among them) go to the Node too, as upstream's
+    // `syncNode` assigns them.
+    let annotations = claim.annotations();
     let patch = json!({
-        "metadata": { "labels": labels, "finalizers": finalizers, "ownerReferences": owners },
+        "metadata": {
+            "labels": labels,
+            "annotations": annotations,
+            "finalizers": finalizers,
+            "ownerReferences": owners,
+        },
         "spec": { "taints": taints },
     });
     // The Node changes under us (its kubelet, the node controllers): when it did, read it again soon.
