@@ -382,7 +382,7 @@ fn notes_list_the_upstream_values_that_have_no_effect_here() {
         "--set",
         "settings.clusterName=prod,settings.clusterEndpoint=https://prod-dns.hcp.eastus.azmk8s.io:443",
         "--set",
-        "settings.featureGates.staticCapacity=true",
+        "settings.featureGates.reservedCapacity=true,settings.featureGates.staticCapacity=true",
     ]);
     assert!(upstream.contains("for cluster prod."), "{upstream}");
     assert!(upstream.contains("have no effect here:"), "{upstream}");
@@ -392,10 +392,11 @@ fn notes_list_the_upstream_values_that_have_no_effect_here() {
         "  - logErrorOutputPaths: ",
         "  - settings.ignoreDRARequests: ",
         "  - settings.disableClusterStateObservability: ",
-        "  - settings.featureGates.staticCapacity: ",
+        "  - settings.featureGates.reservedCapacity: ",
     ] {
         assert!(upstream.contains(key), "{key:?} missing from NOTES:\n{upstream}");
     }
+    assert!(!upstream.contains("staticCapacity"), "static NodePools are implemented:\n{upstream}");
     assert!(upstream.contains("is upstream's controller"), "the upstream image is pointed out:\n{upstream}");
 
     let ours = notes(&[]);
