@@ -10,6 +10,7 @@ use karpenter_azure::model::resources::{Resources, CPU, MEMORY, NVIDIA_GPU, PODS
 use karpenter_azure::model::CapacityType;
 use karpenter_azure::scheduling::input::Weighted;
 use karpenter_azure::scheduling::{solve, Plan, SolveInput};
+use std::collections::BTreeMap;
 
 fn solved(input: &SolveInput) -> Plan {
     let plan = solve(input);
@@ -215,24 +216,88 @@ fn volume_zones_pin_the_node() {
     assert_eq!(claim_of(&plan, "default/p").unwrap().zone, "z-3");
 }
 
-#[test]
-fn hard_rules_on_unsupported_topology_keys_are_refused_with_a_reason() {
-    let mut racked = pods("racked", 2, 500, GI);
-    for p in &mut racked {
-        p.topology_spread.push(spread("racked", "example.com/rack", 1));
+const RACK: &str = "example.com/rack";
+
+/// Pods of one app per rack domain, from the claims' labels.
+fn pods_per_rack(plan: &Plan, app: &str) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for claim in &plan.nodeclaims {
+        let here = claim.pods.iter().filter(|p| p.starts_with(&format!("{NS}/{app}-"))).count();
+        if here > 0 {
+            *out.entry(claim.labels.get(RACK).cloned().unwrap_or_default()).or_default() += here;
+        }
     }
-    let mut regional = pod("regional", "regional", 500, GI);
-    regional.anti_affinity.push(affinity_term("regional", "topology.kubernetes.io/region"));
-    let mut all = racked;
-    all.push(regional);
+    out
+}
+
+#[test]
+fn a_spread_on_a_key_a_nodepool_requirement_lists_balances_over_its_values() {
+    let mut racked = pool("racked", general());
+    racked.requirements.add(Requirement::is_in(RACK, ["a", "b", "c"]));
+    let mut web = pods("web", 6, 500, GI);
+    web.iter_mut().for_each(|p| p.topology_spread.push(spread("web", RACK, 1)));
+    let plan = solved(&input(web, vec![racked]));
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    let per_rack = pods_per_rack(&plan, "web");
+    assert_eq!(per_rack, BTreeMap::from([("a".into(), 2), ("b".into(), 2), ("c".into(), 2)]));
+    for claim in &plan.nodeclaims {
+        let pinned = claim.requirements.get(RACK).and_then(|r| r.single_value());
+        assert_eq!(
+            pinned,
+            claim.labels.get(RACK).map(String::as_str),
+            "{}: the claim pins its rack",
+            claim.name
+        );
+    }
+}
+
+#[test]
+fn anti_affinity_on_a_key_nodepool_labels_define_uses_each_pool_once() {
+    let labelled = |name: &str, rack: &str| {
+        let mut p = pool(name, general());
+        p.requirements.add(Requirement::is_in(RACK, [rack]));
+        p.labels.insert(RACK.into(), rack.into());
+        p
+    };
+    let mut db = pods("db", 3, 500, GI);
+    db.iter_mut().for_each(|p| p.anti_affinity.push(affinity_term("db", RACK)));
+    let plan =
+        solved(&input(db, vec![labelled("left", "a"), labelled("right", "b"), pool("plain", general())]));
+    assert_eq!(pods_per_rack(&plan, "db"), BTreeMap::from([("a".into(), 1), ("b".into(), 1)]));
+    let reasons: Vec<&str> = plan.unschedulable.iter().map(|u| u.reason.as_str()).collect();
+    assert_eq!(reasons.len(), 1, "two racks hold two of the three pods: {reasons:?}");
+    assert!(reasons[0].contains(RACK), "{reasons:?}");
+}
+
+#[test]
+fn a_spread_on_an_instance_type_label_counts_sizes_as_domains() {
+    let mut web = pods("web", 3, 500, GI);
+    web.iter_mut().for_each(|p| p.topology_spread.push(spread("web", LABEL_INSTANCE_TYPE, 1)));
+    let plan = solved(&input(web, vec![pool("default", general())]));
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    let sizes: std::collections::BTreeSet<&str> =
+        plan.nodeclaims.iter().map(|c| c.instance_type.as_str()).collect();
+    assert_eq!(sizes.len(), 3, "one pod per size: {:?}", plan.nodeclaims);
+}
+
+#[test]
+fn a_hard_rule_on_a_key_nothing_defines_is_unschedulable_and_a_soft_one_is_dropped() {
+    let mut hard = pods("hard", 2, 500, GI);
+    hard.iter_mut().for_each(|p| p.topology_spread.push(spread("hard", RACK, 1)));
+    let mut soft = pod("soft", "soft", 500, GI);
+    let mut anyway = spread("soft", RACK, 1);
+    anyway.when_unsatisfiable = karpenter_azure::scheduling::input::WhenUnsatisfiable::ScheduleAnyway;
+    soft.topology_spread.push(anyway);
+    let mut all = hard;
+    all.push(soft);
     all.push(pod("plain", "plain", 500, GI));
     let plan = solved(&input(all, vec![pool("default", general())]));
     assert!(claim_of(&plan, "default/plain").is_some(), "other pods are planned");
-    for id in ["default/racked-0", "default/racked-1", "default/regional"] {
-        let reason = unschedulable_reason(&plan, id).unwrap_or_else(|| panic!("{id} refused"));
-        assert!(reason.contains("is not supported"), "{id}: {reason}");
+    assert!(claim_of(&plan, "default/soft").is_some(), "a preference is given up");
+    for id in ["default/hard-0", "default/hard-1"] {
+        let reason = unschedulable_reason(&plan, id).unwrap_or_else(|| panic!("{id} is unschedulable"));
+        assert!(reason.contains(RACK) && reason.contains("defines"), "{id}: {reason}");
     }
-    assert!(unschedulable_reason(&plan, "default/racked-0").unwrap().contains("example.com/rack"));
 }
 
 #[test]

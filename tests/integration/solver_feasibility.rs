@@ -3,7 +3,7 @@
 //!
 //! Inputs mix pod groups (generic, zonal and hostname spread, hostname anti-affinity, zonal
 //! self-affinity, arch and capacity-type selectors, tolerations, host ports, volume zones, preferred
-//! zones), NodePools with random taints, weights, type subsets and limits, optional existing nodes with
+//! zones, spread and anti-affinity on a custom `rack` key some pools define), NodePools with random taints, weights, type subsets and limits, optional existing nodes with
 //! running pods and an optional DaemonSet, over either a subset of the real eastus catalog or synthetic
 //! types. Pods of a group share their `app` label and their constraints, as a Deployment's do; a `tier`
 //! label shared across groups makes some spreads count pods of other groups (overlapping selectors).
@@ -23,7 +23,9 @@ use karpenter_azure::scheduling::{solve, Pod, SolveInput};
 use proptest::prelude::*;
 
 const EASTUS_ZONES: [&str; 3] = ["eastus-1", "eastus-2", "eastus-3"];
-const GROUP_KINDS: u8 = 13;
+const GROUP_KINDS: u8 = 15;
+/// A topology key no instance type defines: pools 1 and 2 (and one existing node) define it.
+const RACK: &str = "example.com/rack";
 
 #[derive(Clone, Debug)]
 struct GroupSpec {
@@ -110,6 +112,8 @@ fn group_pods(g: usize, spec: &GroupSpec) -> Vec<Pod> {
                 p.preferred_terms = vec![Weighted { weight: 10, term: zone }];
             }
             12 => p.volume_zones = Some(vec![EASTUS_ZONES[g % 3].to_string()]),
+            13 => p.topology_spread = vec![spread(&app, RACK, 1)],
+            14 => p.anti_affinity = vec![affinity_term(&app, RACK)],
             _ => {}
         }
     }
@@ -135,6 +139,15 @@ fn build(s: &Scenario) -> SolveInput {
                 pool.taints = vec![taint("dedicated", "yes")];
             }
             pool.remaining = spec.cpu_limit.map(|cpu| Resources::new().with(CPU, cpu));
+            // Pool 1 lists two racks in a requirement, pool 2 labels its nodes with a third.
+            match i % 3 {
+                1 => pool.requirements.add(Requirement::is_in(RACK, ["rack-a", "rack-b"])),
+                2 => {
+                    pool.requirements.add(Requirement::is_in(RACK, ["rack-c"]));
+                    pool.labels.insert(RACK.into(), "rack-c".into());
+                }
+                _ => {}
+            }
             pool
         })
         .collect();
@@ -143,7 +156,11 @@ fn build(s: &Scenario) -> SolveInput {
     for n in 0..s.existing_nodes {
         let name = format!("existing-{n}");
         let allocatable = Resources::new().with(CPU, 4000).with(MEMORY, 16 * GI).with(PODS, 110);
-        input.nodes.push(existing_node(&name, EASTUS_ZONES[n % 3], allocatable));
+        let mut node = existing_node(&name, EASTUS_ZONES[n % 3], allocatable);
+        if n == 1 {
+            node.labels.insert(RACK.into(), "rack-a".into());
+        }
+        input.nodes.push(node);
         // A running pod of group 0, so topology counts start uneven.
         let mut running = pod(&format!("running-{n}"), "g0", 1000, 2 * GI);
         running.node_name = Some(name);

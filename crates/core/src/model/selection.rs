@@ -42,6 +42,24 @@ fn is_offering_key(key: &str) -> bool {
     [LABEL_ZONE, LABEL_CAPACITY_TYPE, LABEL_AKS_SCALESET_PRIORITY, LABEL_AKS_PRIORITY].contains(&key)
 }
 
+/// The topology domains of `key` that a node of `instance_type` can be in under `requirements` (a
+/// NodePool's together with a pod's), for a key other than the zone and capacity type (decided per
+/// offering) and the hostname: the type's own label when it has one, otherwise the values a
+/// requirement on the key lists (`In`, as NodePool labels become). A key nothing defines has no domain.
+/// Upstream builds the same domain groups from the NodePools' requirements and the instance types'
+/// (`pkg/controllers/provisioning/scheduling/topology.go`, `buildDomainGroups`).
+pub fn label_domains(key: &str, instance_type: &InstanceType, requirements: &Requirements) -> Vec<String> {
+    let requirement = requirements.get(key);
+    if let Some(value) = instance_type.labels.get(key) {
+        return match requirement.is_none_or(|r| r.admits(Some(value))) {
+            true => vec![value.clone()],
+            false => vec![],
+        };
+    }
+    let values = requirement.and_then(|r| r.finite_values()).unwrap_or_default();
+    values.into_iter().map(str::to_string).collect()
+}
+
 /// The offerings of a type whose zone and capacity type meet `requirements`.
 pub fn allowed_offerings<'a>(
     instance_type: &'a InstanceType,

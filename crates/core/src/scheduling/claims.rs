@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE};
-use crate::model::requirements::Requirement;
+use crate::model::requirements::{Requirement, Requirements};
 use crate::model::selection::offering_labels;
 use crate::model::Offering;
 use crate::scheduling::input::MinValuesPolicy;
@@ -176,6 +176,7 @@ fn new_claim(
         requirements.add(Requirement::is_in(LABEL_ZONE, zones.iter().map(|s| s.to_string())));
     }
 
+    pin_open_label_keys(&mut requirements);
     let mut labels = pool.labels.clone();
     for r in requirements.iter() {
         if let Some(v) = r.single_value() {
@@ -217,6 +218,24 @@ fn new_claim(
         daemon_overhead: tpl.daemon_overhead.clone(),
         pods,
     })
+}
+
+/// Pins every requirement on a key no instance type or offering defines (a NodePool's own label key)
+/// that still lists several values to the first of them: the node must carry one value of it, and the
+/// claim must say which, as upstream's NodeClaims take one value of such a requirement as their label
+/// (`Requirements.Labels` in `pkg/scheduling/requirements.go`).
+fn pin_open_label_keys(requirements: &mut Requirements) {
+    let pins: Vec<Requirement> = requirements
+        .iter()
+        .filter(|r| !crate::model::labels::is_well_known(r.key()) && r.single_value().is_none())
+        .filter_map(|r| {
+            let first = r.finite_values()?.into_iter().next()?;
+            Some(Requirement::is_in(r.key(), [first.to_string()]))
+        })
+        .collect();
+    for pin in pins {
+        requirements.add(pin);
+    }
 }
 
 /// The labels of every offering of the options, which minValues is judged on.

@@ -472,8 +472,8 @@ impl<'a> Checker<'a> {
         self.check_host_ports(node);
     }
 
-    /// The claim's requirements admit its node's labels, the pool's requirements too, and the zone or
-    /// capacity type is pinned when a pod's topology depends on it (else Azure could launch elsewhere).
+    /// The claim's requirements admit its node's labels, the pool's requirements too, and every domain a
+    /// pod's topology depends on is pinned (else Azure could launch elsewhere, or another size).
     fn check_claim_requirements(&mut self, node: &NodeView<'a>, claim: &NewNodeClaim) {
         let Some(pool) = self.pool(&claim.nodepool) else { return };
         for (whose, requirements) in [("claim", &claim.requirements), ("nodepool", &pool.requirements)] {
@@ -492,14 +492,9 @@ impl<'a> Checker<'a> {
             }
         }
         for pod in &node.placed {
-            for key in [LABEL_ZONE, LABEL_CAPACITY_TYPE] {
-                let depends =
-                    pod.topology_spread.iter().any(|c| {
-                        c.topology_key == key && c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule
-                    }) || pod.affinity.iter().chain(&pod.anti_affinity).any(|t| t.topology_key == key)
-                        || (key == LABEL_ZONE && pod.volume_zones.is_some());
+            for key in domain_keys(pod) {
                 let pinned = claim.requirements.get(key).and_then(|r| r.single_value());
-                if depends && pinned != node.labels.get(key).map(String::as_str) {
+                if pinned != node.labels.get(key).map(String::as_str) {
                     self.fail(
                         Rule::DomainNotPinned,
                         format!(
@@ -561,6 +556,19 @@ fn node_labels(pool: &NodePoolInput, it: &InstanceType, offering: &Offering) -> 
     labels.extend(it.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
     labels.extend(offering_labels(offering).iter().map(|(k, v)| (k.to_string(), v.to_string())));
     labels
+}
+
+/// The topology keys other than the hostname whose domain a pod's placement depends on: the keys of
+/// its hard topology rules, and the zone when its volumes are bound.
+fn domain_keys(pod: &Pod) -> BTreeSet<&str> {
+    let spreads = pod
+        .topology_spread
+        .iter()
+        .filter(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule)
+        .map(|c| c.topology_key.as_str());
+    let terms = pod.affinity.iter().chain(&pod.anti_affinity).map(|t| t.topology_key.as_str());
+    let volumes = pod.volume_zones.as_ref().map(|_| LABEL_ZONE);
+    spreads.chain(terms).chain(volumes).filter(|k| *k != LABEL_HOSTNAME).collect()
 }
 
 fn find_offering<'t>(it: &'t InstanceType, zone: &str, capacity_type: &str) -> Option<&'t Offering> {

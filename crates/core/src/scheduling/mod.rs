@@ -30,7 +30,6 @@ mod spread;
 mod static_claim;
 mod templates;
 mod topology;
-mod topology_keys;
 mod valuation;
 mod working;
 

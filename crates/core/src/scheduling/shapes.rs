@@ -78,11 +78,14 @@ impl Selector {
     }
 }
 
-/// Interns selectors.
+/// Interns selectors, and the topology keys beyond the zone, hostname and capacity type that rules
+/// use (each becomes a [`Scope::Label`]).
 #[derive(Default, Debug)]
 pub struct Selectors {
     pub list: Vec<Selector>,
     index: HashMap<Selector, usize>,
+    /// The keys of the [`Scope::Label`] scopes, by index.
+    pub label_keys: Vec<String>,
 }
 
 impl Selectors {
@@ -99,6 +102,35 @@ impl Selectors {
     pub fn matching(&self, pod: &Pod) -> Vec<usize> {
         (0..self.list.len()).filter(|&i| self.list[i].selects(pod)).collect()
     }
+
+    /// The scope of a topology key, interning a key other than the three well-known ones.
+    pub fn intern_key(&mut self, key: &str) -> Scope {
+        if let Some(scope) = self.scope_of(key) {
+            return scope;
+        }
+        self.label_keys.push(key.to_string());
+        Scope::Label(self.label_keys.len() as u16 - 1)
+    }
+
+    /// The scope of a topology key, if some rule uses it.
+    pub fn scope_of(&self, key: &str) -> Option<Scope> {
+        Scope::of(key)
+            .or_else(|| self.label_keys.iter().position(|k| k == key).map(|i| Scope::Label(i as u16)))
+    }
+
+    /// The label key of a scope.
+    pub fn key_of(&self, scope: Scope) -> &str {
+        match scope {
+            Scope::Label(i) => &self.label_keys[i as usize],
+            _ => scope.well_known_key().expect("the three well-known scopes have a key"),
+        }
+    }
+
+    /// Every scope whose domains are assigned before packing: all but the hostname.
+    pub fn domain_scopes(&self) -> Vec<Scope> {
+        let labels = (0..self.label_keys.len() as u16).map(Scope::Label);
+        [Scope::Zone, Scope::CapacityType].into_iter().chain(labels).collect()
+    }
 }
 
 /// Where a topology rule applies.
@@ -107,9 +139,13 @@ pub enum Scope {
     Hostname,
     Zone,
     CapacityType,
+    /// Any other node label: a key some NodePool's requirements or labels, or an instance type's
+    /// labels, define (the index of [`Selectors::label_keys`]).
+    Label(u16),
 }
 
 impl Scope {
+    /// The scope of one of the three well-known keys.
     pub fn of(key: &str) -> Option<Scope> {
         match key {
             LABEL_HOSTNAME => Some(Scope::Hostname),
@@ -119,11 +155,12 @@ impl Scope {
         }
     }
 
-    pub fn label(self) -> &'static str {
+    fn well_known_key(self) -> Option<&'static str> {
         match self {
-            Scope::Hostname => LABEL_HOSTNAME,
-            Scope::Zone => LABEL_ZONE,
-            Scope::CapacityType => LABEL_CAPACITY_TYPE,
+            Scope::Hostname => Some(LABEL_HOSTNAME),
+            Scope::Zone => Some(LABEL_ZONE),
+            Scope::CapacityType => Some(LABEL_CAPACITY_TYPE),
+            Scope::Label(_) => None,
         }
     }
 }
@@ -264,6 +301,10 @@ pub fn build_shapes(input: &SolveInput, dims: &Dims, selectors: &mut Selectors) 
         for s in &pod.topology_spread {
             selectors.intern(spread_selector(pod, s));
         }
+        let keys = pod.topology_spread.iter().map(|s| &s.topology_key);
+        for key in keys.chain(all_terms(pod).map(|t| &t.topology_key)) {
+            selectors.intern_key(key);
+        }
     }
     for shape in &mut shapes {
         shape.matched_by = selectors.matching(&input.pods[shape.pods[0]]);
@@ -321,14 +362,14 @@ impl Shape {
         let find = |s: Selector| selectors.list.iter().position(|x| *x == s).expect("selectors are interned");
         let mut rules = vec![];
         for t in pod.affinity.iter().chain(&preferred_affinity) {
-            if let Some(scope) = Scope::of(&t.topology_key) {
+            if let Some(scope) = selectors.scope_of(&t.topology_key) {
                 let selector =
                     find(Selector { namespaces: t.namespaces.clone(), labels: t.selector.clone() });
                 rules.push(Rule::Affinity { scope, selector, self_matching: t.selects(pod) });
             }
         }
         for t in pod.anti_affinity.iter().chain(&preferred_anti) {
-            if let Some(scope) = Scope::of(&t.topology_key) {
+            if let Some(scope) = selectors.scope_of(&t.topology_key) {
                 let selector =
                     find(Selector { namespaces: t.namespaces.clone(), labels: t.selector.clone() });
                 rules.push(Rule::AntiAffinity { scope, selector });
@@ -337,7 +378,7 @@ impl Shape {
         let hard =
             pod.topology_spread.iter().filter(|s| s.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule);
         for s in hard.chain(soft_spreads.into_iter().skip(dropped_spreads)) {
-            if let Some(scope) = Scope::of(&s.topology_key) {
+            if let Some(scope) = selectors.scope_of(&s.topology_key) {
                 let selector = find(spread_selector(pod, s));
                 rules.push(Rule::Spread {
                     scope,

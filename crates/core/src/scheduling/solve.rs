@@ -2,8 +2,9 @@
 //!
 //! 1. Pods are grouped into shapes ([`crate::scheduling::shapes`]); each shape is tried with all its
 //!    preferences honoured first (relaxation level 0).
-//! 2. Zone- and capacity-type-scoped topology rules pin each pod to a domain
-//!    ([`crate::scheduling::topology`]); pods of a shape with the same domain form a class.
+//! 2. Topology rules on any key but the hostname (zone, capacity type, or another label some NodePool
+//!    or instance type defines) pin each pod to a domain ([`crate::scheduling::topology`]); pods of a
+//!    shape with the same domains form a class.
 //! 3. Classes fill existing and in-flight nodes first (free capacity), largest first.
 //! 4. What is left goes onto new nodes in NodePool weight order ([`crate::scheduling::slots`]):
 //!    whole copies of the configuration LP's node patterns first ([`crate::scheduling::colgen`]),
@@ -30,6 +31,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_ZONE};
 use crate::model::requirements::{Requirement, Requirements};
+use crate::model::selection::label_domains as label_domains_of_type;
 use crate::scheduling::cancel::{Cancelled, ShouldCancel};
 use crate::scheduling::claims;
 use crate::scheduling::colgen;
@@ -42,7 +44,6 @@ use crate::scheduling::shapes::Scope;
 use crate::scheduling::slots;
 use crate::scheduling::spread;
 use crate::scheduling::topology::{Assignment, EligibleDomains};
-use crate::scheduling::topology_keys;
 use crate::scheduling::valuation;
 use crate::scheduling::working::{Class, Solver};
 
@@ -64,24 +65,6 @@ pub fn solve(input: &SolveInput) -> Plan {
 /// [`solve`], stopped with [`Cancelled`] at the first safe point where `cancel` says so. While the hook
 /// says no, the plan is exactly [`solve`]'s: the hook is only asked, it changes nothing.
 pub fn solve_with_cancel(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
-    let refused: Vec<Unschedulable> = input
-        .pods
-        .iter()
-        .filter_map(|pod| topology_keys::refusal(pod).map(|reason| Unschedulable { pod: pod.id(), reason }))
-        .collect();
-    if refused.is_empty() {
-        return solve_supported(input, cancel);
-    }
-    let mut kept = input.clone();
-    kept.pods.retain(|pod| topology_keys::refusal(pod).is_none());
-    let mut plan = solve_supported(&kept, cancel)?;
-    plan.unschedulable.extend(refused);
-    plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
-    Ok(plan)
-}
-
-/// The solve of pods whose rules the solver models ([`topology_keys`]), step by step.
-fn solve_supported(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
     // Step 1: the shapes, with the templates and the existing nodes, make the working state.
     let mut solver = Solver::new(input, cancel);
     // Steps 2 to 5, round by round.
@@ -180,14 +163,15 @@ fn classify(solver: &mut Solver, pending: &[PendingPod]) -> (Vec<Class>, Vec<Fai
     let mut classes = vec![];
     for ((s, level, _term, assignment), pods) in groups {
         let (effective, _, eligible) = &cache[&(s, level)];
-        let (eligible_zones, eligible_capacity_types) =
-            (eligible.zones.clone(), eligible.capacity_types.clone());
         let mut requirements = effective.requirements.clone();
         if let Some(z) = &assignment.zone {
             requirements.add(Requirement::is_in(LABEL_ZONE, [z.clone()]));
         }
         if let Some(c) = &assignment.capacity_type {
             requirements.add(Requirement::is_in(LABEL_CAPACITY_TYPE, [c.clone()]));
+        }
+        for (scope, domain) in &assignment.labels {
+            requirements.add(Requirement::is_in(solver.selectors().key_of(*scope), [domain.clone()]));
         }
         let shape = &solver.shapes()[s];
         let pod = &solver.input().pods[shape.pods[0]];
@@ -210,8 +194,7 @@ fn classify(solver: &mut Solver, pending: &[PendingPod]) -> (Vec<Class>, Vec<Fai
             per_node_limit,
             assignment,
             rules,
-            eligible_zones,
-            eligible_capacity_types,
+            eligible: eligible.clone(),
         });
     }
     (classes, failures)
@@ -357,5 +340,32 @@ fn eligible_domains(solver: &Solver, requirements: &Requirements, masks: &[u32])
         zones: zones.into_iter().collect(),
         capacity_types: capacity_types.into_iter().collect(),
         pairs,
+        labels: label_domains(solver, requirements, masks),
     }
+}
+
+/// The domains of every other label key a rule uses, reachable through templates (by their masks)
+/// or existing nodes.
+fn label_domains(
+    solver: &Solver,
+    requirements: &Requirements,
+    masks: &[u32],
+) -> BTreeMap<Scope, Vec<String>> {
+    let selectors = solver.selectors();
+    let mut out = BTreeMap::new();
+    for scope in selectors.domain_scopes().into_iter().filter(|s| matches!(s, Scope::Label(_))) {
+        let key = selectors.key_of(scope);
+        let mut domains = std::collections::BTreeSet::new();
+        for (template, _) in solver.templates().iter().zip(masks).filter(|(_, m)| **m != 0) {
+            let pool = &solver.input().nodepools[template.pool];
+            let instance_type = &pool.instance_types[template.instance_type];
+            let allowed = pool.requirements.intersect(requirements);
+            domains.extend(label_domains_of_type(key, instance_type, &allowed));
+        }
+        for n in solver.input().nodes.iter().filter(|n| requirements.matches(&n.labels)) {
+            domains.extend(n.labels.get(key).cloned());
+        }
+        out.insert(scope, domains.into_iter().collect());
+    }
+    out
 }

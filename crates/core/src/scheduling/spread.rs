@@ -43,7 +43,7 @@ pub(crate) fn enforce_spread(
             })
             .collect();
         let mut eligible: Vec<String> =
-            members.iter().flat_map(|&c| solver.classes()[c].eligible(scope).iter().cloned()).collect();
+            members.iter().flat_map(|&c| solver.classes()[c].eligible.of(scope).iter().cloned()).collect();
         eligible.sort();
         eligible.dedup();
         loop {
@@ -85,7 +85,7 @@ pub(crate) fn enforce_spread(
             reasons.entry(c).or_insert_with(|| {
                 format!(
                     "topology spread on {} (maxSkew {max_skew}) cannot be met: {emptiest} cannot take more matching pods",
-                    scope.label()
+                    solver.selectors().key_of(scope)
                 )
             });
             changed = true;

@@ -60,15 +60,16 @@ impl ScopeCounts {
     }
 }
 
-/// Domain counters for the zone and capacity-type scopes.
+/// Domain counters for every scope but the hostname (the zone, the capacity type and the other
+/// label keys rules use).
 #[derive(Clone, Debug)]
 pub struct Domains {
-    zone: ScopeCounts,
-    capacity_type: ScopeCounts,
+    counts: BTreeMap<Scope, ScopeCounts>,
     /// Selectors of the spreads in each scope, with their smallest maxSkew: pods they select are
     /// passive members (see the module doc).
-    zone_spreads: BTreeMap<usize, u32>,
-    capacity_type_spreads: BTreeMap<usize, u32>,
+    spreads: BTreeMap<Scope, BTreeMap<usize, u32>>,
+    /// The key of each scope, for reasons.
+    keys: BTreeMap<Scope, String>,
 }
 
 /// A pod's assigned domains.
@@ -76,14 +77,24 @@ pub struct Domains {
 pub struct Assignment {
     pub zone: Option<String>,
     pub capacity_type: Option<String>,
+    /// The domains of the other label keys the pod was pinned to, by scope.
+    pub labels: Vec<(Scope, String)>,
 }
 
 impl Assignment {
     pub fn domain(&self, scope: Scope) -> Option<&String> {
         match scope {
             Scope::Zone => self.zone.as_ref(),
-            _ => self.capacity_type.as_ref(),
+            Scope::CapacityType => self.capacity_type.as_ref(),
+            _ => self.labels.iter().find(|(s, _)| *s == scope).map(|(_, d)| d),
         }
+    }
+
+    /// Every scope the pod was pinned in, with its domain.
+    fn pinned(&self) -> impl Iterator<Item = (Scope, &String)> {
+        let zone = self.zone.iter().map(|z| (Scope::Zone, z));
+        let capacity_type = self.capacity_type.iter().map(|c| (Scope::CapacityType, c));
+        zone.chain(capacity_type).chain(self.labels.iter().map(|(s, d)| (*s, d)))
     }
 }
 
@@ -93,22 +104,21 @@ impl Domains {
         self.scope(scope).count(selector, domain)
     }
 
-    /// Counts the running pods by the zone and capacity type of their nodes.
+    /// Counts the running pods by the domains of their nodes in every scope.
     pub fn from_running(input: &SolveInput, selectors: &Selectors) -> Self {
-        let n = selectors.list.len();
-        let mut domains = Domains::empty(n);
+        let mut domains = Domains::empty(selectors);
         let nodes: BTreeMap<&str, &ExistingNode> = input.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
         for pod in &input.running {
             let Some(node) = pod.node_name.as_deref().and_then(|name| nodes.get(name)) else { continue };
             let matched = selectors.matching(pod);
-            for scope in [Scope::Zone, Scope::CapacityType] {
-                let Some(domain) = node.labels.get(scope.label()) else { continue };
+            for scope in selectors.domain_scopes() {
+                let Some(domain) = node.labels.get(selectors.key_of(scope)) else { continue };
                 let counts = domains.scope_mut(scope);
                 for &s in &matched {
                     *counts.matching[s].entry(domain.clone()).or_default() += 1;
                 }
                 for t in &pod.anti_affinity {
-                    if Scope::of(&t.topology_key) == Some(scope) {
+                    if selectors.scope_of(&t.topology_key) == Some(scope) {
                         let sel = crate::scheduling::shapes::Selector {
                             namespaces: t.namespaces.clone(),
                             labels: t.selector.clone(),
@@ -123,25 +133,22 @@ impl Domains {
         domains
     }
 
-    fn empty(selectors: usize) -> Self {
+    fn empty(selectors: &Selectors) -> Self {
+        let n = selectors.list.len();
+        let scopes = selectors.domain_scopes();
         Domains {
-            zone: ScopeCounts::new(selectors),
-            capacity_type: ScopeCounts::new(selectors),
-            zone_spreads: BTreeMap::new(),
-            capacity_type_spreads: BTreeMap::new(),
+            counts: scopes.iter().map(|&s| (s, ScopeCounts::new(n))).collect(),
+            spreads: scopes.iter().map(|&s| (s, BTreeMap::new())).collect(),
+            keys: scopes.iter().map(|&s| (s, selectors.key_of(s).to_string())).collect(),
         }
     }
 
-    /// Registers the spread rules among `rules` (zone and capacity-type scoped), so that pods their
-    /// selectors select are given a domain that keeps them balanced.
+    /// Registers the spread rules among `rules` (in every scope but the hostname), so that pods
+    /// their selectors select are given a domain that keeps them balanced.
     pub fn watch_spreads(&mut self, rules: &[Rule]) {
         for rule in rules {
             if let Rule::Spread { scope, selector, max_skew, .. } = *rule {
-                let spreads = match scope {
-                    Scope::Zone => &mut self.zone_spreads,
-                    Scope::CapacityType => &mut self.capacity_type_spreads,
-                    Scope::Hostname => continue,
-                };
+                let Some(spreads) = self.spreads.get_mut(&scope) else { continue };
                 let skew = spreads.entry(selector).or_insert(max_skew);
                 *skew = (*skew).min(max_skew);
             }
@@ -151,10 +158,7 @@ impl Domains {
     /// The spreads in `scope` that count a pod matched by `matched_by`, other than `except` (the
     /// pod's own), with their maxSkew.
     fn spreads_counting(&self, scope: Scope, matched_by: &[usize], except: &[usize]) -> Vec<(usize, u32)> {
-        let spreads = match scope {
-            Scope::Zone => &self.zone_spreads,
-            _ => &self.capacity_type_spreads,
-        };
+        let Some(spreads) = self.spreads.get(&scope) else { return vec![] };
         matched_by
             .iter()
             .filter(|s| !except.contains(s))
@@ -163,17 +167,11 @@ impl Domains {
     }
 
     fn scope_mut(&mut self, scope: Scope) -> &mut ScopeCounts {
-        match scope {
-            Scope::Zone => &mut self.zone,
-            _ => &mut self.capacity_type,
-        }
+        self.counts.get_mut(&scope).expect("every domain scope has counters")
     }
 
     fn scope(&self, scope: Scope) -> &ScopeCounts {
-        match scope {
-            Scope::Zone => &self.zone,
-            _ => &self.capacity_type,
-        }
+        self.counts.get(&scope).expect("every domain scope has counters")
     }
 
     /// Picks the domains for one pod and records it. Zone and capacity type are chosen together:
@@ -204,8 +202,19 @@ impl Domains {
         let Some((zone, capacity_type)) = chosen else {
             return Err(first_error.expect("every zone was tried"));
         };
-        for (scope, domain) in [(Scope::Zone, &zone), (Scope::CapacityType, &capacity_type)] {
-            let Some(domain) = domain else { continue };
+        // The other label keys are chosen on their own: a key a NodePool defines does not depend on
+        // the zone or capacity type (a pool that ties them together can leave a pod without a node,
+        // and packing reports it).
+        let mut labels = vec![];
+        for (&scope, domains) in &eligible.labels {
+            if let Some(domain) =
+                self.rank(scope, matched_by, rules, domains, domains)?.into_iter().next().flatten()
+            {
+                labels.push((scope, domain));
+            }
+        }
+        let assignment = Assignment { zone, capacity_type, labels };
+        for (scope, domain) in assignment.pinned() {
             let counts = self.scope_mut(scope);
             for &s in matched_by {
                 *counts.matching[s].entry(domain.clone()).or_default() += 1;
@@ -218,15 +227,12 @@ impl Domains {
                 }
             }
         }
-        Ok(Assignment { zone, capacity_type })
+        Ok(assignment)
     }
 
     /// Forgets one pod recorded by [`Domains::assign`] (it could not be placed after all).
     pub fn unassign(&mut self, matched_by: &[usize], rules: &[Rule], assignment: &Assignment) {
-        for (scope, domain) in
-            [(Scope::Zone, &assignment.zone), (Scope::CapacityType, &assignment.capacity_type)]
-        {
-            let Some(domain) = domain else { continue };
+        for (scope, domain) in assignment.pinned() {
             let counts = self.scope_mut(scope);
             for &s in matched_by {
                 if let Some(c) = counts.matching[s].get_mut(domain) {
@@ -265,7 +271,12 @@ impl Domains {
         if scoped.is_empty() {
             return Ok(self.rank_passive(scope, matched_by, offered, &repelled));
         }
-        let what = scope.label();
+        let what = &self.keys[&scope];
+        if offered.is_empty() && matches!(scope, Scope::Label(_)) {
+            return Err(format!(
+                "no NodePool, instance type or node the pod may use defines the topology key {what}"
+            ));
+        }
         let mut candidates: Vec<&String> = offered.iter().filter(|d| !repelled(d)).collect();
         if candidates.is_empty() {
             return Err(format!(
@@ -359,9 +370,21 @@ pub struct EligibleDomains {
     pub capacity_types: Vec<String>,
     /// (zone, capacity type) pairs that some offering or labelled node provides.
     pub pairs: BTreeSet<(String, String)>,
+    /// The domains of every [`Scope::Label`] scope (empty when nothing defines its key).
+    pub labels: BTreeMap<Scope, Vec<String>>,
 }
 
 impl EligibleDomains {
+    /// The domains of `scope` (none for the hostname, which packing decides).
+    pub fn of(&self, scope: Scope) -> &[String] {
+        match scope {
+            Scope::Zone => &self.zones,
+            Scope::CapacityType => &self.capacity_types,
+            Scope::Hostname => &[],
+            Scope::Label(_) => self.labels.get(&scope).map_or(&[], Vec::as_slice),
+        }
+    }
+
     /// The capacity types offered in `zone` (every eligible one when the pod has no zone), the
     /// scarcest first: the one offered in fewer zones is taken while it can be, so the zones that
     /// offer only the other still find their pods a balanced capacity type (spot is commonly sold in
@@ -381,6 +404,15 @@ impl EligibleDomains {
 mod tests {
     use super::*;
 
+    /// One selector, and the label key `rack` as [`Scope::Label`]`(0)`.
+    fn one_selector() -> Selectors {
+        let mut selectors = Selectors::default();
+        selectors
+            .intern(crate::scheduling::shapes::Selector { namespaces: vec![], labels: Default::default() });
+        selectors.intern_key("rack");
+        selectors
+    }
+
     fn zones() -> EligibleDomains {
         only_zones(&["z-1", "z-2", "z-3"])
     }
@@ -391,7 +423,7 @@ mod tests {
 
     #[test]
     fn spread_round_robins_over_zones() {
-        let mut d = Domains::empty(1);
+        let mut d = Domains::empty(&one_selector());
         let rule = Rule::Spread { scope: Scope::Zone, selector: 0, max_skew: 1, min_domains: None };
         let picks: Vec<String> =
             (0..6).map(|_| d.assign(&[0], &[rule], &zones()).unwrap().zone.unwrap()).collect();
@@ -400,7 +432,7 @@ mod tests {
 
     #[test]
     fn self_affinity_follows_the_first_pod() {
-        let mut d = Domains::empty(1);
+        let mut d = Domains::empty(&one_selector());
         let rule = Rule::Affinity { scope: Scope::Zone, selector: 0, self_matching: true };
         let eligible = only_zones(&["z-2", "z-3"]);
         for _ in 0..3 {
@@ -410,7 +442,7 @@ mod tests {
 
     #[test]
     fn anti_affinity_uses_each_zone_once() {
-        let mut d = Domains::empty(1);
+        let mut d = Domains::empty(&one_selector());
         let rule = Rule::AntiAffinity { scope: Scope::Zone, selector: 0 };
         for _ in 0..3 {
             assert!(d.assign(&[0], &[rule], &zones()).is_ok());
@@ -420,7 +452,7 @@ mod tests {
 
     #[test]
     fn min_domains_caps_each_domain() {
-        let mut d = Domains::empty(1);
+        let mut d = Domains::empty(&one_selector());
         let rule = Rule::Spread { scope: Scope::Zone, selector: 0, max_skew: 1, min_domains: Some(5) };
         for _ in 0..3 {
             assert!(d.assign(&[0], &[rule], &zones()).is_ok());
@@ -439,7 +471,7 @@ mod tests {
         for z in ["z-1", "z-2"] {
             eligible.pairs.insert((z.into(), "spot".into()));
         }
-        let mut d = Domains::empty(1);
+        let mut d = Domains::empty(&one_selector());
         let by_zone = Rule::Spread { scope: Scope::Zone, selector: 0, max_skew: 1, min_domains: None };
         let by_capacity =
             Rule::Spread { scope: Scope::CapacityType, selector: 0, max_skew: 1, min_domains: None };
@@ -455,5 +487,31 @@ mod tests {
         for z in ["z-1", "z-2", "z-3"] {
             assert_eq!(picks.iter().filter(|(pz, _)| pz == z).count(), 2, "{picks:?}");
         }
+    }
+
+    #[test]
+    fn a_spread_on_another_label_key_round_robins_over_its_domains() {
+        let rack = Scope::Label(0);
+        let mut eligible = zones();
+        eligible.labels.insert(rack, vec!["r-a".into(), "r-b".into()]);
+        let mut d = Domains::empty(&one_selector());
+        let rule = Rule::Spread { scope: rack, selector: 0, max_skew: 1, min_domains: None };
+        let picks: Vec<String> = (0..4)
+            .map(|_| d.assign(&[0], &[rule], &eligible).unwrap().domain(rack).unwrap().clone())
+            .collect();
+        assert_eq!(picks, ["r-a", "r-b", "r-a", "r-b"]);
+        // The pods were not pinned to a zone: no rule of theirs is zonal.
+        assert_eq!(d.assign(&[0], &[rule], &eligible).unwrap().zone, None);
+    }
+
+    #[test]
+    fn a_rule_on_a_key_nothing_defines_names_the_key() {
+        let rack = Scope::Label(0);
+        let mut eligible = zones();
+        eligible.labels.insert(rack, vec![]);
+        let mut d = Domains::empty(&one_selector());
+        let rule = Rule::AntiAffinity { scope: rack, selector: 0 };
+        let why = d.assign(&[0], &[rule], &eligible).unwrap_err();
+        assert!(why.contains("defines the topology key rack"), "{why}");
     }
 }

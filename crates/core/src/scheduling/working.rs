@@ -50,18 +50,8 @@ pub(crate) struct Class {
     /// The domains its pods were given, and the rules that chose them (to undo for unplaced pods).
     pub assignment: Assignment,
     pub rules: Vec<Rule>,
-    /// The zones and capacity types its pods could have been given.
-    pub eligible_zones: Vec<String>,
-    pub eligible_capacity_types: Vec<String>,
-}
-
-impl Class {
-    pub fn eligible(&self, scope: Scope) -> &[String] {
-        match scope {
-            Scope::Zone => &self.eligible_zones,
-            _ => &self.eligible_capacity_types,
-        }
-    }
+    /// The domains its pods could have been given.
+    pub eligible: EligibleDomains,
 }
 
 /// A node being planned: an existing node, or a new one from a template.

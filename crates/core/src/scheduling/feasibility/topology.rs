@@ -1,5 +1,5 @@
-//! The topology rules of the feasibility checker: zone, hostname and capacity-type spread, and
-//! required pod affinity and anti-affinity in both directions, checked on the plan's final state.
+//! The topology rules of the feasibility checker: topology spread and required pod affinity and
+//! anti-affinity in both directions, on any topology key, checked on the plan's final state.
 
 use std::collections::HashMap;
 
@@ -36,7 +36,9 @@ impl<'a> World<'a> {
         self.nodes[node].labels.get(key).map(String::as_str)
     }
 
-    /// Domains of `key` the pod could be placed in (see the module doc).
+    /// Domains of `key` the pod could be placed in: those of the nodes it may use, and those a new
+    /// node could be in (an offering's zone or capacity type; for any other key, what the NodePool's
+    /// requirements and labels or the instance type's labels define).
     fn eligible_domains(&self, pod: &Pod, key: &str) -> BTreeSet<String> {
         let usable = |n: &NodeView| {
             terms_match(&pod.required_terms, &n.labels) && tolerates_all(&pod.tolerations, &n.taints)
@@ -59,7 +61,16 @@ impl<'a> World<'a> {
                     .iter()
                     .filter(|t| type_allowed(t, &requirements) && pod.requests.fits(&t.allocatable));
                 for t in types {
-                    for o in allowed_offerings(t, &requirements).filter(|o| o.available) {
+                    let mut offerings =
+                        allowed_offerings(t, &requirements).filter(|o| o.available).peekable();
+                    if offerings.peek().is_none() {
+                        continue;
+                    }
+                    if !is_offering_domain(key) {
+                        out.extend(crate::model::selection::label_domains(key, t, &requirements));
+                        continue;
+                    }
+                    for o in offerings {
                         let value = offering_labels(o).into_iter().find(|(k, _)| *k == key).map(|(_, v)| v);
                         out.extend(value.map(str::to_string));
                     }
@@ -176,4 +187,9 @@ impl<'a> Checker<'a> {
             }
         }
     }
+}
+
+/// Whether new nodes get their domain of `key` from the offering they launch as.
+fn is_offering_domain(key: &str) -> bool {
+    [LABEL_ZONE, LABEL_CAPACITY_TYPE].contains(&key)
 }
