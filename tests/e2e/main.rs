@@ -62,6 +62,7 @@ mod scheduling;
 mod soak;
 mod static_pools;
 mod termination;
+mod topology_keys;
 mod upstream_examples;
 mod validation;
 mod validation_cases;
