@@ -150,10 +150,7 @@ fn run_controller(options: &karpenter_azure::operator::Options) -> ExitCode {
         }
     };
     // LOG_LEVEL is the controller's level; libraries (kube, hyper, azure) stay at info or above.
-    let filter =
-        tracing_subscriber::EnvFilter::try_new(format!("info,karpenter_azure={}", validated.log_level))
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().json().with_env_filter(filter).with_current_span(false).init();
+    karpenter_azure::operator::logging::init(&validated.log_level, validated.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

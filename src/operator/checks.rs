@@ -53,6 +53,7 @@ pub mod setting {
     pub const BATCH_IDLE_DURATION: Setting = s("batch-idle-duration", "BATCH_IDLE_DURATION");
     pub const BATCH_MAX_DURATION: Setting = s("batch-max-duration", "BATCH_MAX_DURATION");
     pub const LOG_LEVEL: Setting = s("log-level", "LOG_LEVEL");
+    pub const LOG_FORMAT: Setting = s("log-format", "LOG_FORMAT");
     pub const METRICS_PORT: Setting = s("metrics-port", "METRICS_PORT");
     pub const HEALTH_PROBE_PORT: Setting = s("health-probe-port", "HEALTH_PROBE_PORT");
     pub const DISABLE_LEADER_ELECTION: Setting = s("disable-leader-election", "DISABLE_LEADER_ELECTION");

@@ -1,10 +1,11 @@
 //! The operator: what runs around the controllers: [`Options`] as flags and environment variables with
 //! upstream's names, [`Validated`], the typed values after checking, the leader election ([`leader`]),
-//! the Prometheus metrics (`metrics`), the metrics and health servers (`server`), and the supervision
+//! the log line formats (`logging`), the Prometheus metrics (`metrics`), the metrics and health servers (`server`), and the supervision
 //! of long-running tasks (`supervisor`), and upstream's settings accepted without effect (`upstream_only`).
 
 mod checks;
 pub mod leader;
+pub mod logging;
 pub mod metrics;
 mod metrics_disruption;
 pub mod options;
@@ -16,7 +17,7 @@ pub mod upstream_only;
 pub use checks::setting;
 pub use options::{defaults, FeatureGates, Options, OptionsError, Secret, Setting};
 pub use settings::{
-    AzureSettings, Credential, LeaderElection, MinValuesPolicy, NetworkDataplane, NetworkPlugin,
+    AzureSettings, Credential, LeaderElection, LogFormat, MinValuesPolicy, NetworkDataplane, NetworkPlugin,
     NetworkPolicy, NetworkSettings, PreferencePolicy, Validated,
 };
 

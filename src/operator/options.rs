@@ -100,6 +100,7 @@ pub mod defaults {
     pub const BATCH_IDLE_DURATION: &str = "1s";
     pub const BATCH_MAX_DURATION: &str = "10s";
     pub const LOG_LEVEL: &str = "info";
+    pub const LOG_FORMAT: &str = "json";
     /// Karpenter core options.go.
     pub const MIN_VALUES_POLICY: &str = "Strict";
     pub const PREFERENCE_POLICY: &str = "Respect";
@@ -224,6 +225,9 @@ pub struct Options {
     /// trace, debug, info, warn or error.
     #[arg(long, env = "LOG_LEVEL", default_value = defaults::LOG_LEVEL)]
     pub log_level: String,
+    /// json (one object per line, upstream's keys) or text (for a terminal).
+    #[arg(long, env = "LOG_FORMAT", default_value = defaults::LOG_FORMAT)]
+    pub log_format: String,
     /// Port of the Prometheus metrics endpoint.
     #[arg(long, env = "METRICS_PORT", default_value = defaults::METRICS_PORT)]
     pub metrics_port: String,

@@ -60,6 +60,7 @@ fn upstream_defaults_apply() {
     assert_eq!(v.batch_idle_duration, Duration::from_secs(1));
     assert_eq!(v.batch_max_duration, Duration::from_secs(10));
     assert_eq!(v.log_level, "info");
+    assert_eq!(v.log_format, super::settings::LogFormat::Json);
     assert_eq!((v.metrics_port, v.health_probe_port), (8080, 8081));
     let lease = v.leader_election.clone().unwrap();
     assert_eq!(
@@ -151,6 +152,7 @@ fn every_malformed_value_names_its_setting() {
         ("BATCH_IDLE_DURATION", "11s", "--batch-idle-duration (BATCH_IDLE_DURATION)"),
         ("BATCH_MAX_DURATION", "ten", "--batch-max-duration (BATCH_MAX_DURATION)"),
         ("LOG_LEVEL", "verbose", "--log-level (LOG_LEVEL)"),
+        ("LOG_FORMAT", "logfmt", "--log-format (LOG_FORMAT)"),
         ("METRICS_PORT", "70000", "--metrics-port (METRICS_PORT)"),
         ("HEALTH_PROBE_PORT", "8080", "--health-probe-port (HEALTH_PROBE_PORT)"),
         ("DISABLE_LEADER_ELECTION", "maybe", "--disable-leader-election (DISABLE_LEADER_ELECTION)"),
@@ -333,6 +335,7 @@ fn setting_names_match_the_clap_arguments() {
         setting::BATCH_IDLE_DURATION,
         setting::BATCH_MAX_DURATION,
         setting::LOG_LEVEL,
+        setting::LOG_FORMAT,
         setting::METRICS_PORT,
         setting::HEALTH_PROBE_PORT,
         setting::DISABLE_LEADER_ELECTION,

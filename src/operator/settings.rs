@@ -17,6 +17,15 @@ use crate::catalog::{self, CapacityOptions};
 /// `MIN_VALUES_POLICY` (Karpenter core options.go): the solver's own knob.
 pub use crate::scheduling::{MinValuesPolicy, PreferencePolicy};
 
+/// `LOG_FORMAT`: how log lines are written ([`super::logging`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line, upstream's keys (the default).
+    Json,
+    /// Human-readable lines, coloured at a terminal.
+    Text,
+}
+
 /// How the controller authenticates to Azure, in the order azure-identity's default credential tries
 /// them: a client secret, then workload identity, then a managed identity.
 #[derive(Debug, Clone, PartialEq)]
@@ -112,6 +121,7 @@ pub struct Validated {
     pub batch_max_duration: Duration,
     pub retail_prices_url: Url,
     pub log_level: String,
+    pub log_format: LogFormat,
     pub metrics_port: u16,
     pub health_probe_port: u16,
     /// None when leader election is disabled.
@@ -228,6 +238,10 @@ impl Options {
                 &["trace", "debug", "info", "warn", "error"],
             )?
             .to_string(),
+            log_format: match checks::one_of(setting::LOG_FORMAT, &self.log_format, &["json", "text"])? {
+                "text" => LogFormat::Text,
+                _ => LogFormat::Json,
+            },
             metrics_port,
             health_probe_port,
             leader_election,

@@ -319,19 +319,18 @@ fn last_deciding_plan(log: &str) -> Option<DecidingPlan> {
     let mut in_deciding_round = false;
     for line in log.lines() {
         let Ok(entry) = serde_json::from_str::<Value>(line) else { continue };
-        let Some(at) = entry["timestamp"].as_str().and_then(|t| t.parse::<Timestamp>().ok()) else {
+        let Some(at) = entry["time"].as_str().and_then(|t| t.parse::<Timestamp>().ok()) else {
             continue;
         };
-        let fields = &entry["fields"];
-        match fields["message"].as_str() {
+        match entry["message"].as_str() {
             Some("computed a scheduling plan") => {
-                in_deciding_round = fields["first_decided"].as_u64().unwrap_or(0) > 0;
+                in_deciding_round = entry["first_decided"].as_u64().unwrap_or(0) > 0;
                 if in_deciding_round {
                     last = Some(DecidingPlan {
                         planned: at,
                         done: at,
-                        longest_wait_ms: fields["longest_decision_wait_ms"].as_u64().unwrap_or(0),
-                        solve_ms: fields["elapsed_ms"].as_u64().unwrap_or(0),
+                        longest_wait_ms: entry["longest_decision_wait_ms"].as_u64().unwrap_or(0),
+                        solve_ms: entry["elapsed_ms"].as_u64().unwrap_or(0),
                     });
                 }
             }
@@ -446,7 +445,7 @@ fn the_deciding_plan_is_the_last_one_with_first_decisions_and_its_claims() {
     let line = |at: &str, message: &str, first: u64| {
         let wait = first * 140;
         format!(
-            r#"{{"timestamp":"2026-12-02T10:00:{at}Z","fields":{{"message":"{message}","first_decided":{first},"longest_decision_wait_ms":{wait},"elapsed_ms":35}}}}"#
+            r#"{{"time":"2026-12-02T10:00:{at}Z","message":"{message}","first_decided":{first},"longest_decision_wait_ms":{wait},"elapsed_ms":35}}"#
         )
     };
     let log = [

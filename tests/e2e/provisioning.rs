@@ -383,8 +383,7 @@ fn check_each_step_once(claims: &[Value], log: &str) -> Vec<String> {
     let mut taken: BTreeMap<(String, String), usize> = BTreeMap::new();
     for line in log.lines() {
         let Ok(entry) = serde_json::from_str::<Value>(line) else { continue };
-        let fields = &entry["fields"];
-        let (Some(message), Some(claim)) = (fields["message"].as_str(), fields["nodeclaim"].as_str()) else {
+        let (Some(message), Some(claim)) = (entry["message"].as_str(), entry["nodeclaim"].as_str()) else {
             continue;
         };
         *taken.entry((claim.to_string(), message.to_string())).or_default() += 1;

@@ -181,6 +181,8 @@ or controller.envFrom may hold it; else the install fails naming the value and t
 {{- end }}
 - name: LOG_LEVEL
   value: {{ $root.Values.logLevel | quote }}
+- name: LOG_FORMAT
+  value: {{ $root.Values.logFormat | default "json" | quote }}
 - name: METRICS_PORT
   value: {{ $root.Values.controller.metrics.port | quote }}
 - name: HEALTH_PROBE_PORT
