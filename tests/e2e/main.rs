@@ -35,6 +35,7 @@ pub mod wait;
 
 mod burst;
 mod chart;
+mod chart_monitoring;
 mod chart_settings;
 mod chart_upstream_values;
 mod disruption;
