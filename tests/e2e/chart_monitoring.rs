@@ -203,3 +203,47 @@ fn every_dashboard_query_is_valid_promql() {
     let out = promtool(&["check", "rules", "--lint=none", path.to_str().expect("UTF-8")]);
     assert!(out.contains(&format!("SUCCESS: {count} rules found")), "{out}");
 }
+
+/// Upstream's published dashboard queries (`tests/fixtures/upstream/grafana-dashboard-queries.yaml`) with
+/// their template variables filled in: every filter open, pods distributed by NodePool, the provisioner's
+/// reconciles.
+pub fn upstream_dashboard_queries() -> Vec<(String, String)> {
+    let path = "tests/fixtures/upstream/grafana-dashboard-queries.yaml";
+    let text = std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{path}: {err}"));
+    let fixture: Value = serde_yaml::from_str(&text).unwrap_or_else(|err| panic!("{path}: {err}"));
+    let fill = |expr: &str| {
+        let mut out = as_promql(expr);
+        for var in ["$nodepool", "$zone", "$arch", "$capacity_type", "$instance_type"] {
+            out = out.replace(var, ".*");
+        }
+        out.replace("$distribution_filter", "nodepool").replace("$controller", "provisioner")
+    };
+    let queries = fixture["queries"].as_array().unwrap_or_else(|| panic!("{path}: no queries"));
+    queries
+        .iter()
+        .map(|q| {
+            let panel = format!(
+                "{}: {}",
+                q["dashboard"].as_str().unwrap_or_default(),
+                q["panel"].as_str().unwrap_or_default()
+            );
+            (panel, fill(q["expr"].as_str().unwrap_or_default()))
+        })
+        .collect()
+}
+
+#[test]
+fn upstreams_dashboard_queries_are_valid_promql_once_filled_in() {
+    let queries = upstream_dashboard_queries();
+    assert!(queries.len() >= 30, "{} queries", queries.len());
+    let mut rules = String::from("groups:\n  - name: upstream\n    rules:\n");
+    for (i, (panel, query)) in queries.iter().enumerate() {
+        assert!(!query.contains('$'), "{panel}: a variable left in {query}");
+        let expr = serde_json::to_string(query).expect("a JSON string is YAML");
+        rules.push_str(&format!("      - record: upstream:{i}\n        expr: {expr}\n"));
+    }
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("upstream.yaml");
+    std::fs::write(&path, rules).expect("writing the rules");
+    promtool(&["check", "rules", "--lint=none", path.to_str().expect("UTF-8")]);
+}
