@@ -114,6 +114,7 @@ fn objects_and_scenario(args: &SimulateArgs) -> Result<(load::Objects, Scenario)
     };
     let objects = load::load(&sources)?;
     let mut scenario = scenario::build(&objects, &args.region, &catalog)?;
+    scenario.warnings.extend(objects.skipped_warning());
     if let Catalog::Azure = catalog {
         let has_own_data = known_regions().contains(&args.region);
         let prices = PriceTable::static_or_fallback(&args.region);

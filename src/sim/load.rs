@@ -38,6 +38,45 @@ pub const KINDS: [&str; 17] = [
     "List",
 ];
 
+/// Kinds that never change where pods go or what nodes cost: a snapshot such as `kubectl get all -A -o
+/// yaml` is full of them. They are skipped, with one summary warning ([`Objects::skipped`]); a kind in
+/// neither list is still refused.
+pub const SKIPPED_KINDS: [&str; 33] = [
+    "Service",
+    "Endpoints",
+    "EndpointSlice",
+    "ConfigMap",
+    "Secret",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Ingress",
+    "IngressClass",
+    "NetworkPolicy",
+    "HorizontalPodAutoscaler",
+    "CronJob",
+    "Event",
+    "Lease",
+    "ControllerRevision",
+    "CustomResourceDefinition",
+    "PriorityClass",
+    "LimitRange",
+    "ResourceQuota",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "APIService",
+    "CSIDriver",
+    "CSINode",
+    "VolumeAttachment",
+    "CertificateSigningRequest",
+    "PodTemplate",
+    "FlowSchema",
+];
+
 /// A scenario could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -96,6 +135,23 @@ pub struct Objects {
     pub claims: Vec<Sourced<PersistentVolumeClaim>>,
     pub volumes: Vec<Sourced<PersistentVolume>>,
     pub storage_classes: Vec<Sourced<StorageClass>>,
+    /// Objects of [`SKIPPED_KINDS`] that were left out, counted by kind.
+    pub skipped: std::collections::BTreeMap<String, usize>,
+}
+
+impl Objects {
+    /// The one warning that names what was skipped, if anything was.
+    pub fn skipped_warning(&self) -> Option<String> {
+        if self.skipped.is_empty() {
+            return None;
+        }
+        let total: usize = self.skipped.values().sum();
+        let kinds: Vec<String> = self.skipped.iter().map(|(kind, n)| format!("{kind} ({n})")).collect();
+        Some(format!(
+            "skipped {total} object(s) of kinds that do not affect scheduling: {}",
+            kinds.join(", ")
+        ))
+    }
 }
 
 /// Where the text of a scenario comes from.
@@ -131,6 +187,10 @@ fn add(
     raw: &RawObject,
     seen: &mut BTreeSet<String>,
 ) -> Result<(), LoadError> {
+    if SKIPPED_KINDS.contains(&raw.kind.as_str()) {
+        *objects.skipped.entry(raw.kind.clone()).or_default() += 1;
+        return Ok(());
+    }
     if !KINDS.contains(&raw.kind.as_str()) {
         return Err(LoadError::UnknownKind {
             file: file.into(),
@@ -196,10 +256,27 @@ apiVersion: v1\nkind: Node\nmetadata: {name: n}",
     }
 
     #[test]
+    fn skips_kinds_that_do_not_affect_scheduling_with_one_warning() {
+        let objects = text(
+            "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: t}
+---
+apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n}",
+        )
+        .unwrap();
+        assert_eq!(objects.nodes.len(), 1);
+        let warning = objects.skipped_warning().expect("a warning");
+        assert_eq!(
+            warning,
+            "skipped 3 object(s) of kinds that do not affect scheduling: ConfigMap (1), Service (2)"
+        );
+        assert_eq!(text("kind: Node\nmetadata: {name: n}").unwrap().skipped_warning(), None);
+    }
+
+    #[test]
     fn refuses_unknown_kinds_and_duplicates() {
-        let err = text("apiVersion: v1\nkind: Service\nmetadata: {name: s}").unwrap_err();
+        let err = text("apiVersion: v1\nkind: Deploymnet\nmetadata: {name: s}").unwrap_err();
         assert_eq!(err.to_string().lines().count(), 1);
-        assert!(err.to_string().starts_with("t.yaml: Service/s: kind: \"Service\""), "{err}");
+        assert!(err.to_string().starts_with("t.yaml: Deploymnet/s: kind: \"Deploymnet\""), "{err}");
         let err = text("kind: Node\nmetadata: {name: n}\n---\nkind: Node\nmetadata: {name: n}").unwrap_err();
         assert_eq!(err.category(), "Duplicate");
     }

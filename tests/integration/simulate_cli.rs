@@ -222,8 +222,8 @@ fn assert_fails(name: &str, content: Option<&str>, needles: &[&str]) {
 fn bad_input_gives_one_line_naming_file_object_and_field() {
     assert_fails(
         "unknown-kind.yaml",
-        Some("apiVersion: v1\nkind: Service\nmetadata: {name: frontend}\n"),
-        &["Service/frontend", "kind"],
+        Some("apiVersion: example.com/v1\nkind: Frontend\nmetadata: {name: frontend}\n"),
+        &["Frontend/frontend", "kind"],
     );
     assert_fails(
         "quantity.yaml",
