@@ -138,6 +138,8 @@ impl<C> Shared<C> {
             region: self.settings.region.clone(),
             min_values_policy: self.settings.min_values_policy,
             preference_policy: self.settings.preference_policy,
+            // The NodeClaims this controller creates get generated names; plan names stay internal.
+            reserved_names: Default::default(),
         }
     }
 

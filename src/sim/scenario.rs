@@ -103,7 +103,11 @@ pub fn build(objects: &Objects, region: &str, catalog: &Catalog) -> Result<Scena
     let mut warnings = vec![];
     let cluster = index::load(objects, &mut warnings)?;
     let types = PoolTypes::new(&cluster, region, catalog)?;
-    let options = SolveOptions { region: region.to_string(), ..SolveOptions::default() };
+    // Planned NodeClaims are named `<pool>-<n>`: never the name of a Node or NodeClaim of the input.
+    let taken = objects.nodes.iter().map(|n| &n.object.metadata.name);
+    let taken = taken.chain(objects.nodeclaims.iter().map(|c| &c.object.metadata.name));
+    let reserved_names = std::sync::Arc::new(taken.flatten().cloned().collect());
+    let options = SolveOptions { region: region.to_string(), reserved_names, ..SolveOptions::default() };
     let mut input = cluster.snapshot(&|_pool, class| types.get(class), options);
     if cluster.node_overlays().next().is_some() {
         let pools: Vec<_> = cluster.ready_nodepools().collect();

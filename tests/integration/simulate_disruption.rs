@@ -235,3 +235,35 @@ fn bad_disruption_input_gives_one_line_naming_the_field() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("RFC 3339"));
 }
+
+#[test]
+fn replacements_are_never_named_like_a_node_or_nodeclaim_of_the_snapshot() {
+    // The managed nodes carry the names planned NodeClaims of pool "general" would get
+    // (`general-<n>`): general-1 runs one small pod, so it is replaced by a smaller size; general-2 is
+    // full and general-3's pod is behind a PDB.
+    let mut text = POOL.replace("CONSOLIDATE_AFTER", "0s");
+    for (name, managed) in
+        [("general-1", true), ("general-2", true), ("general-3", true), ("system-1", false)]
+    {
+        text.push_str(&node(name, managed));
+    }
+    text.push_str(&pod("small", "general-1", "500m", ""));
+    text.push_str(&pod("big", "general-2", "3500m", ""));
+    text.push_str(&pod("guarded", "general-3", "3500m", ""));
+    text.push_str(&pod("system", "system-1", "3500m", ""));
+    let d = json(&text)["disruption"].clone();
+    let taken = ["general-1", "general-2", "general-3", "system-1"];
+    let commands = d["commands"].as_array().unwrap();
+    let replaced = commands.iter().any(|c| !c["replacements"].as_array().unwrap().is_empty());
+    assert!(replaced, "a consolidation with a replacement: {d:#}");
+    for c in commands {
+        for r in c["replacements"].as_array().unwrap() {
+            let name = r["name"].as_str().unwrap();
+            assert!(!taken.contains(&name), "replacement {name} shares a name with the snapshot: {d:#}");
+        }
+        let candidates = c["candidates"].as_array().unwrap();
+        for m in c["moves"].as_array().unwrap() {
+            assert!(!candidates.contains(&m["to"]), "a move's target is unambiguous: {m}");
+        }
+    }
+}

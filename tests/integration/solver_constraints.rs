@@ -360,3 +360,16 @@ fn spot_is_chosen_when_cheaper_and_allowed() {
     let plan = solved(&input);
     assert_eq!(claim_of(&plan, "default/p").unwrap().capacity_type, CapacityType::Spot);
 }
+
+#[test]
+fn planned_nodeclaims_never_take_the_name_of_a_node_or_a_reserved_name() {
+    let mut input = input(pods("web", 3, 3000, GI), vec![pool("general", general())]);
+    let full = Resources::new().with(CPU, 0).with(MEMORY, 0).with(PODS, 0);
+    input.nodes.push(existing_node("general-1", "z-1", full));
+    input.options.reserved_names = std::sync::Arc::new(["general-2".to_string()].into());
+    let plan = solved(&input);
+    let names: Vec<&str> = plan.nodeclaims.iter().map(|c| c.name.as_str()).collect();
+    assert!(!names.is_empty());
+    assert!(!names.contains(&"general-1") && !names.contains(&"general-2"), "{names:?}");
+    assert_eq!(names[0], "general-3");
+}

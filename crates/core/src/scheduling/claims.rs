@@ -200,9 +200,8 @@ fn new_claim(
             requests.add_assign(&demand);
         }
     }
-    per_pool[tpl.pool] += 1;
     Ok(NewNodeClaim {
-        name: format!("{}-{}", pool.name, per_pool[tpl.pool]),
+        name: fresh_name(solver, &pool.name, &mut per_pool[tpl.pool]),
         nodepool: pool.name.clone(),
         instance_type: it.name.clone(),
         instance_type_options: all_options,
@@ -218,6 +217,21 @@ fn new_claim(
         daemon_overhead: tpl.daemon_overhead.clone(),
         pods,
     })
+}
+
+/// The next `<pool>-<n>` no node of the input and no reserved name has ([`SolveOptions::reserved_names`]),
+/// so a planned NodeClaim is never mistaken for an existing node.
+///
+/// [`SolveOptions::reserved_names`]: crate::scheduling::SolveOptions::reserved_names
+fn fresh_name(solver: &Solver, pool: &str, counter: &mut usize) -> String {
+    let input = solver.input();
+    loop {
+        *counter += 1;
+        let name = format!("{pool}-{counter}");
+        if !input.options.reserved_names.contains(&name) && !input.nodes.iter().any(|n| n.name == name) {
+            return name;
+        }
+    }
 }
 
 /// Pins every requirement on a key no instance type or offering defines (a NodePool's own label key)

@@ -211,6 +211,9 @@ pub struct SolveOptions {
     pub min_values_policy: MinValuesPolicy,
     /// Whether pods' preferences are honoured while they can be, or not at all.
     pub preference_policy: PreferencePolicy,
+    /// Names new NodeClaims must not take besides the input's nodes: every Node and NodeClaim the
+    /// caller knows, including those a disruption decision leaves out of its input.
+    pub reserved_names: std::sync::Arc<std::collections::BTreeSet<String>>,
 }
 
 impl Default for SolveOptions {
@@ -220,6 +223,7 @@ impl Default for SolveOptions {
             region: String::new(),
             min_values_policy: MinValuesPolicy::Strict,
             preference_policy: PreferencePolicy::Respect,
+            reserved_names: Default::default(),
         }
     }
 }
