@@ -72,6 +72,10 @@ enum Command {
         /// such as 2026-12-01T12:00:00Z; default: the current time.
         #[arg(long, value_parser = parse_rfc3339)]
         now: Option<k8s_openapi::jiff::Timestamp>,
+        /// Instead of the report, explain the decision about one object and its reason:
+        /// pod/NAMESPACE/NAME or node/NAME (repeatable).
+        #[arg(long, value_name = "pod/NS/NAME|node/NAME", conflicts_with = "timeline")]
+        explain: Vec<String>,
     },
     /// Time the solver on upstream's benchmark and a mixed workload; prints a table of numbers.
     Bench {
@@ -288,8 +292,8 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Simulate { files, region, catalog, output, timeline: None, now, .. } => {
-            let args = karpenter_azure::sim::SimulateArgs { files, region, catalog, output, now };
+        Command::Simulate { files, region, catalog, output, timeline: None, now, explain, .. } => {
+            let args = karpenter_azure::sim::SimulateArgs { files, region, catalog, output, now, explain };
             match karpenter_azure::sim::run(&args) {
                 Ok(text) => print_output(&text),
                 Err(e) => {

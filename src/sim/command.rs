@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::catalog_file::{self, CatalogFileError};
+use super::explain::{self, Explanation, Target};
 use k8s_openapi::jiff::Timestamp;
 
 use super::load::{self, LoadError, Source};
@@ -32,6 +33,8 @@ pub struct SimulateArgs {
     /// The moment the disruption decisions are judged at (consolidateAfter, expireAfter, budget
     /// schedules against the objects' timestamps); `None` is the current time.
     pub now: Option<Timestamp>,
+    /// `--explain`: objects (`pod/NS/NAME`, `node/NAME`) to explain instead of printing the report.
+    pub explain: Vec<String>,
 }
 
 /// Why the command produced no plan; each message is one line naming the file, object and field.
@@ -47,6 +50,8 @@ pub enum SimulateError {
     Region(#[from] CatalogError),
     #[error(transparent)]
     Managed(#[from] ManagedError),
+    #[error("{0}")]
+    Explain(String),
 }
 
 impl SimulateError {
@@ -58,12 +63,19 @@ impl SimulateError {
             Self::CatalogFile(e) => e.category(),
             Self::Region(e) => e.category(),
             Self::Managed(e) => e.category(),
+            Self::Explain(_) => "Explain",
         }
     }
 }
 
 /// Runs the command and returns what it prints.
 pub fn run(args: &SimulateArgs) -> Result<String, SimulateError> {
+    let targets: Vec<Target> = args
+        .explain
+        .iter()
+        .map(|t| Target::parse(t))
+        .collect::<Result<_, _>>()
+        .map_err(SimulateError::Explain)?;
     let (objects, mut scenario) = objects_and_scenario(args)?;
     let started = Instant::now();
     let plan = crate::scheduling::solve(&scenario.input);
@@ -90,7 +102,22 @@ pub fn run(args: &SimulateArgs) -> Result<String, SimulateError> {
         warnings: &scenario.warnings,
         disruption: Some(&disruption),
     };
-    Ok(report::render(&report, args.output))
+    if targets.is_empty() {
+        return Ok(report::render(&report, args.output));
+    }
+    let answers: Vec<Explanation> = targets
+        .iter()
+        .map(|t| explain::explain(&report, t))
+        .collect::<Result<_, _>>()
+        .map_err(SimulateError::Explain)?;
+    Ok(match args.output {
+        OutputFormat::Table => answers.iter().map(|a| a.line() + "\n").collect(),
+        OutputFormat::Json => {
+            let json =
+                serde_json::json!({"explain": answers.iter().map(Explanation::json).collect::<Vec<_>>()});
+            serde_json::to_string_pretty(&json).unwrap_or_default() + "\n"
+        }
+    })
 }
 
 /// The scenario the command solves: its files (or the demo) read against its catalog.

@@ -9,7 +9,8 @@
 //!   input has no pods for.
 //! - `managed`: the disruption input, with the errors and warnings only `simulate` gives.
 //! - `catalog_file`: the `--catalog` JSON list of instance types.
-//! - `report`: table and JSON output; `command`: the command itself. `demo.yaml`: the built-in demo.
+//! - `report`: table and JSON output; `explain`: `--explain`'s answer for one pod or node; `command`:
+//!   the command itself. `demo.yaml`: the built-in demo.
 //! - `catalog_command`: the `karpenter-azure catalog` command, which reads a NodePool and AKSNodeClass
 //!   from files (the catalog itself is pure).
 //! - `upstream_bench`: `bench-upstream`, our solver next to upstream Karpenter's on upstream's benchmark
@@ -19,6 +20,7 @@
 pub mod catalog_command;
 pub mod catalog_file;
 pub mod command;
+pub mod explain;
 pub mod growth;
 pub mod index;
 #[cfg(test)]

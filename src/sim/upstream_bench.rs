@@ -297,6 +297,7 @@ pub fn read_input(dir: &Path) -> Result<SolveInput, BenchError> {
         catalog: Some(dir.join("catalog.json")),
         output: OutputFormat::Table,
         now: None,
+        explain: vec![],
     };
     Ok(scenario_of(&args)?.input)
 }

@@ -267,3 +267,77 @@ fn replacements_are_never_named_like_a_node_or_nodeclaim_of_the_snapshot() {
         }
     }
 }
+
+/// `simulate --explain` on the snapshot: one line per object, `object: decision: reason`.
+fn explain(text: &str, objects: &[&str]) -> Vec<String> {
+    let mut extra = vec![];
+    for o in objects {
+        extra.extend(["--explain", o]);
+    }
+    let out = simulate(text, &extra);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
+}
+
+#[test]
+fn explain_names_the_cause_for_pods_and_nodes() {
+    let mut text = snapshot("0s")
+        .replace("  name: e\n", "  name: e\n  annotations: {karpenter.sh/do-not-disrupt: 'true'}\n");
+    // A pending pod no NodePool can take: its selector asks for an architecture no size has.
+    text.push_str(
+        "---
+apiVersion: v1
+kind: Pod
+metadata: {name: stuck, namespace: default}
+spec:
+  nodeSelector: {kubernetes.io/arch: s390x}
+  containers: [{name: c, resources: {requests: {cpu: 100m}}}]
+",
+    );
+    let lines =
+        explain(&text, &["pod/default/stuck", "node/p", "node/e", "node/system-1", "pod/default/guarded"]);
+    assert_eq!(lines.len(), 5, "{lines:#?}");
+    assert!(
+        lines[0].starts_with("pod/default/stuck: unschedulable: ") && lines[0].contains("s390x"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].starts_with("node/p: kept: ") && lines[1].contains("PDB default/guarded allows 0 evictions"),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[2].starts_with("node/e: kept: ") && lines[2].contains("do-not-disrupt"), "{}", lines[2]);
+    assert!(lines[3].starts_with("node/system-1: unmanaged: "), "{}", lines[3]);
+    assert!(
+        lines[4].starts_with("pod/default/guarded: stays: runs on p; the node is kept: PDB"),
+        "{}",
+        lines[4]
+    );
+
+    // The underused nodes: each is consolidated (or deleted) with the saving, and its pod moves.
+    let d = json(&text)["disruption"].clone();
+    let candidate = d["commands"][0]["candidates"][0].as_str().unwrap().to_string();
+    let node_line = &explain(&text, &[&format!("node/{candidate}")])[0];
+    assert!(
+        node_line.starts_with(&format!("node/{candidate}: consolidated: Underutilized"))
+            || node_line.starts_with(&format!("node/{candidate}: deleted: Underutilized")),
+        "{node_line}"
+    );
+    assert!(node_line.contains("saving $"), "{node_line}");
+    let pod = format!("pod/default/small-{candidate}");
+    let pod_line = &explain(&text, &[&pod])[0];
+    assert!(pod_line.starts_with(&format!("{pod}: moves: from {candidate} to ")), "{pod_line}");
+
+    let out = simulate(&text, &["--explain", "pod/default/nothing"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pod/default/nothing is not in the input"));
+    let out = simulate(&text, &["--explain", "deployment/web"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected pod/NAMESPACE/NAME"));
+
+    let json_out = simulate(&text, &["--explain", "node/p", "--output", "json"]);
+    let v: Value = serde_json::from_slice(&json_out.stdout).unwrap();
+    assert_eq!(v["explain"][0]["object"], "node/p");
+    assert_eq!(v["explain"][0]["decision"], "kept");
+}
