@@ -76,6 +76,10 @@ enum Command {
         /// pod/NAMESPACE/NAME or node/NAME (repeatable).
         #[arg(long, value_name = "pod/NS/NAME|node/NAME", conflicts_with = "timeline")]
         explain: Vec<String>,
+        /// Read the objects from the cluster of the current kubeconfig (read-only lists) instead of
+        /// files.
+        #[arg(long, conflicts_with_all = ["timeline", "files"])]
+        from_cluster: bool,
     },
     /// Time the solver on upstream's benchmark and a mixed workload; prints a table of numbers.
     Bench {
@@ -141,6 +145,16 @@ fn print_output(text: &str) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `simulate --from-cluster`: lists the objects of the current kubeconfig's cluster.
+fn read_cluster() -> Result<Vec<karpenter_azure::sim::load::Source>, String> {
+    use karpenter_azure::sim::from_cluster;
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("starting the async runtime: {e}"))?;
+    runtime.block_on(async {
+        let client = from_cluster::client().await.map_err(|e| e.to_string())?;
+        from_cluster::sources(&client).await.map_err(|e| e.to_string())
+    })
 }
 
 /// `controller`: validate the settings, connect to the cluster and Azure, run until SIGTERM.
@@ -292,8 +306,30 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Simulate { files, region, catalog, output, timeline: None, now, explain, .. } => {
-            let args = karpenter_azure::sim::SimulateArgs { files, region, catalog, output, now, explain };
+        Command::Simulate {
+            files,
+            region,
+            catalog,
+            output,
+            timeline: None,
+            now,
+            explain,
+            from_cluster,
+            ..
+        } => {
+            let sources = if from_cluster {
+                match read_cluster() {
+                    Ok(sources) => sources,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(EXIT_USAGE);
+                    }
+                }
+            } else {
+                vec![]
+            };
+            let args =
+                karpenter_azure::sim::SimulateArgs { files, region, catalog, output, now, explain, sources };
             match karpenter_azure::sim::run(&args) {
                 Ok(text) => print_output(&text),
                 Err(e) => {

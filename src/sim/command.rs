@@ -35,6 +35,8 @@ pub struct SimulateArgs {
     pub now: Option<Timestamp>,
     /// `--explain`: objects (`pod/NS/NAME`, `node/NAME`) to explain instead of printing the report.
     pub explain: Vec<String>,
+    /// Objects read elsewhere than `files` (`--from-cluster`), read after them.
+    pub sources: Vec<Source>,
 }
 
 /// Why the command produced no plan; each message is one line naming the file, object and field.
@@ -134,10 +136,10 @@ fn objects_and_scenario(args: &SimulateArgs) -> Result<(load::Objects, Scenario)
             Catalog::Azure
         }
     };
-    let sources: Vec<Source> = if args.files.is_empty() {
+    let sources: Vec<Source> = if args.files.is_empty() && args.sources.is_empty() {
         vec![Source::Text { name: DEMO_NAME.into(), text: DEMO.into() }]
     } else {
-        args.files.iter().cloned().map(Source::File).collect()
+        args.files.iter().cloned().map(Source::File).chain(args.sources.iter().cloned()).collect()
     };
     let objects = load::load(&sources)?;
     let mut scenario = scenario::build(&objects, &args.region, &catalog)?;

@@ -91,6 +91,11 @@ fn commands<'r>(report: &'r Report) -> &'r [Command] {
 }
 
 fn command_summary(c: &Command) -> String {
+    command_summary_with(c, "")
+}
+
+/// [`command_summary`] with `with` (the other candidates) after the reason.
+fn command_summary_with(c: &Command, with: &str) -> String {
     let what = if c.replacements.is_empty() {
         "deleted without a replacement".to_string()
     } else {
@@ -98,7 +103,7 @@ fn command_summary(c: &Command) -> String {
         format!("replaced by {}", list.join(", "))
     };
     format!(
-        "{} ({}): {what}, saving ${:.4}/h; {}",
+        "{} ({}){with}: {what}, saving ${:.4}/h; {}",
         reason_str(c.reason),
         c.method.as_str(),
         c.savings_per_hour,
@@ -173,7 +178,7 @@ fn node(report: &Report, name: &str) -> Result<(&'static str, String), String> {
             } else {
                 String::new()
             };
-            return Ok((decision, format!("{}{with}", command_summary(c))));
+            return Ok((decision, command_summary_with(c, &with)));
         }
     }
     if let Some(b) = report.disruption.and_then(|d| d.decisions.blocked.iter().find(|b| b.node == name)) {

@@ -2,7 +2,8 @@
 //! manifests (or a snapshot of a real cluster), without a cluster, and reports what would be launched
 //! and what it would cost (`karpenter-azure simulate`).
 //!
-//! - `load`: reading and decoding the files (the only manifest I/O).
+//! - `load`: reading and decoding the files (the only manifest I/O); `from_cluster`: the same objects
+//!   listed from the current kubeconfig's cluster (`--from-cluster`).
 //! - `index`: the objects loaded into the controller's cluster index ([`crate::state::Cluster`]),
 //!   with what a file lacks filled in; the solver and disruption input are that index's snapshots.
 //! - `scenario`: the solver input ([`crate::scheduling::SolveInput`]), plus the pods of workloads the
@@ -21,6 +22,7 @@ pub mod catalog_command;
 pub mod catalog_file;
 pub mod command;
 pub mod explain;
+pub mod from_cluster;
 pub mod growth;
 pub mod index;
 #[cfg(test)]

@@ -298,6 +298,7 @@ pub fn read_input(dir: &Path) -> Result<SolveInput, BenchError> {
         output: OutputFormat::Table,
         now: None,
         explain: vec![],
+        sources: vec![],
     };
     Ok(scenario_of(&args)?.input)
 }

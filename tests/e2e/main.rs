@@ -60,6 +60,7 @@ mod rbac;
 mod repair;
 mod resilience;
 mod scheduling;
+mod simulate_from_cluster;
 mod soak;
 mod static_pools;
 mod termination;
