@@ -306,3 +306,55 @@ events:
         run["decisions"].as_array().unwrap().iter().filter(|d| d["reason"] == "Replicas").count();
     assert_eq!(static_rows, 3, "{:#}", run["decisions"]);
 }
+
+#[test]
+fn every_stretch_above_the_bound_says_what_stopped_consolidation() {
+    let run = timeline_json("demo");
+    let stretches = run["above_bound"].as_array().expect("above_bound");
+    assert!(!stretches.is_empty());
+    let steps = run["steps"].as_array().unwrap();
+    // Every sample above 1.1x the bound lies in a reported stretch.
+    for step in steps {
+        let (price, bound) =
+            (step["price_per_hour"].as_f64().unwrap(), step["lower_bound_per_hour"].as_f64().unwrap());
+        if bound > 0.0 && price > 1.1 * bound + 1e-9 {
+            let at = step["offset_seconds"].as_u64().unwrap();
+            let covered = stretches.iter().any(|s| {
+                s["from_offset_seconds"].as_u64().unwrap() <= at
+                    && at <= s["to_offset_seconds"].as_u64().unwrap()
+            });
+            assert!(covered, "step at {at}s ({price} vs {bound}) is in no stretch: {stretches:#?}");
+        }
+    }
+    // The night: three nodes from 22:00 to midnight, no command, and the causes named.
+    let night = stretches
+        .iter()
+        .find(|s| s["from_offset_seconds"].as_u64() == Some(22 * 3600))
+        .unwrap_or_else(|| panic!("a stretch from 22:00: {stretches:#?}"));
+    assert_eq!(night["commands_executed"], 0);
+    assert!((night["ratio"].as_f64().unwrap() - 1.51).abs() < 0.01, "{night}");
+    let causes = night["causes"].as_object().unwrap();
+    assert!(!causes.is_empty(), "{night}");
+    for cause in causes.keys() {
+        let known = [
+            "policy",
+            "budget",
+            "PodDisruptionBudget",
+            "do-not-disrupt",
+            "no cheaper repack",
+            "consolidateAfter",
+            "spot-to-spot",
+        ];
+        assert!(known.iter().any(|k| cause.contains(k)), "{cause}");
+    }
+    let explanation = night["explanation"].as_str().unwrap();
+    assert!(explanation.contains("disruption budget at 0"), "{explanation}");
+    let table = String::from_utf8(run_table()).unwrap();
+    assert!(table.contains("22:00-24:00  $0.435/h vs $0.288/h (1.51×), no command: "), "{table}");
+}
+
+fn run_table() -> Vec<u8> {
+    let out = run(&["simulate", "--timeline", "demo"]);
+    assert!(out.status.success());
+    out.stdout
+}

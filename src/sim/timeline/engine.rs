@@ -10,6 +10,7 @@
 //! or a budget window opening or closing (at most an hour later). That keeps a simulated day fast
 //! without deciding anything later than the controller would.
 
+use super::above_bound::{pass_causes, PassCauses};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
@@ -82,6 +83,9 @@ pub struct Run {
     pub pods_evicted: usize,
     pub nodes_launched: usize,
     pub nodes_removed: usize,
+    /// What each disruption pass that decided nothing found in the way, when it changed
+    /// ([`super::above_bound`]).
+    pub passes: Vec<PassCauses>,
 }
 
 /// A timeline that cannot run.
@@ -586,6 +590,7 @@ impl Engine<'_> {
                         self.idle_since = None;
                     }
                     None => {
+                        self.record_pass(now, &decisions.blocked);
                         self.idle_since =
                             Some((fingerprint, answer_holds_until(&snapshot, &decisions.blocked, now)))
                     }
@@ -593,6 +598,15 @@ impl Engine<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Keeps what a pass that decided nothing found in the way, unless the last one found the same.
+    fn record_pass(&mut self, now: Timestamp, blocked: &[disruption::Blocked]) {
+        let offset = (now.as_second() - self.timeline.settings.start.as_second()).max(0) as u64;
+        let pass = pass_causes(offset, blocked);
+        if self.run.passes.last().is_none_or(|last| last.causes != pass.causes) {
+            self.run.passes.push(pass);
+        }
     }
 
     fn sample(&mut self, offset: Duration, now: Timestamp) -> Result<Sample, RunError> {

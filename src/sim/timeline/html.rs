@@ -194,6 +194,29 @@ td.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
         &pending,
         &markers,
     ));
+    let stretches = super::above_bound::stretches(run);
+    if !stretches.is_empty() {
+        let _ = write!(
+            page,
+            "<h2>Above {}× the lower bound, and what stopped consolidation</h2>\n<table id=\"above-bound\"><thead><tr><th>from</th><th>to</th><th>$/h</th><th>bound $/h</th><th>ratio</th><th>commands</th><th>what stopped consolidation</th></tr></thead><tbody>\n",
+            super::above_bound::RATIO
+        );
+        let clock = |seconds: u64| format!("{}:{:02}", seconds / 3600, seconds % 3600 / 60);
+        for st in &stretches {
+            let _ = writeln!(
+                page,
+                r#"<tr><td>{}</td><td>{}</td><td class="num">{:.3}</td><td class="num">{:.3}</td><td class="num">{:.2}</td><td class="num">{}</td><td>{}</td></tr>"#,
+                clock(st.from_offset_seconds),
+                clock(st.to_offset_seconds),
+                st.price_per_hour,
+                st.lower_bound_per_hour,
+                st.ratio,
+                st.commands_executed,
+                escape(&super::above_bound::describe(st))
+            );
+        }
+        page.push_str("</tbody></table>\n");
+    }
     page.push_str(
         "<h2>Decisions</h2>\n<table id=\"decisions\"><thead><tr><th>time</th><th>reason</th><th>method</th><th>candidates</th><th>replacements</th><th>savings $/h</th><th>outcome</th><th>explanation</th></tr></thead><tbody>\n",
     );

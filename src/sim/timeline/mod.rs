@@ -6,9 +6,11 @@
 //! - `file`: the timeline format; `cluster`: the virtual cluster and its controllers' actions;
 //!   `snapshot`: the cluster as objects of the controller's index now (Nodes with their NodeClaims,
 //!   drift, PDB allowances); `engine`: the clock and the order of controllers;
+//!   `above_bound`: the stretches above 1.1× the bound and what stopped consolidation in each;
 //!   `output`: table and JSON; `html`: the self-contained `--report` page.
 //! - `demo.yaml`: the built-in demo (`--timeline demo`).
 
+pub mod above_bound;
 pub mod cluster;
 pub mod command;
 pub mod engine;

@@ -3,12 +3,15 @@
 //! JSON: `{"summary": {...}, "steps": [{"offset_seconds", "time", "nodes", "nodes_by_pool",
 //! "nodes_by_instance_type", "nodes_by_capacity_type", "price_per_hour", "lower_bound_per_hour",
 //! "pending_pods", "starting_pods", "running_pods", "commands": [decision rows at that moment]}],
-//! "decisions": [every decision row]}`.
+//! "decisions": [every decision row], "above_bound": [{"from_offset_seconds", "to_offset_seconds",
+//! "price_per_hour", "lower_bound_per_hour", "ratio", "commands_executed", "causes": {cause: [nodes]},
+//! "explanation"}]}`.
 
 use std::fmt::Write;
 
 use serde_json::{json, Value};
 
+use super::above_bound;
 use super::engine::Run;
 
 /// Hours of virtual time and the cost integrated over them.
@@ -55,6 +58,11 @@ pub fn to_json(run: &Run) -> Value {
         "summary": summary(run),
         "steps": steps,
         "decisions": run.decisions,
+        "above_bound": above_bound::stretches(run).iter().map(|s| {
+            let mut v = serde_json::to_value(s).expect("a stretch serialises");
+            v["explanation"] = Value::String(above_bound::describe(s));
+            v
+        }).collect::<Vec<_>>(),
     })
 }
 
@@ -101,6 +109,27 @@ pub fn to_table(run: &Run) -> String {
             sample.pending_pods,
             types.join(" ")
         );
+    }
+    let stretches = above_bound::stretches(run);
+    if !stretches.is_empty() {
+        let _ =
+            writeln!(out, "\nAbove {}× the lower bound, and what stopped consolidation", above_bound::RATIO);
+        for s in &stretches {
+            let commands = match s.commands_executed {
+                0 => "no command".to_string(),
+                n => format!("{n} command(s)"),
+            };
+            let _ = writeln!(
+                out,
+                "{:>6}-{:<6} ${:.3}/h vs ${:.3}/h ({:.2}×), {commands}: {}",
+                clock(s.from_offset_seconds).trim_start(),
+                clock(s.to_offset_seconds).trim_start(),
+                s.price_per_hour,
+                s.lower_bound_per_hour,
+                s.ratio,
+                above_bound::describe(s)
+            );
+        }
     }
     let _ = writeln!(out, "\nDecisions");
     for d in &run.decisions {
