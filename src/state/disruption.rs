@@ -42,7 +42,6 @@ impl Cluster {
         nominated: &BTreeSet<String>,
     ) -> (Snapshot, Vec<PolicyError>) {
         let marks = Marks { disrupting, nominated };
-        let input = self.snapshot(catalog, options);
         // Static pools are not in the solver input, but their nodes are priced and replaced from them.
         let solver_pools = self.solver_pools(catalog);
         let mut errors = vec![];
@@ -55,6 +54,7 @@ impl Cluster {
                 Err(e) => errors.push(e),
             }
         }
+        let input = self.snapshot_with_pools(solver_pools, options);
         let mut snapshot = Snapshot {
             pending: input.pods,
             daemonsets: input.daemonsets,
