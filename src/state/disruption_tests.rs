@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
 
-use super::tests::{documents, small_cluster, yaml, CLUSTER};
+use super::tests::{documents, small_cluster, yaml, CLAIMS, CLUSTER};
 use super::Cluster;
-use crate::apis::{AKSNodeClass, NodePool};
+use crate::apis::{AKSNodeClass, NodeClaim, NodePool};
+use crate::disruption::static_pools::Counts;
 use crate::disruption::{DoNotDisrupt, PodKind, Snapshot};
 use crate::model::InstanceType;
 use crate::scheduling::SolveOptions;
@@ -112,4 +113,59 @@ fn pod_attributes_for_disruption() {
         DoNotDisrupt::No,
         "an unreadable value protects nothing, as upstream"
     );
+}
+
+/// The index's claim counts per pool are those of the disruption snapshot, with the `deleted` claims
+/// counted as deleting, as the static pool loop marks them.
+fn assert_counts_match_the_snapshot(cluster: &Cluster, deleted: &[&str]) {
+    let counts = cluster.claim_counts(|claim| deleted.contains(&claim));
+    let mut s = snapshot(cluster, &[], &[]);
+    for node in s.nodes.iter_mut().filter(|n| deleted.contains(&n.nodeclaim.as_str())) {
+        node.deleting = true;
+        node.marked_for_deletion = true;
+    }
+    let pools: BTreeSet<&str> =
+        counts.keys().map(String::as_str).chain(s.nodes.iter().map(|n| n.nodepool.as_str())).collect();
+    assert!(!pools.is_empty());
+    for pool in pools {
+        assert_eq!(counts.get(pool).copied().unwrap_or_default(), Counts::of(&s, pool), "pool {pool}");
+    }
+}
+
+#[test]
+fn claim_counts_are_the_snapshots_without_building_one() {
+    let mut cluster = small_cluster();
+    assert_counts_match_the_snapshot(&cluster, &[]);
+    assert_counts_match_the_snapshot(&cluster, &["general-b", "general-c"]);
+
+    let mut node_b: core::Node = serde_yaml::from_value(documents(CLUSTER)[4].clone()).unwrap();
+    node_b
+        .spec
+        .as_mut()
+        .unwrap()
+        .taints
+        .as_mut()
+        .unwrap()
+        .push(yaml("{key: karpenter.sh/disrupted, effect: NoSchedule}"));
+    cluster.apply(&node_b);
+    let mut node_a: core::Node = serde_yaml::from_value(documents(CLUSTER)[3].clone()).unwrap();
+    node_a.metadata.deletion_timestamp = Some(yaml("'2026-01-01T00:00:00Z'"));
+    cluster.apply(&node_a);
+    let claim = |name: &str| -> NodeClaim {
+        let doc = documents(CLAIMS).into_iter().find(|d| d["metadata"]["name"].as_str() == Some(name));
+        serde_yaml::from_value(doc.unwrap()).unwrap()
+    };
+    let mut general_c = claim("general-c");
+    general_c.spec.taints.push(yaml("{key: karpenter.sh/disrupted, effect: NoSchedule}"));
+    cluster.apply(&general_c);
+    assert_counts_match_the_snapshot(&cluster, &[]);
+    assert_counts_match_the_snapshot(&cluster, &["general-b"]);
+    assert_eq!(
+        cluster.claim_counts(|_| false)["general"],
+        Counts { active: 0, pending_disruption: 2, deleting: 1 }
+    );
+
+    general_c.metadata.deletion_timestamp = Some(yaml("'2026-01-01T00:00:00Z'"));
+    cluster.apply(&general_c);
+    assert_counts_match_the_snapshot(&cluster, &[]);
 }

@@ -36,6 +36,12 @@ impl Cluster {
         catalog: &impl Fn(&NodePool, Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>>,
         options: SolveOptions,
     ) -> SolveInput {
+        self.snapshot_with_pools(self.solver_pools(catalog), options)
+    }
+
+    /// [`Cluster::snapshot`] with the pools of [`Cluster::solver_pools`] already built: the static
+    /// ones are left out here.
+    pub(super) fn snapshot_with_pools(&self, pools: Vec<NodePoolInput>, options: SolveOptions) -> SolveInput {
         let mut nodes: Vec<ExistingNode> = self
             .nodes()
             .filter(|(node, claim)| !node.deleting && !claim.is_some_and(|c| c.deleting))
@@ -49,7 +55,7 @@ impl Cluster {
             .filter(|p| !p.phase.is_terminal())
             .map(|p| p.pod.clone())
             .collect();
-        let nodepools = self.solver_pools(catalog).into_iter().filter(|p| p.replicas.is_none()).collect();
+        let nodepools = pools.into_iter().filter(|p| p.replicas.is_none()).collect();
         SolveInput {
             pods: self
                 .provisionable_pods()
