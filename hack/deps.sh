@@ -15,6 +15,8 @@
 #   faketime (libfaketime)             tests/e2e/soak.rs (a controller replica whose wall clock is off)
 #   the control plane                  tests/e2e: hack/e2e-cluster.sh build (about 10 minutes cold)
 #   upstream's bootstrap renderer      tests/oracle/bootstrap_oracle.rs: hack/aks-bootstrap.sh build (minutes cold)
+#   upstream core's oracle helper      tests/oracle/requirements_oracle.rs and overlay_oracle.rs:
+#                                      hack/upstream-oracle.sh build (about 3 minutes cold)
 # Debian packages need root (sudo is used when not root) and `apt-get update` runs only when one is missing.
 set -euo pipefail
 
@@ -98,6 +100,7 @@ install_chromium() { apt_install chromium; }
 install_faketime() { apt_install faketime; }
 install_controlplane() { "$HACK_DIR/e2e-cluster.sh" build >/dev/null; }
 install_aks_bootstrap() { "$HACK_DIR/aks-bootstrap.sh" build >/dev/null; }
+install_upstream_oracle() { "$HACK_DIR/upstream-oracle.sh" build >/dev/null; }
 
 controlplane_built() {
   local bin
@@ -120,6 +123,7 @@ step "chromium (headless browser)" "command -v chromium" install_chromium
 step "faketime (libfaketime)" "ls /usr/lib/*/faketime/libfaketime.so.1" install_faketime
 step "e2e control plane" controlplane_built install_controlplane
 step "upstream bootstrap renderer (hack/aks-bootstrap.sh)" "\"$HACK_DIR/aks-bootstrap.sh\" path" install_aks_bootstrap
+step "upstream core oracle (hack/upstream-oracle.sh)" "\"$HACK_DIR/upstream-oracle.sh\" path" install_upstream_oracle
 
 if [ "${#missing[@]}" -gt 0 ]; then
   log "missing: ${missing[*]}; run hack/deps.sh to install them"

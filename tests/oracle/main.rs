@@ -1,5 +1,9 @@
 //! Tests that compare our output with upstream's own code run as an oracle: `bootstrap_oracle` renders
 //! a node's custom data with upstream's bootstrap generator (built from its Go module by
-//! `hack/aks-bootstrap.sh`) and with ours, and compares them variable by variable.
+//! `hack/aks-bootstrap.sh`) and with ours, and compares them variable by variable;
+//! `requirements_oracle` puts generated cases to upstream core's requirements algebra (built by
+//! `hack/upstream-oracle.sh`, see `upstream_core`) and to ours, and compares the answers case by case.
 
 mod bootstrap_oracle;
+mod requirements_oracle;
+mod upstream_core;

@@ -242,6 +242,21 @@ pub fn restricted_label_reason(key: &str) -> Option<String> {
     None
 }
 
+/// Deprecated aliases of well-known keys and the key each stands for (upstream core
+/// `pkg/apis/v1/labels.go` `NormalizedLabels`): a requirement on an alias is a requirement on the key.
+pub const NORMALIZED_LABELS: &[(&str, &str)] = &[
+    ("failure-domain.beta.kubernetes.io/zone", LABEL_ZONE),
+    ("beta.kubernetes.io/arch", LABEL_ARCH),
+    ("beta.kubernetes.io/os", LABEL_OS),
+    ("beta.kubernetes.io/instance-type", LABEL_INSTANCE_TYPE),
+    ("failure-domain.beta.kubernetes.io/region", LABEL_REGION),
+];
+
+/// The well-known key a deprecated alias stands for, or `key` itself.
+pub fn normalized_key(key: &str) -> &str {
+    NORMALIZED_LABELS.iter().find(|(alias, _)| *alias == key).map_or(key, |(_, k)| k)
+}
+
 /// True when the scheduler may treat a requirement on `key` as satisfiable by instance types alone.
 pub fn is_well_known(key: &str) -> bool {
     WELL_KNOWN_LABELS.contains(&key)

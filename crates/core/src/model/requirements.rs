@@ -54,10 +54,11 @@ enum Values {
 pub struct Requirement {
     key: String,
     values: Values,
-    /// Values must parse as integers greater than this.
-    greater_than: Option<i64>,
-    /// Values must parse as integers less than this.
-    less_than: Option<i64>,
+    /// Values must parse as integers (int64) greater than this. Wider than int64 so that `Gte` and
+    /// `Lte` at the bounds of int64 (`Gt i64::MIN-1`, `Lt i64::MAX+1`) are exact.
+    greater_than: Option<i128>,
+    /// Values must parse as integers (int64) less than this.
+    less_than: Option<i128>,
     /// Whether a node without this label satisfies the requirement.
     absent_allowed: bool,
     /// The least number of distinct values the options of a node must span (upstream minValues).
@@ -96,11 +97,19 @@ impl Requirement {
 
     /// `key Gt n`.
     pub fn greater_than(key: &str, n: i64) -> Self {
-        Self { greater_than: Some(n), ..Self::exists(key) }
+        Self::above(key, n.into())
     }
 
     /// `key Lt n`.
     pub fn less_than(key: &str, n: i64) -> Self {
+        Self::below(key, n.into())
+    }
+
+    fn above(key: &str, n: i128) -> Self {
+        Self { greater_than: Some(n), ..Self::exists(key) }
+    }
+
+    fn below(key: &str, n: i128) -> Self {
         Self { less_than: Some(n), ..Self::exists(key) }
     }
 
@@ -109,9 +118,11 @@ impl Requirement {
         Self::with(key, Values::AllBut(BTreeSet::new()), true)
     }
 
+    /// Every constructor comes here, so a deprecated alias of a well-known key is read as that key,
+    /// as upstream core's `NewRequirementWithFlexibility` does ([`labels::normalized_key`]).
     fn with(key: &str, values: Values, absent_allowed: bool) -> Self {
         Self {
-            key: key.to_string(),
+            key: labels::normalized_key(key).to_string(),
             values,
             greater_than: None,
             less_than: None,
@@ -148,10 +159,10 @@ impl Requirement {
             Operator::DoesNotExist => Self::does_not_exist(key),
             Operator::Gt => Self::greater_than(key, integer("Gt")?),
             Operator::Lt => Self::less_than(key, integer("Lt")?),
-            // Integers only, so `Gte n` is `Gt n-1` and `Lte n` is `Lt n+1`; the bounds of i64 hold no
-            // value beyond them.
-            Operator::Gte => Self::greater_than(key, integer("Gte")?.saturating_sub(1)),
-            Operator::Lte => Self::less_than(key, integer("Lte")?.saturating_add(1)),
+            // Integers only, so `Gte n` is `Gt n-1` and `Lte n` is `Lt n+1`, exact in i128 at the
+            // bounds of int64 too.
+            Operator::Gte => Self::above(key, i128::from(integer("Gte")?) - 1),
+            Operator::Lte => Self::below(key, i128::from(integer("Lte")?) + 1),
         };
         Ok(requirement.with_min_values(min_values))
     }
@@ -182,7 +193,7 @@ impl Requirement {
         if self.greater_than.is_none() && self.less_than.is_none() {
             return true;
         }
-        let Ok(n) = v.parse::<i64>() else { return false };
+        let Ok(n) = v.parse::<i64>().map(i128::from) else { return false };
         self.greater_than.is_none_or(|g| n > g) && self.less_than.is_none_or(|l| n < l)
     }
 
@@ -215,11 +226,13 @@ impl Requirement {
         match self.finite_values() {
             Some(values) => !values.is_empty(),
             // A complement is infinite; integer bounds leave an infinite set of spellings of the
-            // integers in range ("2", "02", ...) as long as the range itself is not empty.
-            None => match (self.greater_than, self.less_than) {
-                (Some(g), Some(l)) => g.checked_add(1).is_some_and(|lowest| lowest < l),
-                _ => true,
-            },
+            // integers in range ("2", "02", ...) as long as the range holds an int64 (`Gt` the
+            // largest int64 holds none).
+            None => {
+                let lowest = self.greater_than.map_or(i128::from(i64::MIN), |g| g + 1).max(i64::MIN.into());
+                let highest = self.less_than.map_or(i128::from(i64::MAX), |l| l - 1).min(i64::MAX.into());
+                lowest <= highest
+            }
         }
     }
 
@@ -270,11 +283,18 @@ impl Requirement {
                 if !set.is_empty() || self.absent_allowed {
                     out.push((Operator::NotIn, set.iter().cloned().collect()));
                 }
+                // `Gt`/`Lt` unless the bound lies beyond int64, where the API's operand cannot say it.
                 if let Some(g) = self.greater_than {
-                    out.push((Operator::Gt, vec![g.to_string()]));
+                    out.push(match i64::try_from(g) {
+                        Ok(g) => (Operator::Gt, vec![g.to_string()]),
+                        Err(_) => (Operator::Gte, vec![i64::MIN.to_string()]),
+                    });
                 }
                 if let Some(l) = self.less_than {
-                    out.push((Operator::Lt, vec![l.to_string()]));
+                    out.push(match i64::try_from(l) {
+                        Ok(l) => (Operator::Lt, vec![l.to_string()]),
+                        Err(_) => (Operator::Lte, vec![i64::MAX.to_string()]),
+                    });
                 }
                 if out.is_empty() || (!self.absent_allowed && !set.is_empty()) {
                     out.push((Operator::Exists, vec![]));

@@ -94,6 +94,54 @@ fn gte_and_lte_include_their_bound_and_meet_gt_and_lt_exactly() {
 }
 
 #[test]
+fn integer_operators_at_the_bounds_of_int64() {
+    let (min, max) = (i64::MIN.to_string(), i64::MAX.to_string());
+    // Gte the least int64 is every integer, that one included; Lte the largest likewise.
+    let at_least_min = operator("n", Operator::Gte, i64::MIN);
+    let at_most_max = operator("n", Operator::Lte, i64::MAX);
+    for r in [&at_least_min, &at_most_max] {
+        for value in [min.as_str(), "0", max.as_str()] {
+            assert!(r.admits(Some(value)), "{r} admits {value}");
+        }
+        assert!(!r.admits(Some("9223372036854775808")) && !r.admits(Some("x")) && !r.admits(None));
+    }
+    // Their API form reads back as the same set.
+    for r in [&at_least_min, &at_most_max, &at_least_min.intersect(&at_most_max)] {
+        let mut back = Requirement::any("n");
+        for (op, values) in r.operator_form() {
+            back = back.intersect(&Requirement::from_operator("n", op, &values, None).unwrap());
+        }
+        assert_eq!(&back, r, "{r}");
+    }
+    // No int64 is above the largest or below the least: nothing meets these.
+    for r in [operator("n", Operator::Gt, i64::MAX), operator("n", Operator::Lt, i64::MIN)] {
+        assert!(r.is_empty() && !r.admits_some_value(), "{r}");
+        assert!(r.intersect(&Requirement::exists("n")).is_empty());
+    }
+    assert!(!operator("n", Operator::Gte, i64::MAX).is_empty());
+    assert!(!operator("n", Operator::Gt, i64::MAX - 1).is_empty());
+}
+
+#[test]
+fn deprecated_aliases_read_as_their_well_known_key() {
+    let arch = Requirement::is_in("beta.kubernetes.io/arch", ["amd64"]);
+    assert_eq!(arch.key(), labels::LABEL_ARCH);
+    let zone = Requirement::from_operator(
+        "failure-domain.beta.kubernetes.io/zone",
+        Operator::NotIn,
+        &["z".into()],
+        None,
+    )
+    .unwrap();
+    assert_eq!(zone.key(), labels::LABEL_ZONE);
+    let pod = Requirements::from_labels(&labels(&[("beta.kubernetes.io/instance-type", "Standard_D2s_v5")]));
+    assert!(pod.get(labels::LABEL_INSTANCE_TYPE).is_some_and(|r| r.admits(Some("Standard_D2s_v5"))));
+    // A pool that says nothing about the alias still offers the well-known key.
+    assert!(Requirements::new().compatible(&pod, true).is_ok());
+    assert!(Requirements::new().compatible(&reqs(vec![arch]), true).is_ok());
+}
+
+#[test]
 fn from_operator_rejects_bad_operands() {
     assert!(Requirement::from_operator("k", Operator::Gte, &["1.5".into()], None).is_err());
     assert!(Requirement::from_operator("k", Operator::Lte, &["1".into(), "2".into()], None).is_err());
