@@ -113,8 +113,13 @@ fn the_report_is_one_self_contained_page_with_the_runs_numbers() {
     for series in ["$/h", "lower bound $/h", "pending pods", "pods on booting nodes"] {
         assert!(html.contains(&format!("data-series=\"{series}\"")), "series {series} missing");
     }
-    let rows = html.matches("<tr><td>").count();
-    assert_eq!(rows, json["decisions"].as_array().unwrap().len());
+    let decisions_table = html.split("<table id=\"decisions\">").nth(1).expect("the decisions table");
+    let decisions_table = decisions_table.split("</table>").next().unwrap();
+    assert_eq!(decisions_table.matches("<tr><td>").count(), json["decisions"].as_array().unwrap().len());
+    let stretches_table =
+        html.split("<table id=\"above-bound\">").nth(1).expect("the stretches above the bound");
+    let stretches_table = stretches_table.split("</table>").next().unwrap();
+    assert_eq!(stretches_table.matches("<tr><td>").count(), json["above_bound"].as_array().unwrap().len());
     let _ = std::fs::remove_dir_all(dir);
 }
 
