@@ -7,9 +7,8 @@
 #
 # `make test` and `.ci/run` call it first. What it provides, and the test that needs it:
 #   rustfmt, clippy                    `make lint`
-#   targets x86_64- and aarch64-unknown-linux-musl
-#                                      tests/container_image.rs (the Dockerfile's static builds, hack/image-build.sh)
-#   zig and cargo-zigbuild (PyPI)      the same builds cross-compile with them, at the Dockerfile's versions
+#   target x86_64-unknown-linux-musl   tests/container_image.rs (the Dockerfile's static build)
+#   musl-tools (x86_64-linux-musl-gcc) the same build: ring compiles C for the musl target
 #   prometheus (prometheus, promtool)  tests/e2e/metrics.rs (promtool lints the page, Prometheus scrapes it)
 #   chromium (headless browser)        tests/integration/timeline_report_browser.rs (renders the timeline's HTML report)
 #   faketime (libfaketime)             tests/e2e/soak.rs (a controller replica whose wall clock is off)
@@ -21,9 +20,7 @@
 set -euo pipefail
 
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-MUSL_TARGETS=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl)
-# The image's build tools, as the Dockerfile pins them (`RUN pip install ...`).
-ZIG_PACKAGES="$(sed -n 's/^RUN pip install --break-system-packages //p' "$HACK_DIR/../Dockerfile")"
+MUSL_TARGET=x86_64-unknown-linux-musl
 CHECK_ONLY=false
 case "${1:-}" in
   --check) CHECK_ONLY=true ;;
@@ -71,21 +68,8 @@ apt_install() {
 
 install_rustfmt() { rustup component add rustfmt; }
 install_clippy() { rustup component add clippy; }
-install_musl_targets() { rustup target add "${MUSL_TARGETS[@]}"; }
-# Each package of ZIG_PACKAGES installed at its pinned version, and the tools they provide.
-zig_present() {
-  local spec
-  for spec in $ZIG_PACKAGES; do
-    [ "$(python3 -m pip show "${spec%%==*}" 2>/dev/null | sed -n 's/^Version: //p')" = "${spec#*==}" ] || return 1
-  done
-  command -v cargo-zigbuild && python3 -m ziglang version
-}
-install_zig() {
-  command -v python3 >/dev/null || apt_install python3 python3-pip
-  # shellcheck disable=SC2086 # the Dockerfile's package specs are words
-  python3 -m pip install -q $ZIG_PACKAGES 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages $ZIG_PACKAGES
-}
+install_musl_target() { rustup target add "$MUSL_TARGET"; }
+install_musl_tools() { apt_install musl-tools; }
 install_prometheus() {
   apt_install prometheus
   # The package starts its own server on :9090 where an init system runs; the e2e test starts one on a
@@ -112,12 +96,8 @@ controlplane_built() {
 
 step "rustfmt" "cargo fmt --version" install_rustfmt
 step "clippy" "cargo clippy --version" install_clippy
-step "rust targets ${MUSL_TARGETS[*]}" \
-  "rustup target list --installed | grep -qx ${MUSL_TARGETS[0]} && rustup target list --installed | grep -qx ${MUSL_TARGETS[1]}" \
-  install_musl_targets
-step "zig and cargo-zigbuild ($ZIG_PACKAGES)" \
-  zig_present \
-  install_zig
+step "rust target $MUSL_TARGET" "rustup target list --installed | grep -qx $MUSL_TARGET" install_musl_target
+step "musl-tools (x86_64-linux-musl-gcc)" "command -v x86_64-linux-musl-gcc" install_musl_tools
 step "prometheus and promtool" "command -v prometheus && command -v promtool" install_prometheus
 step "chromium (headless browser)" "command -v chromium" install_chromium
 step "faketime (libfaketime)" "ls /usr/lib/*/faketime/libfaketime.so.1" install_faketime

@@ -8,16 +8,15 @@
 #   lint         rustfmt and clippy with warnings denied
 #   build        the debug test binaries: the unit tests of the core crate (crates/core) and of the
 #                main crate, and tests/integration, tests/e2e and tests/oracle
-#   image-build  started in the background after `deps`: the Dockerfile's build stage for amd64 and
-#                arm64 (hack/image-build.sh; static musl release builds, about 14 minutes each cold), at
-#                the lowest CPU priority so it takes only the CPU the other stages leave idle (link
-#                steps, the e2e tests waiting on the cluster); the image test waits for it
+#   image-build  started in the background after `deps`: the Dockerfile's release build for the musl
+#                target (about 14 minutes cold), at the lowest CPU priority so it takes only the CPU the
+#                other stages leave idle (link steps, the e2e tests waiting on the cluster); the image
+#                test waits for it
 #   test         every test binary (`--no-fail-fast`), the e2e suite among them, except the image test
 #   soak         the chaos soak (tests/e2e/soak.rs) for SOAK_MINUTES (default 5) on a control plane of
 #                its own, after the other tests so that nothing else shares the machine with it
 #   doc          doc tests
-#   image        tests/container_image.rs on the binaries the background build produced, and a rebuild
-#                after a one-line change that must reuse the dependency layer
+#   image        tests/container_image.rs on the binary the background build produced
 #
 # The stage table is also written to $CARGO_TARGET_DIR/test-stages.txt (target/ when unset).
 set -uo pipefail
@@ -57,16 +56,24 @@ lint() {
     "$CARGO" clippy --workspace --all-targets --test container_image -- -D warnings
 }
 
+# The Dockerfile's `RUN cargo build ...` arguments: the image test runs the same line, and reads it
+# from the Dockerfile the same way, so both builds share one output directory and one result.
+image_build_args() { sed -n 's/^RUN cargo build //p' Dockerfile; }
+
 stage deps hack/deps.sh
 
 IMAGE_LOG="$TARGET_DIR/image-build.log"
 image_t0=$(date +%s)
-# The Dockerfile's build stage for both architectures (hack/image-build.sh), at the lowest priority;
-# the image test then finds both layers cached and checks what they built.
-(
-  export IMAGE_DIR="$TARGET_DIR/image"
-  nice -n 19 hack/image-build.sh amd64 && nice -n 19 hack/image-build.sh arm64
-) >"$IMAGE_LOG" 2>&1 &
+# The same environment as the image test's own run of this build (BUILD_ENVIRONMENT in
+# tests/container_image.rs): build scripts that watch a variable would otherwise rerun there.
+build_env=()
+for var in PATH HOME CARGO_HOME RUSTUP_HOME RUSTUP_TOOLCHAIN TMPDIR; do
+  if [ -n "${!var+set}" ]; then build_env+=("$var=${!var}"); fi
+done
+cargo_bin="$(command -v "$CARGO")"
+# shellcheck disable=SC2046 # the Dockerfile's arguments are words
+env -i "${build_env[@]}" nice -n 19 "$cargo_bin" build $(image_build_args) --target-dir "$TARGET_DIR/image" \
+  >"$IMAGE_LOG" 2>&1 &
 image_pid=$!
 log "stage image-build: started in the background (log: $IMAGE_LOG)"
 
@@ -83,7 +90,7 @@ wait "$image_pid"
 image_status=$?
 if [ "$image_status" -ne 0 ]; then tail -n 30 "$IMAGE_LOG" >&2; fi
 record image-build "$image_t0" "$image_status"
-stage image "$CARGO" test --test container_image -- --nocapture
+stage image "$CARGO" test --test container_image
 
 printf '\nstage        time  result\n' >&2
 cat "$STAGES_FILE" >&2
