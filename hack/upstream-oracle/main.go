@@ -16,22 +16,26 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 
 	"github.com/awslabs/operatorpkg/status"
 	"github.com/go-logr/logr"
+	"gopkg.in/inf.v0"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/kubernetes/scheme"
 	clock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"sigs.k8s.io/karpenter/pkg/apis"
 	v1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/apis/v1alpha1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
@@ -220,14 +224,16 @@ type overlayCase struct {
 }
 
 type offeringAnswer struct {
-	Price    float64 `json:"price"`
-	Overlaid bool    `json:"overlaid"`
+	Price float64 `json:"price"`
+	// The price's IEEE 754 bits, so the comparison is exact whatever the JSON reader's float parsing.
+	PriceBits uint64 `json:"priceBits"`
+	Overlaid  bool   `json:"overlaid"`
 }
 
 type typeAnswer struct {
 	// In the input's order.
 	Offerings []offeringAnswer `json:"offerings"`
-	// Whole units; cpu in millicores.
+	// Whole units, rounded down; cpu in millicores.
 	Capacity         map[string]int64 `json:"capacity"`
 	CapacityOverlaid bool             `json:"capacityOverlaid"`
 }
@@ -239,6 +245,21 @@ type overlayAnswer struct {
 	// Overlay name -> the reason of its ValidationSucceeded=False condition, for the overlays left out.
 	Rejected map[string]string `json:"rejected"`
 }
+
+// karpenterScheme holds the two kinds the controller reads and writes, and nothing else: the fake
+// client builds a REST mapper of its scheme for every patch, and client-go's whole scheme makes that
+// the bulk of the time a case takes.
+var karpenterScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for gv, kinds := range map[schema.GroupVersion][]runtime.Object{
+		{Group: apis.Group, Version: "v1"}:       {&v1.NodePool{}, &v1.NodePoolList{}},
+		{Group: apis.Group, Version: "v1alpha1"}: {&v1alpha1.NodeOverlay{}, &v1alpha1.NodeOverlayList{}},
+	} {
+		metav1.AddToGroupVersion(s, gv)
+		s.AddKnownTypes(gv, kinds...)
+	}
+	return s
+}()
 
 // build makes a pool's instance types as a provider does: the type's requirements are its labels,
 // with each offering label's values over all offerings (zone In [...], capacity type In [...]); an
@@ -311,7 +332,7 @@ func answerOverlays(c overlayCase) overlayAnswer {
 		objects = append(objects, c.Overlays[i].DeepCopy())
 	}
 	kube := fake.NewClientBuilder().
-		WithScheme(scheme.Scheme).
+		WithScheme(karpenterScheme).
 		WithStatusSubresource(&v1alpha1.NodeOverlay{}).
 		WithObjects(objects...).
 		Build()
@@ -344,14 +365,15 @@ func answerOverlays(c overlayCase) overlayAnswer {
 		for _, it := range its {
 			offerings := make([]offeringAnswer, 0, len(it.Offerings))
 			for _, o := range it.Offerings {
-				offerings = append(offerings, offeringAnswer{Price: o.Price, Overlaid: o.IsPriceOverlaid()})
+				offerings = append(offerings, offeringAnswer{Price: o.Price, PriceBits: math.Float64bits(o.Price), Overlaid: o.IsPriceOverlaid()})
 			}
 			capacity := map[string]int64{}
 			for name, q := range it.Capacity {
 				if name == corev1.ResourceCPU {
 					capacity[string(name)] = q.MilliValue()
 				} else {
-					capacity[string(name)] = q.Value()
+					// Whole units, rounded down: what pods, which request whole units, can have.
+					capacity[string(name)] = new(inf.Dec).Round(q.AsDec(), 0, inf.RoundFloor).UnscaledBig().Int64()
 				}
 			}
 			types[it.Name] = typeAnswer{Offerings: offerings, Capacity: capacity, CapacityOverlaid: it.IsCapacityOverlayApplied()}

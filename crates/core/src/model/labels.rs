@@ -242,6 +242,13 @@ pub fn restricted_label_reason(key: &str) -> Option<String> {
     None
 }
 
+/// The values a well-known key can take, for the keys that have a known set (upstream core
+/// `pkg/apis/v1/labels.go` `WellKnownValuesForRequirements`): `reserved` is among them although Azure
+/// offers no reserved capacity.
+pub fn well_known_values(key: &str) -> Option<&'static [&'static str]> {
+    (key == LABEL_CAPACITY_TYPE).then_some(&[CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, "reserved"])
+}
+
 /// Deprecated aliases of well-known keys and the key each stands for (upstream core
 /// `pkg/apis/v1/labels.go` `NormalizedLabels`): a requirement on an alias is a requirement on the key.
 pub const NORMALIZED_LABELS: &[(&str, &str)] = &[

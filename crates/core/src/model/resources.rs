@@ -82,6 +82,11 @@ impl Quantity {
 
     /// The value in base units multiplied by `10^scale_exp10`, rounded up (towards +∞) as Kubernetes does.
     fn scaled_ceil(&self, scale_exp10: i32) -> Option<i64> {
+        self.scaled(scale_exp10, true)
+    }
+
+    /// The value in base units multiplied by `10^scale_exp10`, rounded up or down.
+    fn scaled(&self, scale_exp10: i32, up: bool) -> Option<i64> {
         let mut numerator = i128::try_from(self.digits).ok()?;
         numerator = numerator.checked_mul(1i128.checked_shl(self.exp2)?)?;
         let exp10 = self.exp10 + scale_exp10;
@@ -94,8 +99,9 @@ impl Quantity {
         if self.negative {
             numerator = -numerator;
         }
-        // Ceiling division for either sign.
-        let quotient = numerator.div_euclid(denominator) + i128::from(numerator.rem_euclid(denominator) != 0);
+        // Floor division for either sign, plus one for the ceiling of an inexact quotient.
+        let quotient =
+            numerator.div_euclid(denominator) + i128::from(up && numerator.rem_euclid(denominator) != 0);
         i64::try_from(quotient).ok()
     }
 
@@ -107,6 +113,12 @@ impl Quantity {
     /// Thousandths of the base unit (millicores for cpu), rounded up.
     pub fn milli_value(&self) -> Option<i64> {
         self.scaled_ceil(3)
+    }
+
+    /// Whole base units, rounded down: how many units of a capacity a pod can be given, since pods
+    /// request extended resources in whole units.
+    pub fn whole_units(&self) -> Option<i64> {
+        self.scaled(0, false)
     }
 }
 
@@ -365,6 +377,17 @@ mod tests {
     fn parses_counts() {
         assert_eq!(parse_resource_quantity(PODS, "110").unwrap(), 110);
         assert_eq!(parse_resource_quantity(NVIDIA_GPU, "2").unwrap(), 2);
+    }
+
+    #[test]
+    fn whole_units_round_down() {
+        let whole = |s: &str| Quantity::parse(s).unwrap().whole_units().unwrap();
+        assert_eq!(whole("500m"), 0);
+        assert_eq!(whole("1999999u"), 1);
+        assert_eq!(whole("2"), 2);
+        assert_eq!(whole("1.5k"), 1500);
+        assert_eq!(whole("-500m"), -1);
+        assert_eq!(Quantity::parse("500m").unwrap().value(), Some(1), "value() still rounds up");
     }
 
     #[test]

@@ -14,16 +14,16 @@
 //! - Capacity merges per resource: the first overlay to name a resource for a type sets it.
 //! - An overlay that prices an offering, or names a resource of a type, that an overlay of the same
 //!   weight already did conflicts: it is left out everywhere, for every pool, whole.
-//! - An overlay whose requirements or capacity cannot be read is left out too (upstream's runtime
-//!   validation).
+//! - An overlay whose requirements or capacity cannot be read, or that asks for a capacity type by
+//!   values none of which is one, is left out too (upstream's runtime validation).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::apis::nodeoverlay::RESTRICTED_CAPACITY;
 use crate::apis::NodeOverlay;
-use crate::model::labels::LABEL_NODEPOOL;
-use crate::model::requirements::{Requirement, Requirements};
-use crate::model::resources::parse_resource_quantity;
+use crate::model::labels::{well_known_values, LABEL_NODEPOOL};
+use crate::model::requirements::{Operator, Requirement, Requirements};
+use crate::model::resources::Quantity;
 use crate::model::selection::offering_labels;
 use crate::model::InstanceType;
 
@@ -128,6 +128,16 @@ fn parse(overlay: &NodeOverlay) -> Result<Parsed, String> {
     for r in &overlay.spec.requirements {
         let requirement = Requirement::from_operator(&r.key, r.operator, &r.values, None)
             .map_err(|e| format!("invalid value: {e} in requirements, restricted"))?;
+        // An In on a key with known values must name one of them (upstream core
+        // pkg/apis/v1/nodeclaim_validation.go `validateWellKnownValues`).
+        let known = well_known_values(requirement.key()).filter(|_| r.operator == Operator::In);
+        if let Some(known) = known.filter(|known| !r.values.iter().any(|v| known.contains(&v.as_str()))) {
+            return Err(format!(
+                "invalid value: no valid values found in {:?} for {}, expected one of: {known:?} in requirements, restricted",
+                r.values,
+                requirement.key()
+            ));
+        }
         requirements.add(requirement);
     }
     let price = PriceChange::parse(overlay.spec.price.as_deref(), overlay.spec.price_adjustment.as_deref())?;
@@ -136,7 +146,12 @@ fn parse(overlay: &NodeOverlay) -> Result<Parsed, String> {
         if RESTRICTED_CAPACITY.contains(&resource.as_str()) {
             return Err(format!("invalid capacity: {resource} in resource, restricted"));
         }
-        let amount = parse_resource_quantity(resource, quantity.as_str()).map_err(|e| e.to_string())?;
+        // Whole units, rounded down: upstream keeps `500m` as half a unit, which no pod's request (a
+        // whole number of an extended resource) fits in.
+        let amount = Quantity::parse(quantity.as_str())
+            .map_err(|e| format!("invalid capacity: {resource}: {e}"))?
+            .whole_units()
+            .ok_or_else(|| format!("invalid capacity: {resource}: {} is out of range", quantity.as_str()))?;
         capacity.insert(resource.clone(), amount);
     }
     Ok(Parsed { name: overlay.name().to_string(), weight: overlay.weight(), requirements, price, capacity })

@@ -273,6 +273,38 @@ fn unreadable_overlays_are_left_out() {
 }
 
 #[test]
+fn a_fractional_capacity_counts_the_whole_units_a_pod_can_have() {
+    let out = run(&[with_capacity(
+        "licences",
+        None,
+        "D",
+        &[("example.com/licence", "1500m"), ("example.com/seat", "500m")],
+    )]);
+    assert!(out.rejected.is_empty());
+    let d = out.types[0].iter().find(|t| t.name == "Standard_D4s_v5").unwrap();
+    assert_eq!(d.capacity.get("example.com/licence"), 1);
+    assert_eq!(d.allocatable.get("example.com/seat"), 0);
+}
+
+#[test]
+fn a_capacity_type_no_value_of_which_is_one_is_left_out() {
+    let mut unknown = adjusted("unknown", None, "D", "-50%");
+    unknown.spec.requirements.push(req(LABEL_CAPACITY_TYPE, Operator::In, &["foo"]));
+    let mut one_known = adjusted("one-known", None, "F", "-50%");
+    one_known.spec.requirements.push(req(LABEL_CAPACITY_TYPE, Operator::In, &["foo", "spot"]));
+    // NotIn names values to avoid: none need be a capacity type.
+    let mut not_in = adjusted("not-in", None, "D", "+1");
+    not_in.spec.requirements.push(req(LABEL_CAPACITY_TYPE, Operator::NotIn, &["foo"]));
+    let out = run(&[unknown, one_known, not_in]);
+    assert_eq!(out.rejected.keys().collect::<Vec<_>>(), ["unknown"]);
+    assert_eq!(out.rejected["unknown"].reason(), "RuntimeValidation");
+    let d = prices(&out, "Standard_D4s_v5");
+    assert!(d.iter().all(|(_, ct, p)| close(*p, if *ct == CapacityType::Spot { 1.05 } else { 1.2 })));
+    let f = prices(&out, "Standard_F4s_v2");
+    assert!(f.iter().any(|(_, ct, p)| *ct == CapacityType::Spot && close(*p, 0.17 / 4.0 / 2.0)));
+}
+
+#[test]
 fn price_change_parsing_follows_the_crd_patterns() {
     assert_eq!(PriceChange::parse(Some("0.5"), None), Ok(Some(PriceChange::Set(0.5))));
     assert_eq!(PriceChange::parse(None, Some("-30%")), Ok(Some(PriceChange::Percent(-30.0))));
