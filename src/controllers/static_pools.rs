@@ -5,8 +5,10 @@
 //! static node is the disruption loop's, through the same pure module.
 //!
 //! Upstream reconciles on NodePool and NodeClaim events and requeues every minute; the index here is
-//! in memory, so looking every [`INTERVAL`] is cheap and catches every change within it. A created
-//! claim and a deleted one go into the index at once, so the next look never acts twice.
+//! in memory, so looking every [`INTERVAL`] is cheap and catches every change within it: a look counts
+//! each static pool's claims in the index and builds the disruption snapshot only when a pool does not
+//! hold its count. A created claim and a deleted one go into the index at once, so the next look never
+//! acts twice.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -50,8 +52,17 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
     let mut removed: BTreeMap<String, Instant> = BTreeMap::new();
     loop {
         tokio::time::sleep(INTERVAL).await;
-        let Some((mut snapshot, now)) = snapshot(&shared) else { continue };
+        if !listed_with_static_pools(&shared) {
+            continue;
+        }
         removed.retain(|_, at| at.elapsed() < REMOVED_MEMORY);
+        // Every static pool holding its count is the common case: the index's claim counts say so
+        // without building a snapshot, and the decision would be empty.
+        if !may_act(&shared, &removed) {
+            blocked.clear();
+            continue;
+        }
+        let (mut snapshot, now) = snapshot(&shared);
         for node in snapshot.nodes.iter_mut().filter(|n| removed.contains_key(&n.nodeclaim)) {
             node.deleting = true;
             node.marked_for_deletion = true;
@@ -81,23 +92,38 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
     }
 }
 
-/// The disruption snapshot if any NodePool is static and the index is synced, with the wall time.
-fn snapshot<C: CloudProvider>(shared: &Shared<C>) -> Option<(Snapshot, k8s_openapi::jiff::Timestamp)> {
+/// Whether the index is synced and holds a static NodePool. Every kind listed is enough: claims still
+/// launching are in the snapshot as nodes on their way, so they count (upstream's static provisioning
+/// waits for the first sync only).
+fn listed_with_static_pools<C>(shared: &Shared<C>) -> bool {
     let cluster = shared.cluster();
-    // Every kind listed is enough: claims still launching are in the snapshot as nodes on their way,
-    // so they count (upstream's static provisioning waits for the first sync only).
     let listed = matches!(cluster.sync_status(), Ok(()) | Err(NotSynced::Launching(_)));
-    if !listed || !cluster.nodepools().any(|p| p.is_static()) {
-        return None;
-    }
+    listed && cluster.nodepools().any(|p| p.is_static())
+}
+
+/// Whether [`decide`] may act: some static pool does not hold its count by the index's claim counts,
+/// which are the snapshot's, with the claims this loop `removed` as deleting.
+fn may_act<C>(shared: &Shared<C>, removed: &BTreeMap<String, Instant>) -> bool {
+    let cluster = shared.cluster();
+    let counts = cluster.claim_counts(|claim| removed.contains_key(claim));
+    let may_act = cluster.nodepools().any(|pool| {
+        pool.spec.replicas.is_some_and(|replicas| {
+            !counts.get(&pool.name_any()).copied().unwrap_or_default().holds(replicas)
+        })
+    });
+    may_act
+}
+
+/// The disruption snapshot, with the wall time.
+fn snapshot<C: CloudProvider>(shared: &Shared<C>) -> (Snapshot, k8s_openapi::jiff::Timestamp) {
     let options = shared.solve_options();
-    let (snapshot, _) = cluster.disruption_snapshot(
+    let (snapshot, _) = shared.cluster().disruption_snapshot(
         &|_pool, class| shared.cloud.instance_types(class),
         options,
         &Default::default(),
         &Default::default(),
     );
-    Some((snapshot, k8s_openapi::jiff::Timestamp::now()))
+    (snapshot, k8s_openapi::jiff::Timestamp::now())
 }
 
 async fn launch<C: CloudProvider + 'static>(

@@ -14,10 +14,11 @@
 //! upstream reads it (`pkg/utils/pod` `IsDoNotDisruptActive`) and as the drain does; `simulate` reports
 //! such a value as an error instead.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::apis::{AKSNodeClass, NodePool};
+use crate::apis::{AKSNodeClass, NodePool, Taint};
+use crate::disruption::static_pools::Counts;
 use crate::disruption::{
     offering_price, DoNotDisrupt, ManagedNode, NodePod, Pdb, PodKind, PolicyError, PoolPolicy, Snapshot,
     UnmanagedNode,
@@ -103,6 +104,34 @@ impl Cluster {
         (snapshot, errors)
     }
 
+    /// The NodeClaims of each NodePool as [`Cluster::disruption_snapshot`] holds them, counted as
+    /// static pools count them ([`Counts::of`]), without pricing nodes or collecting pods: in-flight
+    /// claims, then Nodes with a claim; a Node being deleted under the name of an in-flight claim is
+    /// left out, as the snapshot leaves it out. Claims `deleted` names count as deleting (deleted by
+    /// the caller, not yet seen as such by the index). No command of this controller is assumed.
+    pub fn claim_counts(&self, deleted: impl Fn(&str) -> bool) -> BTreeMap<String, Counts> {
+        let mut counts: BTreeMap<String, Counts> = BTreeMap::new();
+        let mut add = |pool: Option<&String>, claim: &NodeClaimRecord, (deleting, marked): (bool, bool)| {
+            let Some(pool) = pool else { return };
+            let gone = deleted(&claim.name);
+            counts.entry(pool.clone()).or_default().add(deleting || gone, marked || gone);
+        };
+        let in_flight: BTreeSet<&str> = self.in_flight_claims().map(|c| c.name.as_str()).collect();
+        for claim in self.in_flight_claims() {
+            let taints = claim.taints.iter().chain(&claim.startup_taints);
+            add(claim.nodepool.as_ref(), claim, deletion(claim, None, taints, false));
+        }
+        for (node, claim) in self.nodes() {
+            let Some(claim) = claim else { continue };
+            let marks = deletion(claim, Some(node), &node.node.taints, false);
+            if marks.0 && in_flight.contains(node.name()) {
+                continue;
+            }
+            add(node.node.nodepool.as_ref().or(claim.nodepool.as_ref()), claim, marks);
+        }
+        counts
+    }
+
     /// Pods that must move because their node is being deleted (expired, disrupted, or deleted by
     /// hand): not DaemonSet or mirror pods, not terminal, not being deleted themselves. Provisioning
     /// plans capacity for them before they are evicted, as upstream's provisioner does for pods on
@@ -143,11 +172,8 @@ impl Cluster {
         let capacity_type =
             if label(LABEL_CAPACITY_TYPE) == "spot" { CapacityType::Spot } else { CapacityType::OnDemand };
         let price = offering_price(pools, &nodepool, &instance_type, &zone, capacity_type).unwrap_or(0.0);
-        let tainted = existing.taints.iter().any(|t| t.key == TAINT_DISRUPTED);
-        let marked = claim.deleting
-            || node.is_some_and(|n| n.deleting)
-            || marks.disrupting.contains(&existing.name)
-            || tainted;
+        let (deleting, marked) =
+            deletion(claim, node, &existing.taints, marks.disrupting.contains(&existing.name));
         let created = claim.created.as_ref().map(|t| t.0).unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         let initialized = claim
             .initialized_at
@@ -171,12 +197,26 @@ impl Cluster {
                     .is_some_and(|v| v == "true"),
             nominated: marks.nominated.contains(&existing.name) || marks.nominated.contains(&claim.name),
             marked_for_deletion: marked,
-            deleting: claim.deleting || node.is_some_and(|n| n.deleting),
+            deleting,
             ready: node.is_some_and(|n| n.ready),
             pods,
             node: existing,
         })
     }
+}
+
+/// Whether the node of `claim` is being deleted (the claim or its Node), and whether it is marked for
+/// deletion: being deleted, in a command of this controller (`disrupting`), or tainted
+/// `karpenter.sh/disrupted`.
+fn deletion<'a>(
+    claim: &NodeClaimRecord,
+    node: Option<&NodeRecord>,
+    taints: impl IntoIterator<Item = &'a Taint>,
+    disrupting: bool,
+) -> (bool, bool) {
+    let deleting = claim.deleting || node.is_some_and(|n| n.deleting);
+    let tainted = taints.into_iter().any(|t| t.key == TAINT_DISRUPTED);
+    (deleting, deleting || disrupting || tainted)
 }
 
 /// What the controller knows of nodes beyond the index.

@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
 
-use super::tests::{documents, small_cluster, yaml, CLUSTER};
+use super::tests::{documents, small_cluster, yaml, CLAIMS, CLUSTER};
 use super::Cluster;
-use crate::apis::{AKSNodeClass, NodePool};
+use crate::apis::{AKSNodeClass, NodeClaim, NodePool};
+use crate::disruption::static_pools::Counts;
 use crate::disruption::{DoNotDisrupt, PodKind, Snapshot};
 use crate::model::InstanceType;
 use crate::scheduling::SolveOptions;
@@ -59,13 +60,8 @@ fn managed_nodes_in_flight_claims_pods_and_pdbs() {
     assert_eq!(a.price_per_hour, 0.0);
 }
 
-#[test]
-fn commands_taints_deletion_and_nominations_mark_nodes() {
-    let mut cluster = small_cluster();
-    let s = snapshot(&cluster, &["node-a"], &["general-b"]);
-    assert!(s.nodes[0].marked_for_deletion, "a command of this controller owns node-a");
-    assert!(s.nodes[1].nominated, "nominated by its claim's name");
-
+/// Node-b tainted `karpenter.sh/disrupted`, node-a being deleted.
+fn taint_node_b_and_delete_node_a(cluster: &mut Cluster) {
     let mut node_b: core::Node = serde_yaml::from_value(documents(CLUSTER)[4].clone()).unwrap();
     node_b
         .spec
@@ -79,6 +75,16 @@ fn commands_taints_deletion_and_nominations_mark_nodes() {
     let mut node_a: core::Node = serde_yaml::from_value(documents(CLUSTER)[3].clone()).unwrap();
     node_a.metadata.deletion_timestamp = Some(yaml("'2026-01-01T00:00:00Z'"));
     cluster.apply(&node_a);
+}
+
+#[test]
+fn commands_taints_deletion_and_nominations_mark_nodes() {
+    let mut cluster = small_cluster();
+    let s = snapshot(&cluster, &["node-a"], &["general-b"]);
+    assert!(s.nodes[0].marked_for_deletion, "a command of this controller owns node-a");
+    assert!(s.nodes[1].nominated, "nominated by its claim's name");
+
+    taint_node_b_and_delete_node_a(&mut cluster);
     let s = snapshot(&cluster, &[], &[]);
     let marked: Vec<_> = s.nodes.iter().map(|n| (n.node.name.as_str(), n.marked_for_deletion)).collect();
     assert_eq!(marked, vec![("node-b", true), ("general-c", false), ("node-a", true)]);
@@ -112,4 +118,47 @@ fn pod_attributes_for_disruption() {
         DoNotDisrupt::No,
         "an unreadable value protects nothing, as upstream"
     );
+}
+
+/// The index's claim counts per pool are those of the disruption snapshot, with the `deleted` claims
+/// counted as deleting, as the static pool loop marks them.
+fn assert_counts_match_the_snapshot(cluster: &Cluster, deleted: &[&str]) {
+    let counts = cluster.claim_counts(|claim| deleted.contains(&claim));
+    let mut s = snapshot(cluster, &[], &[]);
+    for node in s.nodes.iter_mut().filter(|n| deleted.contains(&n.nodeclaim.as_str())) {
+        node.deleting = true;
+        node.marked_for_deletion = true;
+    }
+    let pools: BTreeSet<&str> =
+        counts.keys().map(String::as_str).chain(s.nodes.iter().map(|n| n.nodepool.as_str())).collect();
+    assert!(!pools.is_empty());
+    for pool in pools {
+        assert_eq!(counts.get(pool).copied().unwrap_or_default(), Counts::of(&s, pool), "pool {pool}");
+    }
+}
+
+#[test]
+fn claim_counts_are_the_snapshots_without_building_one() {
+    let mut cluster = small_cluster();
+    assert_counts_match_the_snapshot(&cluster, &[]);
+    assert_counts_match_the_snapshot(&cluster, &["general-b", "general-c"]);
+
+    taint_node_b_and_delete_node_a(&mut cluster);
+    let claim = |name: &str| -> NodeClaim {
+        let doc = documents(CLAIMS).into_iter().find(|d| d["metadata"]["name"].as_str() == Some(name));
+        serde_yaml::from_value(doc.unwrap()).unwrap()
+    };
+    let mut general_c = claim("general-c");
+    general_c.spec.taints.push(yaml("{key: karpenter.sh/disrupted, effect: NoSchedule}"));
+    cluster.apply(&general_c);
+    assert_counts_match_the_snapshot(&cluster, &[]);
+    assert_counts_match_the_snapshot(&cluster, &["general-b"]);
+    assert_eq!(
+        cluster.claim_counts(|_| false)["general"],
+        Counts { active: 0, pending_disruption: 2, deleting: 1 }
+    );
+
+    general_c.metadata.deletion_timestamp = Some(yaml("'2026-01-01T00:00:00Z'"));
+    cluster.apply(&general_c);
+    assert_counts_match_the_snapshot(&cluster, &[]);
 }

@@ -54,15 +54,27 @@ impl Counts {
     pub fn of(snapshot: &Snapshot, pool: &str) -> Counts {
         let mut counts = Counts::default();
         for n in snapshot.nodes.iter().filter(|n| n.nodepool == pool) {
-            if n.deleting {
-                counts.deleting += 1;
-            } else if n.marked_for_deletion {
-                counts.pending_disruption += 1;
-            } else {
-                counts.active += 1;
-            }
+            counts.add(n.deleting, n.marked_for_deletion);
         }
         counts
+    }
+
+    /// Counts one more claim: deleting, else pending disruption when marked for deletion, else active.
+    pub fn add(&mut self, deleting: bool, marked_for_deletion: bool) {
+        if deleting {
+            self.deleting += 1;
+        } else if marked_for_deletion {
+            self.pending_disruption += 1;
+        } else {
+            self.active += 1;
+        }
+    }
+
+    /// Whether a pool of `replicas` with these counts holds its count: [`decide`] neither launches nor
+    /// removes anything for it.
+    pub fn holds(&self, replicas: i64) -> bool {
+        let replicas = replicas.max(0) as usize;
+        self.active <= replicas && self.active + self.pending_disruption >= replicas
     }
 
     /// How many more claims `limits.nodes` allows.
@@ -84,15 +96,15 @@ pub fn decide(snapshot: &Snapshot, now: Timestamp, max_options: usize) -> Vec<St
     let mut out = vec![];
     for pool in &snapshot.nodepools {
         let Some(replicas) = pool.replicas else { continue };
-        let replicas = replicas.max(0) as usize;
         let counts = Counts::of(snapshot, &pool.name);
+        if counts.holds(replicas) {
+            continue;
+        }
+        let replicas = replicas.max(0) as usize;
         if counts.active > replicas {
             let nodeclaims =
                 removal_order(snapshot, pool, now).into_iter().take(counts.active - replicas).collect();
             out.push(StaticAction::Remove { nodepool: pool.name.clone(), nodeclaims });
-            continue;
-        }
-        if counts.active + counts.pending_disruption >= replicas {
             continue;
         }
         // Not Ready, or its class is missing: upstream waits for the pool to be Ready.
