@@ -14,7 +14,7 @@ use super::candidates::{base_check, check};
 use super::command::{BlockReason, Blocked, Command, Decisions, Method};
 use super::consolidation::consolidate;
 use super::cost::{is_empty, node_disruption_cost};
-use super::simulate::{outcome, Replace};
+use super::simulate::{outcome, Outcome, Replace};
 use super::snapshot::Snapshot;
 use super::static_pools;
 use super::Options;
@@ -198,71 +198,63 @@ fn drift(
     let static_replacements =
         static_pools::drift_replacements(snapshot, &within, snapshot.solve_options.max_instance_type_options);
     for (k, &i) in within.iter().enumerate() {
-        let node = &snapshot.nodes[i];
-        if let Some(replacement) = static_replacements.get(&i) {
-            let claim = match replacement {
-                Ok(claim) => claim.clone(),
-                Err(detail) => {
-                    blocked.insert(i, BlockReason::CannotReplace { detail: detail.clone() });
-                    continue;
-                }
-            };
-            let result = static_pools::drift_outcome(snapshot, i, &claim, now, cancel)?;
-            if let Some((pod, why)) = result.stranded.first() {
-                blocked.insert(
-                    i,
-                    BlockReason::NoCheaperPlacement { detail: format!("pod {pod} has no place: {why}") },
-                );
+        let (result, static_pool) = match static_replacements.get(&i) {
+            Some(Ok(claim)) => (static_pools::drift_outcome(snapshot, i, claim, now, cancel)?, true),
+            Some(Err(detail)) => {
+                blocked.insert(i, BlockReason::CannotReplace { detail: detail.clone() });
                 continue;
             }
-            for &j in &within[k + 1..] {
-                blocked.insert(j, BlockReason::Deferred);
+            None => {
+                let removed: BTreeSet<usize> = [i].into();
+                (outcome(snapshot, &removed, now, Replace::Any, cancel)?.0, false)
             }
-            let drift = node.drifted.as_ref().expect("a drift candidate");
-            return Ok(vec![Command {
-                reason: DisruptionReason::Drifted,
-                method: Method::Drift,
-                candidates: vec![node.node.name.clone()],
-                explanation: format!(
-                    "replace drifted node ({}) of static pool {} with a NodeClaim of the pool",
-                    drift.reason, node.nodepool
-                ),
-                savings_per_hour: node.price_per_hour - result.replacement_price(),
-                replacements: result.replacements,
-                disruption_cost: node_disruption_cost(node),
-                moves: result.moves,
-            }]);
+        };
+        if let Some(command) = drift_command(snapshot, i, &within[k + 1..], result, static_pool, blocked) {
+            return Ok(vec![command]);
         }
-        let removed: BTreeSet<usize> = [i].into();
-        let (result, _, _) = outcome(snapshot, &removed, now, Replace::Any, cancel)?;
-        if let Some((pod, why)) = result.stranded.first() {
-            blocked.insert(
-                i,
-                BlockReason::NoCheaperPlacement { detail: format!("pod {pod} has no place: {why}") },
-            );
-            continue;
-        }
-        for &j in &within[k + 1..] {
-            blocked.insert(j, BlockReason::Deferred);
-        }
-        let drift = node.drifted.as_ref().expect("a drift candidate");
-        let savings = node.price_per_hour - result.replacement_price();
-        return Ok(vec![Command {
-            reason: DisruptionReason::Drifted,
-            method: Method::Drift,
-            candidates: vec![node.node.name.clone()],
-            explanation: format!(
-                "replace drifted node ({}) with {} NodeClaim(s)",
-                drift.reason,
-                result.replacements.len()
-            ),
-            replacements: result.replacements,
-            savings_per_hour: savings,
-            disruption_cost: node_disruption_cost(node),
-            moves: result.moves,
-        }]);
     }
     Ok(vec![])
+}
+
+/// The drift command replacing node `i` as `result` plans, the nodes `later` in drift's order deferred;
+/// `None`, with `i` blocked, when a pod of it has no place. A node of a static pool is replaced by the
+/// NodeClaim of its pool that leads `result`'s replacements.
+fn drift_command(
+    snapshot: &Snapshot,
+    i: usize,
+    later: &[usize],
+    result: Outcome,
+    static_pool: bool,
+    blocked: &mut BTreeMap<usize, BlockReason>,
+) -> Option<Command> {
+    if let Some((pod, why)) = result.stranded.first() {
+        blocked
+            .insert(i, BlockReason::NoCheaperPlacement { detail: format!("pod {pod} has no place: {why}") });
+        return None;
+    }
+    for &j in later {
+        blocked.insert(j, BlockReason::Deferred);
+    }
+    let node = &snapshot.nodes[i];
+    let drift = node.drifted.as_ref().expect("a drift candidate");
+    let explanation = if static_pool {
+        format!(
+            "replace drifted node ({}) of static pool {} with a NodeClaim of the pool",
+            drift.reason, node.nodepool
+        )
+    } else {
+        format!("replace drifted node ({}) with {} NodeClaim(s)", drift.reason, result.replacements.len())
+    };
+    Some(Command {
+        reason: DisruptionReason::Drifted,
+        method: Method::Drift,
+        candidates: vec![node.node.name.clone()],
+        explanation,
+        savings_per_hour: node.price_per_hour - result.replacement_price(),
+        replacements: result.replacements,
+        disruption_cost: node_disruption_cost(node),
+        moves: result.moves,
+    })
 }
 
 fn consolidation(
