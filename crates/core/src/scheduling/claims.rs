@@ -5,10 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE};
-use crate::model::requirements::Requirement;
+use crate::model::requirements::{Requirement, Requirements};
 use crate::model::selection::offering_labels;
-use crate::model::Offering;
-use crate::scheduling::input::MinValuesPolicy;
+use crate::model::{CapacityType, InstanceType, Offering};
+use crate::scheduling::input::{MinValuesPolicy, NodePoolInput};
 use crate::scheduling::node_fit;
 use crate::scheduling::plan::{NewNodeClaim, Plan, Unschedulable};
 use crate::scheduling::templates::TemplateOffering;
@@ -167,31 +167,18 @@ fn new_claim(
         })
         .map(|(_, off)| off)
         .collect();
-    let capacity_types: BTreeSet<&str> = allowed.iter().map(|o| o.capacity_type.as_str()).collect();
-    let zones: BTreeSet<&str> = allowed.iter().map(|o| o.zone.as_str()).collect();
-    requirements.add(Requirement::is_in(LABEL_INSTANCE_TYPE, all_options.iter().cloned()));
-    requirements.add(Requirement::is_in(LABEL_CAPACITY_TYPE, capacity_types.iter().map(|s| s.to_string())));
-    // A regional offering has no zone label to require (upstream labels it `0`, which no pod selects).
-    if zones.iter().all(|z| !z.is_empty()) {
-        requirements.add(Requirement::is_in(LABEL_ZONE, zones.iter().map(|s| s.to_string())));
-    }
-
-    let mut labels = pool.labels.clone();
-    for r in requirements.iter() {
-        if let Some(v) = r.single_value() {
-            labels.insert(r.key().to_string(), v.to_string());
-        }
-    }
-    labels.extend(it.labels.clone());
+    require_options(
+        &mut requirements,
+        all_options.iter().cloned(),
+        allowed.iter().map(|o| (o.capacity_type, o.zone.as_str())),
+    );
     let probe = Offering {
         zone: offering.zone.clone(),
         capacity_type: offering.capacity_type,
         price: offering.price,
         available: true,
     };
-    for (k, v) in offering_labels(&probe) {
-        labels.insert(k.to_string(), v.to_string());
-    }
+    let labels = claim_labels(pool, &requirements, it, &probe);
     let mut requests = tpl.daemon_overhead.clone();
     for &(c, n) in slot.classes() {
         let demand = solver.dims().resources(&solver.classes()[c].traits.demand);
@@ -217,6 +204,44 @@ fn new_claim(
         daemon_overhead: tpl.daemon_overhead.clone(),
         pods,
     })
+}
+
+/// Narrows a new claim's `requirements` to the instance types it lists (`types`) and to the capacity
+/// types and zones of the `offerings` it may launch in, so the launcher chooses among exactly those.
+pub(crate) fn require_options<'a>(
+    requirements: &mut Requirements,
+    types: impl IntoIterator<Item = String>,
+    offerings: impl IntoIterator<Item = (CapacityType, &'a str)>,
+) {
+    let (capacity_types, zones): (BTreeSet<&str>, BTreeSet<&str>) =
+        offerings.into_iter().map(|(capacity_type, zone)| (capacity_type.as_str(), zone)).unzip();
+    requirements.add(Requirement::is_in(LABEL_INSTANCE_TYPE, types));
+    requirements.add(Requirement::is_in(LABEL_CAPACITY_TYPE, capacity_types.iter().map(|s| s.to_string())));
+    // A regional offering has no zone label to require (upstream labels it `0`, which no pod selects).
+    if zones.iter().all(|z| !z.is_empty()) {
+        requirements.add(Requirement::is_in(LABEL_ZONE, zones.iter().map(|s| s.to_string())));
+    }
+}
+
+/// A new claim's labels: the pool's, then every single-valued requirement, the chosen instance type's
+/// labels, and those of its `offering` (zone, capacity type, priority).
+pub(crate) fn claim_labels(
+    pool: &NodePoolInput,
+    requirements: &Requirements,
+    chosen: &InstanceType,
+    offering: &Offering,
+) -> BTreeMap<String, String> {
+    let mut labels = pool.labels.clone();
+    for r in requirements.iter() {
+        if let Some(v) = r.single_value() {
+            labels.insert(r.key().to_string(), v.to_string());
+        }
+    }
+    labels.extend(chosen.labels.clone());
+    for (k, v) in offering_labels(offering) {
+        labels.insert(k.to_string(), v.to_string());
+    }
+    labels
 }
 
 /// The labels of every offering of the options, which minValues is judged on.

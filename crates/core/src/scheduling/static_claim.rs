@@ -4,14 +4,11 @@
 //! offering (`scheduling/nodeclaimtemplate.go` `ToNodeClaim`, `IsStaticNodeClaim`); here the claim
 //! lists the allowed types cheapest first, so the launcher's fallback order is the same.
 
-use std::collections::BTreeSet;
-
-use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE};
-use crate::model::requirements::Requirement;
 use crate::model::resources::Resources;
-use crate::model::selection::{offering_labels, select};
+use crate::model::selection::select;
 use crate::model::{InstanceType, Offering};
 
+use super::claims::{claim_labels, require_options};
 use super::templates::daemon_runs_on;
 use super::{NewNodeClaim, NodePoolInput, Pod};
 
@@ -51,25 +48,12 @@ pub fn static_claim(
     types.truncate(max_options.max(1));
     let (chosen, offering) = types[0].clone();
     let mut requirements = pool.requirements.clone();
-    requirements.add(Requirement::is_in(LABEL_INSTANCE_TYPE, types.iter().map(|(t, _)| t.name.clone())));
-    let offerings = types.iter().flat_map(|(t, _)| &t.offerings);
-    let capacity_types: BTreeSet<&str> = offerings.clone().map(|o| o.capacity_type.as_str()).collect();
-    let zones: BTreeSet<&str> = offerings.map(|o| o.zone.as_str()).collect();
-    requirements.add(Requirement::is_in(LABEL_CAPACITY_TYPE, capacity_types.iter().map(|s| s.to_string())));
-    // A regional offering has no zone label to require.
-    if zones.iter().all(|z| !z.is_empty()) {
-        requirements.add(Requirement::is_in(LABEL_ZONE, zones.iter().map(|s| s.to_string())));
-    }
-    let mut labels = pool.labels.clone();
-    for r in requirements.iter() {
-        if let Some(v) = r.single_value() {
-            labels.insert(r.key().to_string(), v.to_string());
-        }
-    }
-    labels.extend(chosen.labels.clone());
-    for (k, v) in offering_labels(&offering) {
-        labels.insert(k.to_string(), v.to_string());
-    }
+    require_options(
+        &mut requirements,
+        types.iter().map(|(t, _)| t.name.clone()),
+        types.iter().flat_map(|(t, _)| &t.offerings).map(|o| (o.capacity_type, o.zone.as_str())),
+    );
+    let labels = claim_labels(pool, &requirements, &chosen, &offering);
     Ok(NewNodeClaim {
         name: format!("{}-static-{n}", pool.name),
         nodepool: pool.name.clone(),
@@ -104,8 +88,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::model::labels::LABEL_NODEPOOL;
-    use crate::model::requirements::Requirements;
+    use crate::model::labels::{LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
+    use crate::model::requirements::{Requirement, Requirements};
     use crate::model::CapacityType;
 
     fn size(name: &str, family: &str, prices: &[(&str, CapacityType, f64, bool)]) -> InstanceType {
