@@ -29,6 +29,8 @@ mod solve_tests;
 mod spread;
 mod static_claim;
 mod templates;
+#[cfg(test)]
+mod test_support;
 mod topology;
 mod topology_keys;
 mod valuation;
