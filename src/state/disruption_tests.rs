@@ -60,13 +60,8 @@ fn managed_nodes_in_flight_claims_pods_and_pdbs() {
     assert_eq!(a.price_per_hour, 0.0);
 }
 
-#[test]
-fn commands_taints_deletion_and_nominations_mark_nodes() {
-    let mut cluster = small_cluster();
-    let s = snapshot(&cluster, &["node-a"], &["general-b"]);
-    assert!(s.nodes[0].marked_for_deletion, "a command of this controller owns node-a");
-    assert!(s.nodes[1].nominated, "nominated by its claim's name");
-
+/// Node-b tainted `karpenter.sh/disrupted`, node-a being deleted.
+fn taint_node_b_and_delete_node_a(cluster: &mut Cluster) {
     let mut node_b: core::Node = serde_yaml::from_value(documents(CLUSTER)[4].clone()).unwrap();
     node_b
         .spec
@@ -80,6 +75,16 @@ fn commands_taints_deletion_and_nominations_mark_nodes() {
     let mut node_a: core::Node = serde_yaml::from_value(documents(CLUSTER)[3].clone()).unwrap();
     node_a.metadata.deletion_timestamp = Some(yaml("'2026-01-01T00:00:00Z'"));
     cluster.apply(&node_a);
+}
+
+#[test]
+fn commands_taints_deletion_and_nominations_mark_nodes() {
+    let mut cluster = small_cluster();
+    let s = snapshot(&cluster, &["node-a"], &["general-b"]);
+    assert!(s.nodes[0].marked_for_deletion, "a command of this controller owns node-a");
+    assert!(s.nodes[1].nominated, "nominated by its claim's name");
+
+    taint_node_b_and_delete_node_a(&mut cluster);
     let s = snapshot(&cluster, &[], &[]);
     let marked: Vec<_> = s.nodes.iter().map(|n| (n.node.name.as_str(), n.marked_for_deletion)).collect();
     assert_eq!(marked, vec![("node-b", true), ("general-c", false), ("node-a", true)]);
@@ -138,19 +143,7 @@ fn claim_counts_are_the_snapshots_without_building_one() {
     assert_counts_match_the_snapshot(&cluster, &[]);
     assert_counts_match_the_snapshot(&cluster, &["general-b", "general-c"]);
 
-    let mut node_b: core::Node = serde_yaml::from_value(documents(CLUSTER)[4].clone()).unwrap();
-    node_b
-        .spec
-        .as_mut()
-        .unwrap()
-        .taints
-        .as_mut()
-        .unwrap()
-        .push(yaml("{key: karpenter.sh/disrupted, effect: NoSchedule}"));
-    cluster.apply(&node_b);
-    let mut node_a: core::Node = serde_yaml::from_value(documents(CLUSTER)[3].clone()).unwrap();
-    node_a.metadata.deletion_timestamp = Some(yaml("'2026-01-01T00:00:00Z'"));
-    cluster.apply(&node_a);
+    taint_node_b_and_delete_node_a(&mut cluster);
     let claim = |name: &str| -> NodeClaim {
         let doc = documents(CLAIMS).into_iter().find(|d| d["metadata"]["name"].as_str() == Some(name));
         serde_yaml::from_value(doc.unwrap()).unwrap()

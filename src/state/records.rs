@@ -19,7 +19,7 @@ use crate::model::labels::{
     TAINT_UNREGISTERED,
 };
 use crate::model::requirements::Requirements;
-use crate::model::resources::Resources;
+use crate::model::resources::{Resources, NODES};
 use crate::scheduling::from_k8s::{self, FromK8sError, PodContext};
 use crate::scheduling::{ExistingNode, Pod};
 
@@ -356,7 +356,7 @@ impl NodeClaimRecord {
     /// What the claim counts against its NodePool's limits before its Node exists: the capacity the
     /// cloud reported (empty before launch), with `nodes: 1`.
     pub fn limit_usage(&self) -> Resources {
-        self.capacity.clone().with("nodes", 1)
+        self.capacity.clone().with(NODES, 1)
     }
 
     /// The claim as capacity that is on its way: the node it will become, with the claim's labels

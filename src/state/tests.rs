@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::*;
 use crate::apis::{NodeClaim, TaintEffect};
 use crate::model::labels::LABEL_INSTANCE_TYPE;
-use crate::model::resources::{Resources, CPU};
+use crate::model::resources::{Resources, CPU, NODES};
 use crate::model::InstanceType;
 use crate::scheduling::SolveOptions;
 
@@ -449,7 +449,7 @@ fn snapshot_of_a_small_cluster() {
     assert_eq!(input.daemonsets[0].requests.get(CPU), 100);
 
     let usage = cluster.nodepool_usage();
-    assert_eq!(usage["general"].get("nodes"), 3);
+    assert_eq!(usage["general"].get(NODES), 3);
     let pdb = cluster.pdbs().next().unwrap();
     assert_eq!(pdb.disruptions_allowed, 0);
     assert!(pdb.selects(&input.running[0]));

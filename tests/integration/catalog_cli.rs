@@ -1,15 +1,12 @@
 //! The `karpenter-azure catalog` command end to end: hand-checked allocatable values, NodePool
 //! filtering, and one-line errors with exit code 2 for bad input.
 
-use std::process::{Command, Output};
+use std::process::Output;
+
+use crate::support::cli::run;
 
 fn catalog(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_karpenter-azure"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .arg("catalog")
-        .args(args)
-        .output()
-        .expect("the binary runs")
+    run(&[&["catalog"], args].concat())
 }
 
 fn json_rows(args: &[&str]) -> Vec<serde_json::Value> {

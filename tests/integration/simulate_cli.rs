@@ -4,17 +4,10 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_karpenter-azure"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+use crate::support::cli::run;
 
 fn simulate_json(files: &[&Path]) -> Value {
     let mut args = vec!["simulate", "--output", "json"];

@@ -2,17 +2,9 @@
 //! table's Disruption section, judged at `--now`, with managed capacity recognised from the
 //! `karpenter.sh/nodepool` label and from NodeClaims, and one-line errors for bad disruption input.
 
-use std::process::{Command, Output};
-
 use serde_json::Value;
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_karpenter-azure"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+use crate::support::cli::{run, simulate, simulate_json as json};
 
 const POOL: &str = "apiVersion: karpenter.azure.com/v1beta1
 kind: AKSNodeClass
@@ -109,22 +101,6 @@ status: {disruptionsAllowed: 0, currentHealthy: 1, desiredHealthy: 1, expectedPo
     text.push_str(&pod("guarded", "p", "500m", ""));
     text.push_str(&pod("system", "system-1", "3", ""));
     text
-}
-
-fn simulate(text: &str, extra: &[&str]) -> Output {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("snapshot.yaml");
-    std::fs::write(&path, text).unwrap();
-    let path = path.display().to_string();
-    let mut args = vec!["simulate", path.as_str(), "--now", "2026-12-01T12:00:00Z"];
-    args.extend(extra);
-    run(&args)
-}
-
-fn json(text: &str) -> Value {
-    let out = simulate(text, &["--output", "json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 fn blocked_reason(d: &Value, node: &str) -> String {

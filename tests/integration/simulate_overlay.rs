@@ -2,18 +2,9 @@
 //! makes the solver pick an F size for pending pods, makes consolidation replace a D node with an F
 //! one, and shows in the catalog's prices; conflicting overlays are reported and left out.
 
-use std::path::Path;
-use std::process::{Command, Output};
-
 use serde_json::Value;
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_karpenter-azure"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+use crate::support::cli::{run, simulate_json};
 
 /// A pool of amd64 D and F sizes, on demand.
 const POOL: &str = "apiVersion: karpenter.azure.com/v1beta1
@@ -82,13 +73,9 @@ fn cheaper_f() -> String {
     overlay("cheaper-f", 10, "F", "priceAdjustment: \"-30%\"")
 }
 
-fn simulate(dir: &Path, texts: &[&str]) -> Value {
-    let path = dir.join("input.yaml");
-    std::fs::write(&path, texts.join("---\n")).unwrap();
-    let path = path.display().to_string();
-    let out = run(&["simulate", &path, "--now", "2026-12-01T12:00:00Z", "--output", "json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
+/// `simulate --output json` on the documents of `texts`.
+fn simulate(texts: &[&str]) -> Value {
+    simulate_json(&texts.join("---\n"))
 }
 
 fn family_of(plan: &Value) -> Vec<String> {
@@ -102,10 +89,9 @@ fn family_of(plan: &Value) -> Vec<String> {
 
 #[test]
 fn a_minus_30_percent_overlay_makes_the_solver_pick_its_family() {
-    let dir = tempfile::tempdir().unwrap();
-    let before = simulate(dir.path(), &[POOL, PENDING]);
+    let before = simulate(&[POOL, PENDING]);
     assert_eq!(family_of(&before), ["D"], "{before:#}");
-    let after = simulate(dir.path(), &[POOL, PENDING, &cheaper_f()]);
+    let after = simulate(&[POOL, PENDING, &cheaper_f()]);
     assert_eq!(family_of(&after), ["F"], "{after:#}");
     let claim = &after["nodeclaims"][0];
     assert_eq!(claim["instance_type"], "Standard_F4s_v2", "{after:#}");
@@ -116,10 +102,9 @@ fn a_minus_30_percent_overlay_makes_the_solver_pick_its_family() {
 
 #[test]
 fn a_minus_30_percent_overlay_makes_consolidation_move_to_its_family() {
-    let dir = tempfile::tempdir().unwrap();
-    let before = simulate(dir.path(), &[POOL, D_NODE])["disruption"].clone();
+    let before = simulate(&[POOL, D_NODE])["disruption"].clone();
     assert_eq!(before["commands"], serde_json::json!([]), "{before:#}");
-    let after = simulate(dir.path(), &[POOL, D_NODE, &cheaper_f()])["disruption"].clone();
+    let after = simulate(&[POOL, D_NODE, &cheaper_f()])["disruption"].clone();
     let commands = after["commands"].as_array().unwrap();
     assert_eq!(commands.len(), 1, "{after:#}");
     let c = &commands[0];
@@ -134,9 +119,8 @@ fn a_minus_30_percent_overlay_makes_consolidation_move_to_its_family() {
 
 #[test]
 fn simulate_warns_about_an_overlay_left_out() {
-    let dir = tempfile::tempdir().unwrap();
     let flat = overlay("flat-f", 10, "F", "price: \"5\"");
-    let plan = simulate(dir.path(), &[POOL, PENDING, &cheaper_f(), &flat]);
+    let plan = simulate(&[POOL, PENDING, &cheaper_f(), &flat]);
     let warnings = plan["warnings"].to_string();
     assert!(
         warnings.contains("NodeOverlay/cheaper-f: left out: conflict with another overlay"),

@@ -4,17 +4,10 @@
 //! move that saves pennies is not taken, and bad files fail with one line naming the field.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_karpenter-azure"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+use crate::support::cli::run;
 
 fn timeline_json(timeline: &str) -> Value {
     let out = run(&["simulate", "--timeline", timeline, "--output", "json"]);

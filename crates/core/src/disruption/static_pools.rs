@@ -22,14 +22,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::apis::duration::NillableDuration;
+use crate::model::resources::NODES;
 use crate::scheduling::{static_claim, Cancelled, ExistingNode, NewNodeClaim, ShouldCancel};
 
 use super::cost::{is_empty, node_disruption_cost};
 use super::simulate::{outcome, Outcome, Replace};
 use super::snapshot::{ManagedNode, PoolPolicy, Snapshot, UnmanagedNode};
-
-/// The node-count resource of `limits` (a whole count, as the solver's pools carry it).
-const NODES: &str = "nodes";
 
 /// What a static pool needs now.
 #[derive(Clone, Debug, PartialEq)]

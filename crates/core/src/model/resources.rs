@@ -16,6 +16,8 @@ pub const CPU: &str = "cpu";
 pub const MEMORY: &str = "memory";
 pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 pub const PODS: &str = "pods";
+/// The node count a NodePool's `limits` may cap: its usage counts each node as 1.
+pub const NODES: &str = "nodes";
 pub const NVIDIA_GPU: &str = "nvidia.com/gpu";
 pub const AMD_GPU: &str = "amd.com/gpu";
 

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE};
 use crate::model::requirements::{Requirement, Requirements};
+use crate::model::resources::NODES;
 use crate::model::selection::offering_labels;
 use crate::model::{CapacityType, InstanceType, Offering};
 use crate::scheduling::input::{MinValuesPolicy, NodePoolInput};
@@ -85,7 +86,7 @@ fn options(solver: &Solver, slot: &Slot) -> Vec<(usize, u32, f64)> {
                 let capacity = &solver.input().nodepools[pool].instance_types[tpl.instance_type].capacity;
                 if limits
                     .iter()
-                    .any(|(name, _)| name != "nodes" && capacity.get(name) > chosen_capacity.get(name))
+                    .any(|(name, _)| name != NODES && capacity.get(name) > chosen_capacity.get(name))
                 {
                     return None;
                 }

@@ -25,7 +25,7 @@ use std::fmt;
 use crate::apis::Taint;
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_ZONE};
 use crate::model::requirements::Requirements;
-use crate::model::resources::Resources;
+use crate::model::resources::{Resources, NODES};
 use crate::model::selection::{allowed_offerings, offering_labels, type_allowed};
 use crate::model::{InstanceType, Offering};
 use crate::scheduling::input::{tolerates_all, NodePoolInput, Pod, PodId, SolveInput, WhenUnsatisfiable};
@@ -387,7 +387,7 @@ impl<'a> Checker<'a> {
             let Some(remaining) = &pool.remaining else { continue };
             let claims: Vec<&NewNodeClaim> =
                 plan.nodeclaims.iter().filter(|c| c.nodepool == pool.name).collect();
-            let mut used = Resources::new().with("nodes", claims.len() as i64);
+            let mut used = Resources::new().with(NODES, claims.len() as i64);
             for claim in &claims {
                 if let Some(it) = pool.instance_types.iter().find(|t| t.name == claim.instance_type) {
                     used.add_assign(&it.capacity);

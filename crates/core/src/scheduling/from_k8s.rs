@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReferen
 use crate::apis::{NodePool, Operator, Taint, TaintEffect};
 use crate::model::labels::{AKS_MODE_DEFAULT, LABEL_AKS_MODE, LABEL_NODEPOOL};
 use crate::model::requirements::{Requirement, RequirementError, Requirements};
-use crate::model::resources::{Resources, ResourcesError};
+use crate::model::resources::{Resources, ResourcesError, NODES};
 use crate::model::InstanceType;
 use crate::scheduling::input::{ExistingNode, NodePoolInput};
 
@@ -150,7 +150,7 @@ pub fn node_capacity(node: &core::Node) -> Result<Resources, FromK8sError> {
         Some(list) => resource_list("status.capacity", Some(list))?,
         None => node_allocatable(node)?,
     };
-    Ok(used.with("nodes", 1))
+    Ok(used.with(NODES, 1))
 }
 
 /// A Node as existing capacity. A cordoned node (`spec.unschedulable`) gets the unschedulable taint

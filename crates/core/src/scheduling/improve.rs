@@ -6,6 +6,7 @@
 //! until none pays off. Right-sizing a single node to the cheapest size that still holds its pods is
 //! done when NodeClaims are written ([`crate::scheduling::claims`]).
 
+use crate::model::resources::NODES;
 use crate::scheduling::cancel::Cancelled;
 use crate::scheduling::node_fit;
 use crate::scheduling::working::Solver;
@@ -119,6 +120,6 @@ fn within_limits(solver: &Solver, t: usize, ti: usize, tj: usize) -> bool {
     same_pool
         && limits
             .iter()
-            .filter(|(name, _)| *name != "nodes")
+            .filter(|(name, _)| *name != NODES)
             .all(|(name, _)| capacity(t).get(name) <= capacity(ti).get(name) + capacity(tj).get(name))
 }

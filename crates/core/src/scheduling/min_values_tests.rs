@@ -3,63 +3,26 @@
 //! minValues lowered to what those sizes meet, and a minValues that can be met is left as it is.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use crate::model::labels::{LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
-use crate::model::resources::{CPU, MEMORY, PODS};
-use crate::model::{CapacityType, InstanceType, Offering, Overhead, Requirement, Requirements, Resources};
-use crate::scheduling::{solve, MinValuesPolicy, NodePoolInput, Pod, SolveInput, SolveOptions};
-
-const GI: i64 = 1 << 30;
-
-fn instance_type(name: &str, cpus: i64, price: f64) -> InstanceType {
-    let capacity = Resources::new().with(CPU, cpus * 1000).with(MEMORY, cpus * 4 * GI).with(PODS, 110);
-    InstanceType {
-        name: name.into(),
-        vcpus: cpus as u32,
-        memory_mib: (cpus * 4096) as u64,
-        labels: BTreeMap::from([(LABEL_INSTANCE_TYPE.to_string(), name.to_string())]),
-        allocatable: capacity.clone(),
-        capacity,
-        overhead: Overhead::default(),
-        offerings: vec![Offering {
-            zone: "z-1".into(),
-            capacity_type: CapacityType::OnDemand,
-            price,
-            available: true,
-        }],
-    }
-}
+use crate::model::labels::LABEL_INSTANCE_TYPE;
+use crate::model::{Requirement, Requirements};
+use crate::scheduling::test_support::{instance_type, pod, pool, GI};
+use crate::scheduling::{solve, MinValuesPolicy, SolveInput, SolveOptions};
 
 /// One pod of 1.5 CPUs, which c2, c4 and c8 hold, and a pool asking for `min_values` instance types.
 fn input(min_values: u32, policy: MinValuesPolicy) -> SolveInput {
-    let mut requirements = Requirements::new();
-    requirements.add(Requirement::is_in(LABEL_NODEPOOL, ["general"]));
-    requirements.add(Requirement::exists(LABEL_INSTANCE_TYPE).with_min_values(Some(min_values)));
-    let pool = NodePoolInput {
-        name: "general".into(),
-        weight: 0,
-        requirements,
-        labels: BTreeMap::from([(LABEL_NODEPOOL.to_string(), "general".to_string())]),
-        taints: vec![],
-        startup_taints: vec![],
-        remaining: None,
-        instance_types: Arc::new(vec![
+    let pool = pool(
+        "general",
+        vec![
             instance_type("c1", 1, 0.1),
             instance_type("c2", 2, 0.2),
             instance_type("c4", 4, 0.38),
             instance_type("c8", 8, 0.8),
-        ]),
-        replicas: None,
-    };
-    let pod = Pod {
-        namespace: "default".into(),
-        name: "web".into(),
-        requests: Resources::new().with(CPU, 1500).with(MEMORY, GI).with(PODS, 1),
-        ..Default::default()
-    };
+        ],
+        [Requirement::exists(LABEL_INSTANCE_TYPE).with_min_values(Some(min_values))],
+    );
     let options = SolveOptions { min_values_policy: policy, ..SolveOptions::default() };
-    SolveInput { pods: vec![pod], nodepools: vec![pool], options, ..Default::default() }
+    SolveInput { pods: vec![pod("web", 1500, GI)], nodepools: vec![pool], options, ..Default::default() }
 }
 
 fn planned_min_values(input: &SolveInput) -> Option<u32> {

@@ -29,6 +29,8 @@ mod solve_tests;
 mod spread;
 mod static_claim;
 mod templates;
+#[cfg(test)]
+mod test_support;
 mod topology;
 mod valuation;
 mod working;

@@ -85,12 +85,12 @@ fn cheaper(a: &Offering, b: &Offering) -> std::cmp::Ordering {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::sync::Arc;
 
     use super::*;
     use crate::model::labels::{LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
-    use crate::model::requirements::{Requirement, Requirements};
+    use crate::model::requirements::Requirement;
     use crate::model::CapacityType;
+    use crate::scheduling::test_support;
 
     fn size(name: &str, family: &str, prices: &[(&str, CapacityType, f64, bool)]) -> InstanceType {
         InstanceType {
@@ -117,22 +117,7 @@ mod tests {
     }
 
     fn pool(types: Vec<InstanceType>, extra: Vec<Requirement>) -> NodePoolInput {
-        let mut requirements = Requirements::new();
-        requirements.add(Requirement::is_in(LABEL_NODEPOOL, ["static".to_string()]));
-        for r in extra {
-            requirements.add(r);
-        }
-        NodePoolInput {
-            name: "static".into(),
-            weight: 0,
-            requirements,
-            labels: BTreeMap::from([(LABEL_NODEPOOL.to_string(), "static".to_string())]),
-            taints: vec![],
-            startup_taints: vec![],
-            remaining: None,
-            instance_types: Arc::new(types),
-            replicas: Some(2),
-        }
+        NodePoolInput { replicas: Some(2), ..test_support::pool("static", types, extra) }
     }
 
     #[test]

@@ -24,6 +24,7 @@ use std::ops::Range;
 
 use crate::model::labels::LABEL_HOSTNAME;
 use crate::model::requirements::Requirements;
+use crate::model::resources::NODES;
 use crate::scheduling::bound::Bound;
 use crate::scheduling::cancel::{CancelLatch, Cancelled, ShouldCancel};
 use crate::scheduling::input::{SolveInput, Toleration};
@@ -520,5 +521,5 @@ fn limit_use(input: &SolveInput, t: &Template) -> Vec<i64> {
     let pool = &input.nodepools[t.pool];
     let capacity = &pool.instance_types[t.instance_type].capacity;
     let Some(left) = &pool.remaining else { return vec![] };
-    left.iter().map(|(name, _)| if name == "nodes" { 1 } else { capacity.get(name) }).collect()
+    left.iter().map(|(name, _)| if name == NODES { 1 } else { capacity.get(name) }).collect()
 }

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::model::labels::LABEL_ZONE;
-use crate::model::resources::{CPU, MEMORY, PODS};
+use crate::model::resources::{CPU, MEMORY, NODES, PODS};
 use crate::scheduling::input::{HostPort, TolerationOperator, WhenUnsatisfiable};
 
 fn pod_yaml(spec: &str) -> crate::scheduling::Pod {
@@ -239,9 +239,9 @@ spec:
     spec: {nodeClassRef: {name: default}}",
     )
     .unwrap();
-    let used = Resources::new().with(CPU, 8000).with(MEMORY, 32 * GI).with("nodes", 2);
+    let used = Resources::new().with(CPU, 8000).with(MEMORY, 32 * GI).with(NODES, 2);
     let input = nodepool(&pool, &used, Arc::new(vec![])).unwrap();
-    assert_eq!(input.remaining, Some(Resources::new().with(CPU, 92_000).with("nodes", 8)));
+    assert_eq!(input.remaining, Some(Resources::new().with(CPU, 92_000).with(NODES, 8)));
     assert_eq!(input.weight, 0);
     assert_eq!(input.labels["karpenter.sh/nodepool"], "general");
     assert_eq!(input.requirements.get("team").and_then(|r| r.single_value()), Some("a"));
@@ -260,5 +260,5 @@ status: {capacity: {cpu: '4', memory: 16Gi, pods: '110'}}",
     assert_eq!(node.nodepool.as_deref(), Some("general"));
     assert_eq!(node.allocatable.get(CPU), 4000);
     assert_eq!(node.taints[0].key, TAINT_UNSCHEDULABLE);
-    assert_eq!(node_capacity(&n).unwrap().get("nodes"), 1);
+    assert_eq!(node_capacity(&n).unwrap().get(NODES), 1);
 }
