@@ -319,3 +319,20 @@ fn the_process_metrics_are_one_registry() {
     assert!(std::ptr::eq(get(), get()));
     assert!(get().render().unwrap().contains("karpenter_cluster_state_synced"));
 }
+
+/// Upstream's metrics, restated from upstream's code (the file names each source).
+const UPSTREAM: &str = include_str!("../../tests/fixtures/upstream-metrics.txt");
+
+#[test]
+fn every_upstream_metric_is_registered() {
+    let m = Metrics::new();
+    record_everything(&m);
+    let types = types(&m.render().unwrap());
+    let missing: Vec<&str> = UPSTREAM
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| !types.contains_key(*name))
+        .collect();
+    assert!(missing.is_empty(), "{} upstream metrics not registered:\n{}", missing.len(), missing.join("\n"));
+}
