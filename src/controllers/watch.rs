@@ -44,10 +44,15 @@ pub fn spawn_all<C: Send + Sync + 'static>(
     shared: Arc<Shared<C>>,
     triggers: UnboundedSender<super::provisioning::Trigger>,
 ) {
-    let leading = shared.clone();
-    let leading = move || leading.leading.load(Ordering::Relaxed);
+    let hooked = shared.clone();
+    let leading = move || hooked.leading.load(Ordering::Relaxed);
+    let metered = shared.clone();
     let pod_hook = move |cluster: &Cluster, pod: &Pod| {
         let key = state::key(pod.metadata.namespace.as_deref(), &pod.name_any());
+        // The pod's way to a node, for the pod metrics; only the leader records durations.
+        let mut state = metered.metrics_state();
+        super::metrics_pods::pod_observed(super::metrics::get(), &mut state.pods, pod, leading());
+        drop(state);
         // A standby keeps its index warm but queues nothing: its provisioning loop is not running.
         if leading() && cluster.pod(&key).is_some_and(|p| p.is_provisionable()) {
             // The receiver lives as long as the controllers; a send error only happens at shutdown.
