@@ -255,10 +255,12 @@ pub fn node_created(m: &Metrics, claim: &NodeClaim) {
 }
 
 /// Our finalizer came off the Node: `karpenter_nodes_terminated_total`, the termination's duration
-/// from its deletion and the Node's lifetime.
-pub fn node_terminated(m: &Metrics, node: &Node, now: Timestamp) {
+/// and the Node's lifetime. The termination counts from the Node's deletion or, as the lifecycle drains
+/// a Node before it deletes it, from its NodeClaim's (`claim_deleted`): upstream deletes the Node first.
+pub fn node_terminated(m: &Metrics, node: &Node, claim_deleted: Option<Timestamp>, now: Timestamp) {
     let label = |key: &str| node.labels().get(key).map_or("", String::as_str);
-    let deleted_for = since(node.metadata.deletion_timestamp.as_ref().map(|t| t.0), now);
+    let deleted = node.metadata.deletion_timestamp.as_ref().map(|t| t.0).or(claim_deleted);
+    let deleted_for = since(deleted, now);
     let lived = since(node.metadata.creation_timestamp.as_ref().map(|t| t.0), now);
     m.node_terminated(label(LABEL_NODEPOOL), label(LABEL_ZONE), deleted_for, lived);
 }

@@ -2,11 +2,13 @@
 //! AKSNodeClasses and NodeOverlays, from the index at each refresh (upstream's status controllers
 //! reconcile every 10 s). See [`crate::operator::metrics::StatusMetrics`] for the metrics.
 //!
-//! The gauges are rebuilt per object and condition. A condition seen with a status it did not have at
-//! the previous refresh (or seen for the first time) is a transition; when it had another status
-//! before, the time between the two `lastTransitionTime`s is how long that status lasted. An object
-//! seen deleting and then gone has terminated: from its deletionTimestamp to the refresh that misses it.
-//! As upstream says of its own, transitions faster than the refresh are not all seen.
+//! The gauges are rebuilt per object and condition at each refresh. Transitions are looked for, as
+//! upstream's controller does at each reconcile, whenever the watch delivers one of these objects
+//! ([`object_observed`]) and at each refresh: a condition seen with a status it did not have when last
+//! seen (or seen for the first time) is a transition; when it had another status before, the time
+//! between the two `lastTransitionTime`s is how long that status lasted. An object seen deleting and
+//! then gone has terminated: from its deletionTimestamp to the refresh that misses it. As upstream says
+//! of its own, a change the watch folds into a later one is not seen.
 
 use std::collections::BTreeMap;
 
@@ -14,9 +16,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::apis::conditions::{Condition, ConditionStatus};
+use crate::disruption::repair::NodeCondition;
 use crate::operator::metrics::status::{self, Family, Kind};
 use crate::operator::metrics::Metrics;
-use crate::state::Cluster;
+use crate::state::{Cluster, NodeClaimRecord, NodeRecord};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// One condition as seen.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,49 +71,71 @@ fn labels_of(kind: &Kind, labels: &BTreeMap<String, String>) -> Vec<String> {
     kind.labels.iter().map(|key| labels.get(*key).cloned().unwrap_or_default()).collect()
 }
 
+fn claim_object(claim: &NodeClaimRecord) -> Object {
+    Object {
+        conditions: from_conditions(&claim.conditions),
+        labels: labels_of(&status::NODECLAIM, &claim.labels),
+        deleted_at: claim.deleted_at,
+    }
+}
+
+fn node_object(node: &NodeRecord) -> Object {
+    let seen =
+        |c: &NodeCondition| Seen { status: c.status.clone(), reason: c.reason.clone(), since: c.since };
+    Object {
+        conditions: node.conditions.iter().map(|c| (c.type_.clone(), seen(c))).collect(),
+        labels: labels_of(&status::NODE, &node.node.labels),
+        deleted_at: node.deleted_at,
+    }
+}
+
+/// A NodePool, AKSNodeClass or NodeOverlay: conditions in `status.conditions`, no extra labels.
+fn api_object(conditions: Option<&Vec<Condition>>, meta: &ObjectMeta) -> Object {
+    Object {
+        conditions: from_conditions(conditions.map(Vec::as_slice).unwrap_or_default()),
+        labels: vec![],
+        deleted_at: meta.deletion_timestamp.as_ref().map(|t| t.0),
+    }
+}
+
+/// One object of `kind` as the index holds it now, if it does.
+fn object(cluster: &Cluster, kind: &Kind, name: &str) -> Option<Object> {
+    match kind.name {
+        "nodeclaim" => cluster.nodeclaim(name).map(claim_object),
+        "node" => cluster.node(name).map(node_object),
+        "nodepool" => {
+            cluster.nodepool(name).map(|p| api_object(p.status.as_ref().map(|s| &s.conditions), &p.metadata))
+        }
+        "aksnodeclass" => {
+            cluster.nodeclass(name).map(|c| api_object(c.status.as_ref().map(|s| &s.conditions), &c.metadata))
+        }
+        _ => cluster
+            .node_overlays()
+            .find(|o| o.metadata.name.as_deref() == Some(name))
+            .map(|o| api_object(o.status.as_ref().map(|s| &s.conditions), &o.metadata)),
+    }
+}
+
 /// Every object of every kind in the index, as the metrics see it.
 fn objects(cluster: &Cluster) -> Vec<(Kind, String, Object)> {
     let mut out = vec![];
     for claim in cluster.nodeclaims() {
-        let object = Object {
-            conditions: from_conditions(&claim.conditions),
-            labels: labels_of(&status::NODECLAIM, &claim.labels),
-            deleted_at: claim.deleted_at,
-        };
-        out.push((status::NODECLAIM, claim.name.clone(), object));
+        out.push((status::NODECLAIM, claim.name.clone(), claim_object(claim)));
     }
     for pool in cluster.nodepools() {
-        let conditions = pool.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-        let deleted_at = pool.metadata.deletion_timestamp.as_ref().map(|t| t.0);
-        let object = Object { conditions: from_conditions(conditions), labels: vec![], deleted_at };
-        out.push((status::NODEPOOL, pool.name_any(), object));
+        let conditions = pool.status.as_ref().map(|s| &s.conditions);
+        out.push((status::NODEPOOL, pool.name_any(), api_object(conditions, &pool.metadata)));
     }
     for (node, _) in cluster.nodes() {
-        let conditions = node
-            .conditions
-            .iter()
-            .map(|c| {
-                (c.type_.clone(), Seen { status: c.status.clone(), reason: c.reason.clone(), since: c.since })
-            })
-            .collect();
-        let labels = labels_of(&status::NODE, &node.node.labels);
-        out.push((
-            status::NODE,
-            node.name().to_string(),
-            Object { conditions, labels, deleted_at: node.deleted_at },
-        ));
+        out.push((status::NODE, node.name().to_string(), node_object(node)));
     }
     for class in cluster.nodeclasses() {
-        let conditions = class.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-        let deleted_at = class.metadata.deletion_timestamp.as_ref().map(|t| t.0);
-        let object = Object { conditions: from_conditions(conditions), labels: vec![], deleted_at };
-        out.push((status::AKSNODECLASS, class.name_any(), object));
+        let conditions = class.status.as_ref().map(|s| &s.conditions);
+        out.push((status::AKSNODECLASS, class.name_any(), api_object(conditions, &class.metadata)));
     }
     for overlay in cluster.node_overlays() {
-        let conditions = overlay.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-        let deleted_at = overlay.metadata.deletion_timestamp.as_ref().map(|t| t.0);
-        let object = Object { conditions: from_conditions(conditions), labels: vec![], deleted_at };
-        out.push((status::NODEOVERLAY, overlay.name_any(), object));
+        let conditions = overlay.status.as_ref().map(|s| &s.conditions);
+        out.push((status::NODEOVERLAY, overlay.name_any(), api_object(conditions, &overlay.metadata)));
     }
     out
 }
@@ -132,23 +158,20 @@ fn with<'a>(base: &[&'a str], extra: &'a [String]) -> Vec<&'a str> {
     base.iter().copied().chain(extra.iter().map(String::as_str)).collect()
 }
 
-/// Rebuilds the status gauges and records the transitions and terminations since the last refresh.
-pub fn status_conditions(m: &Metrics, cluster: &Cluster, tracker: &mut StatusTracker, now: Timestamp) {
-    for family in m.status.kinds.values().chain([&m.status.deprecated]) {
-        for gauge in [&family.count, &family.current_status, &family.termination_current] {
-            gauge.reset();
-        }
-    }
-    let mut seen = BTreeMap::new();
-    for (kind, name, object) in objects(cluster) {
-        let before = tracker.seen.remove(&(kind.name, name.clone()));
+/// The transitions of `object` since it was last seen (recorded when `record`); remembers it.
+fn transitions(
+    m: &Metrics,
+    tracker: &mut StatusTracker,
+    kind: Kind,
+    name: &str,
+    object: Object,
+    record: bool,
+) {
+    let before = tracker.seen.get(&(kind.name, name.to_string()));
+    if record {
         for (family, extra) in families(m, &kind, &object.labels) {
             for (type_, c) in &object.conditions {
-                let labels = with(&["", &name, type_, &c.status, &c.reason], &extra);
-                family.count.with_label_values(&labels).set(1.0);
-                let current = c.since.map_or(0.0, |since| seconds(since, now));
-                family.current_status.with_label_values(&labels).set(current);
-                let previous = before.as_ref().and_then(|b| b.conditions.get(type_));
+                let previous = before.and_then(|b| b.conditions.get(type_));
                 if previous.is_some_and(|p| p.status == c.status) {
                     continue;
                 }
@@ -158,15 +181,55 @@ pub fn status_conditions(m: &Metrics, cluster: &Cluster, tracker: &mut StatusTra
                     family.transition_seconds.with_label_values(&labels).observe(seconds(from, to));
                 }
             }
+        }
+    }
+    tracker.seen.insert((kind.name, name.to_string()), object);
+}
+
+/// The watch delivered the object `name` of `kind`: its transitions, recorded when this replica leads
+/// (a standby only remembers what it saw).
+pub fn object_observed(
+    m: &Metrics,
+    tracker: &mut StatusTracker,
+    cluster: &Cluster,
+    kind: Kind,
+    name: &str,
+    record: bool,
+) {
+    if let Some(object) = object(cluster, &kind, name) {
+        transitions(m, tracker, kind, name, object, record);
+    }
+}
+
+/// Rebuilds the status gauges and records the transitions and terminations since the last refresh.
+pub fn status_conditions(m: &Metrics, cluster: &Cluster, tracker: &mut StatusTracker, now: Timestamp) {
+    for family in m.status.kinds.values().chain([&m.status.deprecated]) {
+        for gauge in [&family.count, &family.current_status, &family.termination_current] {
+            gauge.reset();
+        }
+    }
+    let mut previous = std::mem::take(&mut tracker.seen);
+    for (kind, name, object) in objects(cluster) {
+        for (family, extra) in families(m, &kind, &object.labels) {
+            for (type_, c) in &object.conditions {
+                let labels = with(&["", &name, type_, &c.status, &c.reason], &extra);
+                family.count.with_label_values(&labels).set(1.0);
+                let current = c.since.map_or(0.0, |since| seconds(since, now));
+                family.current_status.with_label_values(&labels).set(current);
+            }
             if let Some(deleted) = object.deleted_at {
                 let labels = with(&["", &name], &extra);
                 family.termination_current.with_label_values(&labels).set(seconds(deleted, now));
             }
         }
-        seen.insert((kind.name, name), object);
+        let key = (kind.name, name);
+        if let Some(before) = previous.remove(&key) {
+            tracker.seen.insert(key.clone(), before);
+        }
+        transitions(m, tracker, kind, &key.1, object, true);
     }
     // What was seen deleting and is gone now has terminated.
-    for ((kind_name, _), gone) in std::mem::replace(&mut tracker.seen, seen) {
+    for ((kind_name, _), gone) in previous {
         let (Some(kind), Some(deleted)) =
             (status::KINDS.iter().find(|k| k.name == kind_name), gone.deleted_at)
         else {

@@ -493,7 +493,7 @@ fn claim_counters_take_upstream_labels_from_the_claim() {
         "metadata: {name: n, creationTimestamp: '2026-08-01T10:00:00Z', deletionTimestamp: '2026-08-01T11:59:00Z', \
          labels: {karpenter.sh/nodepool: general, topology.kubernetes.io/zone: eastus-3}}",
     );
-    node_terminated(&m, &node, now());
+    node_terminated(&m, &node, None, now());
     assert_eq!(l.nodes_terminated.with_label_values(&["general", "eastus-3"]).get(), 1);
     let lifetime = l.node_lifetime.with_label_values(&["general"]);
     assert_eq!((lifetime.get_sample_count(), lifetime.get_sample_sum()), (1, 7200.0));

@@ -149,7 +149,7 @@ impl LifecycleMetrics {
                 )
                 .origin(TERMINATION)
                 .recorded(
-                    "lifecycle, from the Node's deletionTimestamp to its finalizer coming off",
+                    "lifecycle, from the Node's deletion (its NodeClaim's: the Node is drained before it is deleted) to its finalizer coming off",
                     &["node_terminated"],
                 )
                 .summary(OBJECTIVES),

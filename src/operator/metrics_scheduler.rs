@@ -81,7 +81,7 @@ impl SchedulerMetrics {
                 )
                 .origin(SCHEDULING)
                 .recorded(
-                    "provisioning: while a round solves, how long it has been solving (updated at each scrape); removed when it ends",
+                    "provisioning: while a round solves, how long it has been solving (updated every second); removed when it ends",
                     &["scheduling_started", "scheduling_progress"],
                 )
                 .leader_only()

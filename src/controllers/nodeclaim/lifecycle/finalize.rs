@@ -53,7 +53,8 @@ pub(super) async fn finalize<C: CloudProvider + 'static>(
             if writes::patch(&nodes, &node, json!({ "metadata": { "finalizers": kept } })).await?.is_none() {
                 return Ok(Action::requeue(WAIT_POLL));
             }
-            metrics::node_terminated(metrics::get(), &node, Timestamp::now());
+            let claim_deleted = claim.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+            metrics::node_terminated(metrics::get(), &node, claim_deleted, Timestamp::now());
         }
         // Only the Node that was read: one of the same name registered since is not ours to delete.
         writes::delete(&nodes, &node, false).await?;
