@@ -15,6 +15,7 @@ mod metrics_runtime;
 mod metrics_scheduler;
 mod metrics_status;
 mod metrics_summary;
+pub mod metrics_table;
 pub mod options;
 pub mod server;
 pub mod settings;
