@@ -4,7 +4,7 @@
 
 CARGO ?= cargo
 
-.PHONY: build deps test unit proptest-random lint fmt crds crds-check bench bench-upstream e2e controlplane catalog soak
+.PHONY: build deps test unit proptest-random lint fmt crds crds-check metrics-table bench bench-upstream e2e controlplane catalog soak
 
 build:
 	$(CARGO) build --release
@@ -52,6 +52,10 @@ fmt:
 # Regenerate crds/ and charts/karpenter-azure/crds/ from the API types.
 crds:
 	$(CARGO) run --quiet -- crdgen
+
+# Regenerate the metric table of docs/controller.md from the metrics registry.
+metrics-table:
+	$(CARGO) run --quiet -- metrics-table --write docs/controller.md
 
 # Solver benchmarks (upstream's scheduling benchmark and a mixed eastus workload); prints numbers.
 bench:

@@ -131,6 +131,13 @@ enum Command {
         #[arg(long, default_value = ".")]
         root: PathBuf,
     },
+    /// Print the table of every Prometheus metric, generated from the metrics registry; with --write,
+    /// replace the table in FILE (between its markers) instead.
+    MetricsTable {
+        /// The Markdown file whose table to replace, e.g. docs/controller.md.
+        #[arg(long, value_name = "FILE")]
+        write: Option<PathBuf>,
+    },
 }
 
 /// Prints a command's output; a closed pipe (`| head`) is a normal end, not a crash.
@@ -384,6 +391,21 @@ fn main() -> ExitCode {
                 check_timeout: (check_timeout > 0).then(|| std::time::Duration::from_secs(check_timeout)),
             };
             run_bench_upstream(&dir, &sizes, output, &limits, one)
+        }
+        Command::MetricsTable { write: None } => {
+            print_output(&karpenter_azure::operator::metrics_table::table())
+        }
+        Command::MetricsTable { write: Some(path) } => {
+            match karpenter_azure::operator::metrics_table::write(&path) {
+                Ok(()) => {
+                    println!("wrote {}", path.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: metrics-table: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Command::Crdgen { root } => match karpenter_azure::apis::crdgen::write_all(&root) {
             Ok(files) => {

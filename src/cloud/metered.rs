@@ -190,7 +190,7 @@ mod tests {
     }
 
     fn count(m: &Metrics, labels: &[&str]) -> u64 {
-        m.cloudprovider_duration.with_label_values(labels).get_sample_count()
+        m.scheduler.cloudprovider_duration.with_label_values(labels).get_sample_count()
     }
 
     #[tokio::test]
@@ -218,7 +218,7 @@ mod tests {
         assert_eq!(count(m, &[controller::NODECLAIM_GC, "ListNICs", AZURE]), 1);
         assert_eq!(count(m, &[lifecycle, "List", AZURE]), 0);
         let errors = |method, error| {
-            m.cloudprovider_errors.with_label_values(&[lifecycle, method, AZURE, error]).get()
+            m.scheduler.cloudprovider_errors.with_label_values(&[lifecycle, method, AZURE, error]).get()
         };
         assert_eq!(errors("Create", "InsufficientCapacityError"), 1);
         assert_eq!(errors("Get", "NodeClaimNotFoundError"), 1);

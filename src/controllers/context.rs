@@ -10,11 +10,13 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::cloud::CloudError;
+use crate::controllers::metrics::MetricsState;
 use crate::controllers::node::termination::Termination;
 use crate::controllers::nodepool_health::RegistrationHistory;
 use crate::controllers::observed::FirstSeen;
 use crate::controllers::watch_health::WatchHealth;
 use crate::controllers::{events, provisioning};
+use crate::operator::metrics::Work;
 use crate::operator::server::{Ports, ServerError};
 use crate::operator::supervisor::Supervisor;
 use crate::state::Cluster;
@@ -124,6 +126,9 @@ pub struct Shared<C> {
     pub quarantine: Mutex<BTreeMap<String, std::time::Instant>>,
     /// Whether each NodePool's claims register (`NodeRegistrationHealthy`).
     pub registrations: RegistrationHistory,
+    /// What the cluster-state metrics remember between refreshes (pods seen pending, conditions seen,
+    /// when the index stopped being synced).
+    pub metrics_state: Mutex<MetricsState>,
 }
 
 /// Upstream's provider truncates a NodeClaim's instance-type options to 60.
@@ -165,10 +170,29 @@ impl<C> Shared<C> {
         map.keys().cloned().collect()
     }
 
-    /// Marks a unit of leader work (a reconcile, a provisioning round, a sweep) as in flight until the
-    /// guard drops. Once shutdown has begun waiting, new units wait too (tokio's lock is fair), and
-    /// the task is aborted before it starts.
-    pub async fn begin_work(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
-        self.in_flight.read().await
+    /// Marks a unit of leader work of `controller` (a reconcile, a provisioning round, a sweep) as in
+    /// flight until the guard drops, and counts it in the reconcile metrics. Once shutdown has begun
+    /// waiting, new units wait too (tokio's lock is fair), and the task is aborted before it starts.
+    pub async fn begin_work(&self, controller: &'static str) -> InFlight<'_> {
+        let guard = self.in_flight.read().await;
+        InFlight { work: Work::begin(controller), _guard: guard }
+    }
+
+    /// The metrics state; a panic while holding it leaves nothing a later refresh cannot cope with.
+    pub fn metrics_state(&self) -> MutexGuard<'_, MetricsState> {
+        self.metrics_state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A unit of leader work in flight ([`Shared::begin_work`]).
+pub struct InFlight<'a> {
+    pub work: Work,
+    _guard: tokio::sync::RwLockReadGuard<'a, ()>,
+}
+
+impl InFlight<'_> {
+    /// Counts the unit as failed when `result` is an error, and hands `result` back.
+    pub fn result<T, E>(&mut self, result: Result<T, E>) -> Result<T, E> {
+        self.work.result(result)
     }
 }

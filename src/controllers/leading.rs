@@ -62,6 +62,8 @@ pub async fn run<C: CloudProvider + 'static>(
         if !shutting_down {
             tracing::warn!("no longer the leader; stopping provisioning, lifecycle, status and gc");
             tasks.shutdown().await;
+            // A standby serves none of the leader's gauges, not even their last values.
+            metrics::get().clear_leader_only();
             continue;
         }
         tracing::info!(timeout_s = DRAIN_TIMEOUT.as_secs(), "shutting down: waiting for in-flight work");
@@ -95,6 +97,12 @@ fn spawn_writers<C: CloudProvider + 'static>(
         let shared = shared.clone();
         tasks.spawn(supervisor.run(name, move || run(shared.clone())));
     };
+    // The loops that work one unit at a time (the lifecycle reconciles claims concurrently).
+    use crate::operator::metrics::controller as c;
+    for name in [c::PROVISIONER, c::DISRUPTION, c::NODECLAIM_GC, c::NODECLAIM_DISRUPTION, c::STATUS] {
+        metrics::get().set_max_concurrent(name, 1);
+    }
+    spawn("metrics", |s| Box::pin(super::metrics::run(s)));
     spawn("lifecycle", |s| Box::pin(lifecycle::run(s)));
     spawn("status", |s| Box::pin(status::run(s)));
     spawn("gc", |s| Box::pin(gc::run(s)));

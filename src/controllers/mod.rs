@@ -30,6 +30,9 @@ pub mod disruption;
 pub mod events;
 pub mod leading;
 pub mod metrics;
+mod metrics_nodes;
+pub mod metrics_pods;
+mod metrics_status;
 pub mod node;
 pub mod nodeclaim;
 pub mod nodepool_health;
@@ -83,7 +86,9 @@ pub async fn run<C: CloudProvider + 'static>(
         first_seen: observed::FirstSeen::default(),
         quarantine: Mutex::new(BTreeMap::new()),
         registrations: nodepool_health::RegistrationHistory::default(),
+        metrics_state: Mutex::new(metrics::MetricsState::default()),
     });
+    crate::operator::metrics::get().record_build_info();
     let (triggers, trigger_rx) = mpsc::unbounded_channel();
     let mut watches = tokio::task::JoinSet::new();
     // Every replica serves metrics and probes and keeps its index warm; only the leader writes.

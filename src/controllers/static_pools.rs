@@ -72,7 +72,7 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
             blocked.clear();
             continue;
         }
-        let _in_flight = shared.begin_work().await;
+        let _in_flight = shared.begin_work(crate::operator::metrics::controller::STATIC_PROVISIONING).await;
         for action in actions {
             match action {
                 StaticAction::Launch { nodepool, claims } => launch(&shared, &nodepool, &claims).await,

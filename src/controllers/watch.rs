@@ -34,6 +34,7 @@ use tokio::task::JoinSet;
 
 use super::{events, Shared};
 use crate::apis::{AKSNodeClass, NodeClaim, NodeOverlay, NodePool};
+use crate::operator::metrics::status;
 use crate::scheduling::from_k8s::FromK8sError;
 use crate::state::{self, Cluster, Kind, Object};
 
@@ -44,26 +45,57 @@ pub fn spawn_all<C: Send + Sync + 'static>(
     shared: Arc<Shared<C>>,
     triggers: UnboundedSender<super::provisioning::Trigger>,
 ) {
-    let leading = shared.clone();
-    let leading = move || leading.leading.load(Ordering::Relaxed);
+    let hooked = shared.clone();
+    let leading = move || hooked.leading.load(Ordering::Relaxed);
+    let metered = shared.clone();
     let pod_hook = move |cluster: &Cluster, pod: &Pod| {
         let key = state::key(pod.metadata.namespace.as_deref(), &pod.name_any());
+        // The pod's way to a node, for the pod metrics; only the leader records durations.
+        let mut state = metered.metrics_state();
+        super::metrics_pods::pod_observed(super::metrics::get(), &mut state.pods, pod, leading());
+        drop(state);
         // A standby keeps its index warm but queues nothing: its provisioning loop is not running.
         if leading() && cluster.pod(&key).is_some_and(|p| p.is_provisionable()) {
             // The receiver lives as long as the controllers; a send error only happens at shutdown.
             let _ = triggers.send((key, std::time::Instant::now()));
         }
     };
+    // The status-condition metrics look for transitions at each delivery, as upstream's controller
+    // reconciles at each event; only the leader records them.
+    let observed = shared.clone();
+    let status = move |cluster: &Cluster, kind: status::Kind, name: &str| {
+        let record = observed.leading.load(Ordering::Relaxed);
+        let mut state = observed.metrics_state();
+        super::metrics_status::object_observed(
+            super::metrics::get(),
+            &mut state.status,
+            cluster,
+            kind,
+            name,
+            record,
+        );
+    };
     let notify = shared.clone();
-    let pool_hook = move |_: &Cluster, _: &NodePool| notify.status_changed.notify_one();
+    let (on_pool, on_class, on_claim, on_node) =
+        (status.clone(), status.clone(), status.clone(), status.clone());
+    let pool_hook = move |cluster: &Cluster, pool: &NodePool| {
+        on_pool(cluster, status::NODEPOOL, &pool.name_any());
+        notify.status_changed.notify_one();
+    };
     let notify = shared.clone();
-    let class_hook = move |_: &Cluster, _: &AKSNodeClass| notify.status_changed.notify_one();
+    let class_hook = move |cluster: &Cluster, class: &AKSNodeClass| {
+        on_class(cluster, status::AKSNODECLASS, &class.name_any());
+        notify.status_changed.notify_one();
+    };
+    let claim_hook =
+        move |cluster: &Cluster, claim: &NodeClaim| on_claim(cluster, status::NODECLAIM, &claim.name_any());
+    let node_hook = move |cluster: &Cluster, node: &Node| on_node(cluster, status::NODE, &node.name_any());
     let typed = Reading::Typed;
     // Custom resources are read object by object, so one that does not fit the types is set aside.
     let tolerant = Reading::Tolerant;
     spawn_watch(tasks, &shared, Kind::Pod, typed, pod_hook);
-    spawn_watch(tasks, &shared, Kind::Node, typed, |_, _: &Node| {});
-    spawn_watch(tasks, &shared, Kind::NodeClaim, tolerant, |_, _: &NodeClaim| {});
+    spawn_watch(tasks, &shared, Kind::Node, typed, node_hook);
+    spawn_watch(tasks, &shared, Kind::NodeClaim, tolerant, claim_hook);
     spawn_watch(tasks, &shared, Kind::NodePool, tolerant, pool_hook);
     spawn_watch(tasks, &shared, Kind::NodeClass, tolerant, class_hook);
     spawn_watch(tasks, &shared, Kind::DaemonSet, typed, |_, _: &DaemonSet| {});
@@ -76,7 +108,10 @@ pub fn spawn_all<C: Send + Sync + 'static>(
     spawn_watch(tasks, &shared, Kind::Namespace, typed, |_, _: &Namespace| {});
     if shared.settings.node_overlay {
         let notify = shared.clone();
-        let overlay_hook = move |_: &Cluster, _: &NodeOverlay| notify.status_changed.notify_one();
+        let overlay_hook = move |cluster: &Cluster, overlay: &NodeOverlay| {
+            status(cluster, status::NODEOVERLAY, &overlay.name_any());
+            notify.status_changed.notify_one();
+        };
         spawn_watch(tasks, &shared, Kind::NodeOverlay, tolerant, overlay_hook);
     } else {
         // Nothing to wait for: with the gate off the index holds no overlays.

@@ -1,5 +1,6 @@
-//! Tests of [`super::Metrics`]: every metric is registered under upstream's name and type, with
-//! upstream's label names, and the recorders put each value under the right label.
+//! Tests of [`super::Metrics`]: the recorders put each value under the right labels, leader-only gauges
+//! clear, summaries and reconcile units render as upstream's. The registry against upstream's list is
+//! `metrics_upstream_tests.rs`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -55,156 +56,91 @@ fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         .map(|s| s.value)
 }
 
-/// Records one sample in every metric, so every family shows up in the output.
-fn record_everything(m: &Metrics) {
-    m.nodeclaim_created("general");
-    m.nodeclaim_terminated("general", "spot", "eastus-1");
-    m.nodeclaim_disrupted("insufficient_capacity", "general", "on-demand", "graceful");
-    m.nodeclaim_unhealthy_disrupted("ready", "general", "spot", "/CommunityGalleries/x/versions/1");
-    m.node_created("general", "eastus-2");
-    m.node_terminated("general", "eastus-2");
-    m.nodes_allocatable
-        .with_label_values(&["general", "Standard_D4s_v5", "on-demand", "eastus-1", "amd64", "linux", "cpu"])
-        .set(3.86);
-    m.nodepools_usage.with_label_values(&["memory", "general"]).set(1024.0);
-    m.nodepools_limit.with_label_values(&["cpu", "general"]).set(100.0);
-    m.pods_state
-        .with_label_values(&["Running", "true", "general", "eastus-1", "spot", "Standard_D2s_v5"])
-        .set(3);
-    m.set_queue_depth(controller::PROVISIONER, 12);
-    m.scheduling_finished(controller::PROVISIONER, Duration::from_millis(40), 2);
-    m.pod_scheduling_decided(Duration::from_millis(1200));
-    m.cloud_call("Create", "azure", Duration::from_millis(300), Some("InsufficientCapacityError"));
-    let vm = VmCreate {
-        image: "/CommunityGalleries/x/images/2204gen2containerd/versions/1",
-        size: "Standard_D4s_v5",
-        zone: "eastus-1",
-        capacity_type: "on-demand",
-        nodepool: "general",
-    };
-    m.vm_create_started(&vm);
-    m.vm_create_failed(&vm, "async", "ZonalAllocationFailed");
-    m.plan_price.with_label_values(&["general"]).set(0.384);
-    m.plan_lower_bound.set(0.3);
-    m.set_leading("karpenter-leader-election", true);
-    m.set_pricing_age("static", Duration::from_secs(5));
-    m.task_restarted("gc");
-    m.unreadable_objects.with_label_values(&["NodeClaim"]).set(1);
-    m.watch_failing.with_label_values(&["Pod"]).set(30.0);
-    let d = &m.disruption;
-    d.evaluation_duration.with_label_values(&["underutilized", "single"]).observe(0.2);
-    d.decisions.with_label_values(&["replace", "underutilized", "single"]).inc();
-    d.eligible_nodes.with_label_values(&["drifted"]).set(2.0);
-    d.failed_validations.with_label_values(&["multi"]).inc();
-    d.queue_failures.with_label_values(&["delete", "empty", "empty"]).inc();
-    d.allowed_disruptions.with_label_values(&["general", "empty"]).set(1.0);
-    m.disrupted_by_policy(["underutilized", "general", "spot", "Balanced", "graceful"], 3);
-    d.cluster_price.set(1.5);
-    d.repack_lower_bound.set(1.2);
-}
-
-/// Every metric the issue lists (plus ours), its type and its label names (histograms: of `_count`).
-const EXPECTED: &[(&str, &str, &[&str])] = &[
-    ("karpenter_nodeclaims_created_total", "counter", &["reason", "nodepool", "min_values_relaxed"]),
-    ("karpenter_nodeclaims_terminated_total", "counter", &["nodepool", "capacity_type", "zone"]),
-    (
-        "karpenter_nodeclaims_disrupted_total",
-        "counter",
-        &["reason", "nodepool", "capacity_type", "consolidation_policy", "termination_mode"],
-    ),
-    (
-        "karpenter_nodeclaims_unhealthy_disrupted_total",
-        "counter",
-        &["condition", "nodepool", "capacity_type", "image_id"],
-    ),
-    ("karpenter_nodes_created_total", "counter", &["nodepool", "zone"]),
-    ("karpenter_nodes_terminated_total", "counter", &["nodepool", "zone"]),
-    ("karpenter_nodes_allocatable", "gauge", &NODE_LABELS),
-    ("karpenter_nodepools_usage", "gauge", &["resource_type", "nodepool"]),
-    ("karpenter_nodepools_limit", "gauge", &["resource_type", "nodepool"]),
-    ("karpenter_pods_state", "gauge", &POD_LABELS),
-    ("karpenter_scheduler_scheduling_duration_seconds", "histogram", &["controller"]),
-    ("karpenter_pods_scheduling_decision_duration_seconds", "histogram", &[]),
-    ("karpenter_scheduler_queue_depth", "gauge", &["controller"]),
-    ("karpenter_scheduler_unschedulable_pods_count", "gauge", &["controller"]),
-    ("karpenter_cloudprovider_duration_seconds", "histogram", &["controller", "method", "provider"]),
-    ("karpenter_cloudprovider_errors_total", "counter", &["controller", "method", "provider", "error"]),
-    (
-        "karpenter_instance_vm_create_start_total",
-        "counter",
-        &["image", "size", "zone", "capacity_type", "nodepool"],
-    ),
-    (
-        "karpenter_instance_vm_create_failure_total",
-        "counter",
-        &["image", "size", "zone", "capacity_type", "nodepool", "phase", "error_code"],
-    ),
-    ("karpenter_cluster_state_node_count", "gauge", &[]),
-    ("karpenter_cluster_state_synced", "gauge", &[]),
-    ("karpenter_azure_plan_price_dollars_per_hour", "gauge", &["nodepool"]),
-    ("karpenter_azure_plan_lower_bound_dollars_per_hour", "gauge", &[]),
-    ("karpenter_azure_pricing_age_seconds", "gauge", &["source"]),
-    ("karpenter_azure_task_restarts_total", "counter", &["task"]),
-    ("karpenter_azure_unreadable_objects", "gauge", &["kind"]),
-    ("karpenter_azure_watch_failing_seconds", "gauge", &["kind"]),
-    ("karpenter_azure_credential_failing_seconds", "gauge", &[]),
-    ("leader_election_master_status", "gauge", &["name"]),
-    (
-        "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
-        "histogram",
-        &["reason", "consolidation_type"],
-    ),
-    (
-        "karpenter_voluntary_disruption_decisions_total",
-        "counter",
-        &["decision", "reason", "consolidation_type"],
-    ),
-    ("karpenter_voluntary_disruption_eligible_nodes", "gauge", &["reason"]),
-    ("karpenter_voluntary_disruption_failed_validations_total", "counter", &["consolidation_type"]),
-    (
-        "karpenter_voluntary_disruption_queue_failures_total",
-        "counter",
-        &["decision", "reason", "consolidation_type"],
-    ),
-    ("karpenter_nodepools_allowed_disruptions", "gauge", &["nodepool", "reason"]),
-    (
-        "karpenter_pods_disruption_initiated_total",
-        "counter",
-        &["reason", "nodepool", "capacity_type", "consolidation_policy", "termination_mode"],
-    ),
-    ("karpenter_azure_cluster_price_dollars_per_hour", "gauge", &[]),
-    ("karpenter_azure_cluster_repack_lower_bound_dollars_per_hour", "gauge", &[]),
-];
-
 #[test]
-fn every_metric_is_registered_with_upstream_name_type_and_labels() {
+fn leader_only_gauges_have_no_series_after_a_clear() {
     let m = Metrics::new();
-    record_everything(&m);
+    m.cluster.synced.with_label_values(&[] as &[&str]).set(1.0);
+    let pod = ["web-1", "ns", "", "", "false", "", "", "", "", "", "Pending", "false", "false"];
+    m.cluster.pods_state.with_label_values(&pod).set(1.0);
+    m.disruption.eligible_nodes.with_label_values(&["drifted"]).set(2.0);
+    m.scheduling_started(controller::PROVISIONER, "run-1", 3);
+    m.nodeclaim_created("general");
+    m.set_leading("karpenter-leader-election", false);
+    m.clear_leader_only();
     let text = m.render().unwrap();
-    let types = types(&text);
-    let samples = samples(&text);
-    for (name, kind, labels) in EXPECTED {
-        assert_eq!(types.get(*name).map(String::as_str), Some(*kind), "{name}:\n{text}");
-        let series = if *kind == "histogram" { format!("{name}_count") } else { name.to_string() };
-        let sample =
-            samples.iter().find(|s| s.name == series).unwrap_or_else(|| panic!("{series} in\n{text}"));
-        let mut got: Vec<&str> = sample.labels.keys().map(String::as_str).collect();
-        let mut want = labels.to_vec();
-        got.sort_unstable();
-        want.sort_unstable();
-        assert_eq!(got, want, "labels of {name}");
+    for gone in [
+        "karpenter_cluster_state_synced",
+        "karpenter_pods_state",
+        "karpenter_voluntary_disruption_eligible_nodes",
+        "karpenter_scheduler_queue_depth",
+    ] {
+        assert!(!text.contains(gone), "{gone} after a clear:\n{text}");
     }
-    assert_eq!(types.len(), EXPECTED.len(), "no metric beyond the listed ones: {types:?}");
+    // Counters are the process's: kept.
+    assert!(text.contains("karpenter_nodeclaims_created_total"), "{text}");
+    assert!(text.contains("leader_election_master_status"), "{text}");
+    // Every leader-only metric is a gauge describing the cluster or a decision.
+    for doc in m.docs().iter().filter(|d| d.leader_only) {
+        assert_eq!(doc.kind, Type::Gauge, "{}", doc.name);
+    }
 }
 
 #[test]
-fn cluster_state_scalars_show_before_anything_is_recorded() {
+fn vectors_without_a_series_are_left_out_as_upstream() {
     let text = Metrics::new().render().unwrap();
-    assert_eq!(value(&text, "karpenter_cluster_state_synced", &[]), Some(0.0), "{text}");
-    assert_eq!(value(&text, "karpenter_cluster_state_node_count", &[]), Some(0.0));
-    assert_eq!(value(&text, "karpenter_azure_plan_lower_bound_dollars_per_hour", &[]), Some(0.0));
-    // Vectors without a series are left out, as upstream's are.
     assert!(!text.contains("karpenter_nodeclaims_created_total"), "{text}");
+    assert!(!text.contains("karpenter_cluster_state_synced"), "{text}");
+    // Upstream initialises the consolidation timeouts to 0.
+    let timeouts = "karpenter_voluntary_disruption_consolidation_timeouts_total";
+    assert_eq!(value(&text, timeouts, &[("consolidation_type", "multi")]), Some(0.0), "{text}");
+}
+
+#[test]
+fn summaries_render_quantiles_sum_and_count() {
+    let m = Metrics::new();
+    m.node_terminated("general", "eastus-1", Some(Duration::from_secs(30)), Some(Duration::from_secs(3600)));
+    let text = m.render().unwrap();
+    let kind = types(&text).get("karpenter_nodes_termination_duration_seconds").cloned();
+    assert_eq!(kind.as_deref(), Some("summary"));
+    let q = |quantile| {
+        let labels = [("nodepool", "general"), ("quantile", quantile)];
+        value(&text, "karpenter_nodes_termination_duration_seconds", &labels)
+    };
+    assert_eq!((q("0"), q("0.5"), q("1")), (Some(30.0), Some(30.0), Some(30.0)), "{text}");
+    assert_eq!(value(&text, "karpenter_nodes_termination_duration_seconds_count", &[]), Some(1.0));
+    let lifetime = [("nodepool", "general"), ("le", "3600")];
+    assert_eq!(value(&text, "karpenter_nodes_lifetime_duration_seconds_bucket", &lifetime), Some(1.0));
+}
+
+#[test]
+fn build_info_names_the_build() {
+    let m = Metrics::new();
+    m.record_build_info();
+    let text = m.render().unwrap();
+    let sample = samples(&text).into_iter().find(|s| s.name == "karpenter_build_info").expect("build info");
+    assert_eq!(sample.value, 1.0);
+    assert_eq!(sample.labels["version"], env!("CARGO_PKG_VERSION"));
+    assert!(sample.labels["goversion"].starts_with("rustc "), "{:?}", sample.labels);
+    assert!(!sample.labels["goarch"].is_empty() && !sample.labels["commit"].is_empty());
+}
+
+#[test]
+fn work_units_count_as_reconciles() {
+    let active =
+        |text: &str| value(text, "controller_runtime_active_workers", &[("controller", "test.unit")]);
+    {
+        let _ok = Work::begin("test.unit");
+        let mut failed = Work::begin("test.unit");
+        failed.failed();
+        assert_eq!(active(&get().render().unwrap()), Some(2.0));
+    }
+    let text = get().render().unwrap();
+    let total = |result| {
+        value(&text, "controller_runtime_reconcile_total", &[("controller", "test.unit"), ("result", result)])
+    };
+    assert_eq!((total("success"), total("error")), (Some(1.0), Some(1.0)), "{text}");
+    let errors = value(&text, "controller_runtime_reconcile_errors_total", &[("controller", "test.unit")]);
+    assert_eq!((errors, active(&text)), (Some(1.0), Some(0.0)));
 }
 
 #[test]
@@ -255,30 +191,32 @@ fn recorders_put_values_under_the_right_labels() {
 }
 
 #[test]
-fn scheduling_and_queue_depth_are_per_controller() {
+fn scheduling_runs_are_per_controller_and_run() {
     let m = Metrics::new();
-    m.set_queue_depth(controller::PROVISIONER, 30);
+    m.scheduling_started(controller::PROVISIONER, "run-1", 30);
+    m.scheduling_progress(controller::PROVISIONER, "run-1", Duration::from_millis(1500));
     let text = m.render().unwrap();
-    assert_eq!(value(&text, "karpenter_scheduler_queue_depth", &[("controller", "provisioner")]), Some(30.0));
-    m.scheduling_finished(controller::PROVISIONER, Duration::from_millis(7), 4);
-    m.set_queue_depth(controller::PROVISIONER, 0);
+    let run1 = [("controller", "provisioner"), ("scheduling_id", "run-1")];
+    assert_eq!(value(&text, "karpenter_scheduler_queue_depth", &run1), Some(30.0));
+    assert_eq!(value(&text, "karpenter_scheduler_unfinished_work_seconds", &run1), Some(1.5));
+    m.scheduling_finished(controller::PROVISIONER, "run-1", Duration::from_millis(7), 4);
     let text = m.render().unwrap();
+    assert_eq!(value(&text, "karpenter_scheduler_queue_depth", &run1), Some(0.0));
+    assert_eq!(value(&text, "karpenter_scheduler_unfinished_work_seconds", &run1), None, "{text}");
     let provisioner = [("controller", "provisioner")];
-    assert_eq!(value(&text, "karpenter_scheduler_queue_depth", &provisioner), Some(0.0));
     assert_eq!(value(&text, "karpenter_scheduler_unschedulable_pods_count", &provisioner), Some(4.0));
-    assert_eq!(
-        value(&text, "karpenter_scheduler_scheduling_duration_seconds_count", &provisioner),
-        Some(1.0)
-    );
+    let count = value(&text, "karpenter_scheduler_scheduling_duration_seconds_count", &provisioner);
+    assert_eq!(count, Some(1.0));
     // 7 ms lands in the 10 ms bucket of upstream's DurationBuckets, not in the 5 ms one.
     let bucket = |le| {
-        value(
-            &text,
-            "karpenter_scheduler_scheduling_duration_seconds_bucket",
-            &[("controller", "provisioner"), ("le", le)],
-        )
+        let labels = [("controller", "provisioner"), ("le", le)];
+        value(&text, "karpenter_scheduler_scheduling_duration_seconds_bucket", &labels)
     };
     assert_eq!((bucket("0.005"), bucket("0.01")), (Some(0.0), Some(1.0)));
+    // The next run replaces the previous one's series.
+    m.scheduling_started(controller::PROVISIONER, "run-2", 5);
+    let text = m.render().unwrap();
+    assert_eq!(value(&text, "karpenter_scheduler_queue_depth", &run1), None, "{text}");
 }
 
 #[test]
@@ -317,5 +255,14 @@ async fn cloud_calls_carry_the_controller_they_run_in() {
 #[test]
 fn the_process_metrics_are_one_registry() {
     assert!(std::ptr::eq(get(), get()));
-    assert!(get().render().unwrap().contains("karpenter_cluster_state_synced"));
+    get().nodeclaim_created("one-registry");
+    assert!(get().render().unwrap().contains("karpenter_nodeclaims_created_total"));
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_process_collector_reports_this_process() {
+    let text = Metrics::new().render().unwrap();
+    assert!(value(&text, "process_resident_memory_bytes", &[]).is_some_and(|v| v > 0.0), "{text}");
+    assert!(value(&text, "process_start_time_seconds", &[]).is_some_and(|v| v > 0.0));
 }

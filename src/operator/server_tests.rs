@@ -92,7 +92,10 @@ async fn metrics_refreshes_the_gauges_and_serves_the_text_format() {
     let (status, content_type, body) = get(ports.metrics, "/metrics").await;
     assert_eq!(status, 200);
     assert_eq!(content_type, "text/plain; version=0.0.4");
-    assert!(body.contains("# TYPE karpenter_cluster_state_synced gauge"), "{body}");
+    assert!(
+        body.contains("# TYPE karpenter_voluntary_disruption_consolidation_timeouts_total counter"),
+        "{body}"
+    );
     get(ports.metrics, "/metrics").await;
     assert_eq!(stub.refreshes.load(Ordering::SeqCst), 2, "one refresh per scrape");
 }

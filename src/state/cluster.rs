@@ -465,6 +465,10 @@ impl Cluster {
         })
     }
 
+    pub fn nodeclasses(&self) -> impl Iterator<Item = &AKSNodeClass> {
+        self.nodeclasses.values()
+    }
+
     pub fn nodeclass(&self, name: &str) -> Option<&AKSNodeClass> {
         self.nodeclasses.get(name)
     }

@@ -51,7 +51,7 @@ pub enum PodPhase {
 }
 
 impl PodPhase {
-    fn parse(phase: Option<&str>) -> Self {
+    pub fn parse(phase: Option<&str>) -> Self {
         match phase {
             Some("Running") => Self::Running,
             Some("Succeeded") => Self::Succeeded,
@@ -93,9 +93,35 @@ pub struct PodRecord {
     pub uid: Option<String>,
     /// The PersistentVolumeClaims its volumes name; their zones are looked up at snapshot time.
     pub volume_claims: Vec<String>,
+    /// `metadata.creationTimestamp`, for the pod metrics.
+    pub created: Option<Timestamp>,
+    /// `Ready=True`.
+    pub ready: bool,
+    /// `PodScheduled=True`.
+    pub scheduled: bool,
+    /// Upstream's `owner` label of `karpenter_pods_state`: the self link of the first owner reference,
+    /// `/apis/<apiVersion>/namespaces/<namespace>/<kind>s/<name>`; empty without one.
+    pub owner_link: String,
+    /// The pod's effective limits (k8s `resourcehelper.PodLimits`), for the node metrics.
+    pub limits: Resources,
     /// The Pod itself, kept only when its affinity selects namespaces by label, to convert it again
     /// when the namespaces change.
     pub source: Option<Arc<core::Pod>>,
+}
+
+/// Whether the pod's condition `type_` is True.
+pub fn condition_true(p: &core::Pod, type_: &str) -> bool {
+    let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.into_iter().flatten().any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// Upstream `pkg/controllers/metrics/pod/controller.go` `makeLabels`: the self link of the first owner.
+fn owner_link(p: &core::Pod) -> String {
+    let owners = p.metadata.owner_references.as_deref().unwrap_or_default();
+    owners.first().map_or_else(String::new, |o| {
+        let namespace = p.metadata.namespace.as_deref().unwrap_or_default();
+        format!("/apis/{}/namespaces/{namespace}/{}s/{}", o.api_version, o.kind.to_ascii_lowercase(), o.name)
+    })
 }
 
 /// Whether any pod (anti-)affinity term of the pod has a `namespaceSelector`.
@@ -143,6 +169,11 @@ impl PodRecord {
                 .map(|s| from_k8s::pod_claims(p.metadata.name.as_deref().unwrap_or_default(), s))
                 .unwrap_or_default(),
             source: selects_namespaces(p).then(|| Arc::new(p.clone())),
+            created: p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            ready: condition_true(p, "Ready"),
+            scheduled: condition_true(p, "PodScheduled"),
+            owner_link: owner_link(p),
+            limits: p.spec.as_ref().map(from_k8s::pod_limits).unwrap_or_default(),
         })
     }
 
@@ -194,8 +225,14 @@ pub struct NodeRecord {
     pub do_not_disrupt: bool,
     /// `status.nodeInfo.kubeletVersion` (`v1.34.4`), for Kubernetes-version drift.
     pub kubelet_version: Option<String>,
-    /// Every condition the Node reports, for node repair's policies.
+    /// Every condition the Node reports, for node repair's policies and the status metrics.
     pub conditions: Vec<NodeCondition>,
+    /// `metadata.creationTimestamp`, for the node metrics.
+    pub created: Option<Timestamp>,
+    /// `metadata.deletionTimestamp`.
+    pub deleted_at: Option<Timestamp>,
+    /// `status.phase` (empty on current kubelets), a label of the node metrics.
+    pub phase: String,
 }
 
 /// Whether the Node's `Ready` condition is True.
@@ -224,6 +261,9 @@ impl NodeRecord {
                 .map(|t| t.0),
             unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
             deleting: n.metadata.deletion_timestamp.is_some(),
+            created: n.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            deleted_at: n.metadata.deletion_timestamp.as_ref().map(|t| t.0),
+            phase: n.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default(),
             do_not_disrupt: n
                 .metadata
                 .annotations
@@ -246,6 +286,7 @@ impl NodeRecord {
                     type_: c.type_.clone(),
                     status: c.status.clone(),
                     since: c.last_transition_time.as_ref().map(|t| t.0),
+                    reason: c.reason.clone().unwrap_or_default(),
                 })
                 .collect(),
         })
@@ -302,6 +343,8 @@ pub struct NodeClaimRecord {
     pub capacity: Resources,
     pub allocatable: Resources,
     pub created: Option<Time>,
+    /// `metadata.deletionTimestamp`.
+    pub deleted_at: Option<Timestamp>,
 }
 
 impl NodeClaimRecord {
@@ -350,6 +393,7 @@ impl NodeClaimRecord {
             capacity: resources("status.capacity", &status.capacity)?,
             allocatable: resources("status.allocatable", &status.allocatable)?,
             created: c.metadata.creation_timestamp.clone(),
+            deleted_at: c.metadata.deletion_timestamp.as_ref().map(|t| t.0),
         })
     }
 

@@ -523,7 +523,8 @@ fn deleting_nodes_leave_the_snapshot_but_still_count_against_limits() {
 fn records_stay_small() {
     // The index holds thousands of these; keep the fixed part of each record modest.
     assert!(std::mem::size_of::<PodRecord>() <= 640, "{}", std::mem::size_of::<PodRecord>());
-    assert!(std::mem::size_of::<NodeRecord>() <= 320, "{}", std::mem::size_of::<NodeRecord>());
+    // Nodes are far fewer than pods; their creation, deletion and phase feed the node metrics.
+    assert!(std::mem::size_of::<NodeRecord>() <= 384, "{}", std::mem::size_of::<NodeRecord>());
 }
 
 #[test]

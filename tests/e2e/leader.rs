@@ -55,6 +55,7 @@ async fn wait_holder(leases: &Api<Lease>, want: &[&str], timeout: Duration) -> (
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_within_15s_and_nothing_is_created_twice() {
+    let _lease = LEASE_IN_USE.lock().await;
     let client = cluster::shared().client().await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
     let _ = leases.delete(LEASE_NAME, &DeleteParams::default()).await;
@@ -174,4 +175,139 @@ fn assert_every_node_is_used(claims: &[Value], pods: &[Pod]) {
         .filter(|node| !used.contains(node))
         .collect();
     assert!(idle.is_empty(), "NodeClaims whose Nodes run none of the pods (created twice?): {idle:?}");
+}
+
+/// The chart's Role grants only the one Lease, so the tests of this file take turns with it.
+static LEASE_IN_USE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+const METRICS_LEASE: &str = LEASE_NAME;
+const METRICS_NAME: &str = "e2e-leader-metrics";
+
+fn metrics_election_env(replica: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("DISABLE_LEADER_ELECTION", "false".to_string()),
+        ("LEADER_ELECTION_NAMESPACE", LEASE_NAMESPACE.to_string()),
+        ("LEADER_ELECTION_NAME", METRICS_LEASE.to_string()),
+        ("POD_NAME", replica.to_string()),
+    ]
+}
+
+/// The samples of the page the replica on `port` serves.
+async fn page(port: u16) -> Result<Vec<prometheus::Sample>, String> {
+    let (status, text) = prometheus::get(&format!("http://127.0.0.1:{port}/metrics")).await?;
+    if status != 200 {
+        return Err(format!("{status}: {text}"));
+    }
+    prometheus::parse(&text)
+}
+
+/// The leader-only metrics ([`karpenter_azure::operator::metrics::Doc::leader_only`]) among `samples`.
+fn leader_only_served(samples: &[prometheus::Sample]) -> BTreeSet<String> {
+    let docs = karpenter_azure::operator::metrics::Metrics::new();
+    let leader_only: BTreeSet<&str> =
+        docs.docs().iter().filter(|d| d.leader_only).map(|d| d.name.as_str()).collect();
+    samples.iter().filter(|s| leader_only.contains(s.name.as_str())).map(|s| s.name.clone()).collect()
+}
+
+/// With two replicas, Prometheus scrapes both; upstream runs its cluster-state metric controllers only
+/// on the leader, so `sum by` over the pages counts each Node and pod once. Here too: the leader serves
+/// the per-node, per-pod, per-NodePool and status-condition gauges, the standby none of them (only the
+/// process's own: build, process, leader election); after a handover the new leader serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_serves_the_cluster_state_metrics() {
+    let _lease = LEASE_IN_USE.lock().await;
+    let client = cluster::shared().client().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let _ = leases.delete(METRICS_LEASE, &DeleteParams::default()).await;
+    let holder_of = |leases: Api<Lease>| async move {
+        let lease = leases.get_opt(METRICS_LEASE).await.ok().flatten()?;
+        lease.spec?.holder_identity?.split('_').next().map(str::to_string)
+    };
+
+    let a = setup::controller("leader-metrics-a")
+        .namespaces(&[METRICS_NAME, LEASE_NAMESPACE])
+        .envs(&metrics_election_env("replica-a"))
+        .start(&client)
+        .await;
+    wait::until("replica-a to hold the lease", Duration::from_secs(30), || async {
+        match holder_of(leases.clone()).await {
+            Some(h) if h == "replica-a" => Ok(()),
+            other => Err(format!("holder {other:?}")),
+        }
+    })
+    .await;
+    let mut b = a.spawn_replica("leader-metrics-b", &metrics_election_env("replica-b"));
+    let pool = manifests::node_pool(METRICS_NAME, Some("D"));
+    setup::class_and_pool_ready(&client, &a, &manifests::node_class(METRICS_NAME), &pool).await;
+    let deployment =
+        |replicas| manifests::deployment(METRICS_NAME, APP, METRICS_NAME, replicas, "500m", "1Gi");
+    objects::apply(&client, &deployment(2)).await.expect("applying the Deployment");
+    setup::running_pods(&client, METRICS_NAME, &format!("app={APP}"), 2).within(CONVERGE).wait(&a).await;
+
+    // The leader's page describes the cluster: every node and pod by name, the status conditions.
+    let must = [
+        "karpenter_cluster_state_synced",
+        "karpenter_cluster_state_node_count",
+        "karpenter_nodes_allocatable",
+        "karpenter_nodes_total_pod_requests",
+        "karpenter_pods_state",
+        "karpenter_nodepools_usage",
+        "karpenter_nodepools_cost_total",
+        "operator_nodeclaim_status_condition_count",
+        "operator_node_status_condition_count",
+    ];
+    let leader = a
+        .wait_until("the leader to serve the cluster-state metrics", CONVERGE, || async {
+            let samples = page(a.metrics_port()).await?;
+            let served = leader_only_served(&samples);
+            let missing: Vec<&&str> = must.iter().filter(|m| !served.contains(**m)).collect();
+            let pods = samples
+                .iter()
+                .filter(|s| {
+                    s.name == "karpenter_pods_state"
+                        && s.labels.get("namespace").map(String::as_str) == Some(METRICS_NAME)
+                })
+                .count();
+            if missing.is_empty() && pods == 2 {
+                Ok(samples)
+            } else {
+                Err(format!("missing {missing:?}, {pods} pods of the Deployment in karpenter_pods_state"))
+            }
+        })
+        .await;
+    let standby = page(b.metrics_port()).await.expect("the standby's page");
+    let served = leader_only_served(&standby);
+    assert!(served.is_empty(), "the standby serves leader-only metrics: {served:?}");
+    for name in ["karpenter_build_info", "process_resident_memory_bytes"] {
+        assert!(standby.iter().any(|s| s.name == name), "the standby's page lacks {name}");
+    }
+    let status = |samples: &[prometheus::Sample]| {
+        prometheus::sum(samples, "leader_election_master_status", &[("name", METRICS_LEASE)])
+    };
+    assert_eq!((status(&leader), status(&standby)), (Some(1.0), Some(0.0)));
+    // Summed over both pages, each pod counts once.
+    let both: Vec<prometheus::Sample> = leader.iter().chain(&standby).cloned().collect();
+    let pods =
+        prometheus::sum(&both, "karpenter_pods_state", &[("namespace", METRICS_NAME), ("phase", "Running")]);
+    assert_eq!(pods, Some(2.0), "sum over the replicas counts each pod once");
+    println!(
+        "e2e leader metrics: the leader serves {} leader-only metrics, the standby none",
+        leader_only_served(&leader).len()
+    );
+
+    // After a handover the new leader serves them, and the old one is gone.
+    let status = a.terminate(Duration::from_secs(40)).expect("the leader exits after SIGTERM");
+    assert!(status.success(), "{status}");
+    let served = wait::until("replica-b to lead and serve the cluster state", CONVERGE, || async {
+        let samples = page(b.metrics_port()).await?;
+        let served = leader_only_served(&samples);
+        let synced = prometheus::sum(&samples, "karpenter_cluster_state_synced", &[]);
+        if served.contains("karpenter_pods_state") && synced == Some(1.0) {
+            Ok(served.len())
+        } else {
+            Err(format!("synced {synced:?}, serving {served:?}"))
+        }
+    })
+    .await;
+    println!("e2e leader metrics: after the handover replica-b serves {served} leader-only metrics");
+    cleanup::remove(&client, METRICS_NAME, &[deployment(0)], || b.exit_status().is_none()).await;
 }

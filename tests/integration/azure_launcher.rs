@@ -532,7 +532,8 @@ async fn vm_creates_are_counted_with_the_phase_their_failure_came_in() {
         h.provider.create(&req).await.expect("the next zone launches");
         let m = metrics::get();
         let started = |zone: &str| {
-            m.vm_create_start
+            m.scheduler
+                .vm_create_start
                 .with_label_values(&[image.as_str(), "Standard_D2s_v5", zone, "on-demand", pool])
                 .get()
         };
@@ -540,7 +541,7 @@ async fn vm_creates_are_counted_with_the_phase_their_failure_came_in() {
         let failed = |zone: &str, phase: &str| {
             let labels =
                 [image.as_str(), "Standard_D2s_v5", zone, "on-demand", pool, phase, "ZonalAllocationFailed"];
-            m.vm_create_failure.with_label_values(&labels).get()
+            m.scheduler.vm_create_failure.with_label_values(&labels).get()
         };
         assert_eq!(failed("eastus-1", phase), 1, "{pool}");
         assert_eq!(failed("eastus-2", phase), 0, "the second create succeeded");

@@ -465,7 +465,12 @@ impl CloudProvider for AzureCloudProvider {
         claim: &NodeClaim,
         class: Option<&AKSNodeClass>,
     ) -> Result<LaunchRequest, LaunchRequestError> {
-        launch::request_from(&self.catalog, claim, class)
+        let request = launch::request_from(&self.catalog, claim, class);
+        if let Err(LaunchRequestError::NoImage(_) | LaunchRequestError::NoCompatibleImage { .. }) = &request {
+            let family = class.and_then(|c| c.spec.image_family).unwrap_or_default();
+            metrics::get().image_selection_failed(family.as_str());
+        }
+        request
     }
 
     fn price_age(&self, now: Duration) -> (PriceSource, Duration) {

@@ -75,6 +75,7 @@ pub async fn start<C: CloudProvider + 'static>(
         report::queue_failure(command);
         return None;
     }
+    report::command_started(shared, command);
     report::started(shared, command, &replacements);
     Some(Started { replacements, at: Instant::now() })
 }
@@ -95,7 +96,7 @@ pub async fn finish<C: Send + Sync + 'static>(
     let api: Api<NodeClaim> = Api::all(shared.client.clone());
     for node in &command.candidates {
         let Some(claim) = claim_of(shared, node) else { continue };
-        let _work = shared.begin_work().await;
+        let _work = shared.begin_work(crate::operator::metrics::controller::DISRUPTION_QUEUE).await;
         match writes::delete_named(&api, &claim, &indexed_claim(shared, &claim), None).await {
             Ok((Deleted::Now, deleting)) => {
                 if let Some(deleting) = deleting {

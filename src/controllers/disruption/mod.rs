@@ -107,7 +107,7 @@ async fn pass<C: CloudProvider + 'static>(
     commands: &mut JoinSet<()>,
 ) -> Result<bool, ControllerError> {
     let decisions = {
-        let _work = shared.begin_work().await;
+        let _work = shared.begin_work(crate::operator::metrics::controller::DISRUPTION).await;
         if shared.cluster().sync_status().is_err() {
             return Ok(false);
         }
@@ -142,7 +142,7 @@ async fn pass<C: CloudProvider + 'static>(
         tokio::time::sleep(shared.settings.disruption_validation_delay).await;
         validated(shared, disrupting, decided).await
     };
-    let _work = shared.begin_work().await;
+    let _work = shared.begin_work(crate::operator::metrics::controller::DISRUPTION_QUEUE).await;
     let mut acted = false;
     for command in decided {
         let Some(started) = execute::start(shared, disrupting, &command).await else { continue };

@@ -2,6 +2,7 @@
 //! [`crate::operator::metrics::DisruptionMetrics`]) and Kubernetes Events on Nodes and NodeClaims
 //! (`DisruptionBlocked` with the pod, PDB or budget that blocks, `Disrupting`, `Expired`).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -9,11 +10,12 @@ use k8s_openapi::jiff::Timestamp;
 use super::execute::disrupting_events;
 use super::{reason_label, Shared};
 use crate::apis::duration::NillableDuration;
-use crate::apis::nodepool::DisruptionReason;
+use crate::apis::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::controllers::events;
 use crate::controllers::metrics::termination_mode_of;
 use crate::disruption::budgets::allowances;
 use crate::disruption::candidates::check;
+use crate::disruption::cost::node_disruption_cost;
 use crate::disruption::{BlockReason, Command, Decisions, Expired, Method, Snapshot};
 use crate::operator::metrics::{self as operator_metrics, consolidation_type, decision};
 
@@ -51,22 +53,27 @@ pub fn decisions<C>(
         .first()
         .map_or(("", ""), |c| (reason_label(c.reason), consolidation_type_of(c.method)));
     m.evaluation_duration.with_label_values(&[reason, kind]).observe(took.as_secs_f64());
-    for c in &decisions.commands {
-        m.decisions
-            .with_label_values(&[decision_of(c), reason_label(c.reason), consolidation_type_of(c.method)])
-            .inc();
-    }
     for reason in REASONS {
         let eligible = snapshot.nodes.iter().filter(|n| check(snapshot, n, reason, now).is_ok()).count();
         m.eligible_nodes.with_label_values(&[reason_label(reason)]).set(eligible as f64);
         for (pool, allowance) in allowances(snapshot, reason, now) {
             let pool_nodes = snapshot.nodes.iter().filter(|n| n.nodepool == pool).count();
             let allowed = allowance.remaining.unwrap_or(pool_nodes);
-            m.allowed_disruptions.with_label_values(&[&pool, reason_label(reason)]).set(allowed as f64);
+            let labels = [pool.as_str(), reason_label(reason)];
+            m.allowed_disruptions.with_label_values(&labels).set(allowed as f64);
+            m.nodes_consuming_budgets.with_label_values(&labels).set(allowance.disrupting as f64);
         }
     }
-    m.cluster_price.set(decisions.cluster_price_per_hour);
-    m.repack_lower_bound.set(decisions.repack_lower_bound_per_hour);
+    let no_labels: &[&str] = &[];
+    m.cluster_price.with_label_values(no_labels).set(decisions.cluster_price_per_hour);
+    m.repack_lower_bound.with_label_values(no_labels).set(decisions.repack_lower_bound_per_hour);
+    consolidation_moves(shared, snapshot, decisions);
+    // The single-node search stops at its per-pass cap (the deterministic stand-in for upstream's
+    // 3-minute timeout): candidates left for the next pass and no move found is a timeout.
+    let deferred = decisions.blocked.iter().any(|b| matches!(b.reason, BlockReason::Deferred));
+    if decisions.commands.is_empty() && deferred {
+        operator_metrics::get().consolidation_timed_out(consolidation_type::SINGLE);
+    }
     let mut out = vec![];
     for blocked in &decisions.blocked {
         let event = || match (event_worthy(&blocked.reason), unconsolidatable(&blocked.reason)) {
@@ -144,6 +151,87 @@ pub fn queue_failure(command: &Command) {
             consolidation_type_of(command.method),
         ])
         .inc();
+}
+
+/// Per pool of a consolidation command's candidates, or of a node whose move was not worth its
+/// disruption: `karpenter_consolidation_moves_total` (approved, rejected) and, in `Balanced` pools,
+/// `karpenter_consolidation_score`, the move's share of the pool's savings over its share of the pool's
+/// disruption (upstream `balanced.go`).
+fn consolidation_moves<C>(shared: &Shared<C>, snapshot: &Snapshot, decisions: &Decisions) {
+    let m = operator_metrics::get();
+    let threshold = shared.settings.disruption.consolidation_threshold;
+    let pools = pool_totals(snapshot);
+    let policy =
+        |pool: &str| snapshot.nodepools.iter().find(|p| p.name == pool).map(|p| p.consolidation_policy);
+    let record = |decision: &str, pool: &str, score: Option<f64>| {
+        let Some(policy) = policy(pool) else { return };
+        let balanced = policy == ConsolidationPolicy::Balanced;
+        m.consolidation_moves(decision, pool, policy_label(policy), score.filter(|_| balanced));
+    };
+    for command in decisions.commands.iter().filter(|c| c.reason == DisruptionReason::Underutilized) {
+        let mut per_pool: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+        for n in snapshot.nodes.iter().filter(|n| command.candidates.contains(&n.node.name)) {
+            let entry = per_pool.entry(n.nodepool.as_str()).or_default();
+            entry.0 += n.price_per_hour;
+            entry.1 += node_disruption_cost(n);
+        }
+        for replacement in &command.replacements {
+            if let Some(entry) = per_pool.get_mut(replacement.nodepool.as_str()) {
+                entry.0 -= replacement.price_per_hour;
+            }
+        }
+        for (pool, (savings, disruption)) in per_pool {
+            record("approved", pool, score(pools.get(pool), savings, disruption));
+        }
+    }
+    for blocked in &decisions.blocked {
+        let BlockReason::NotWorthIt { savings_per_hour, required_per_hour } = blocked.reason else {
+            continue;
+        };
+        let Some(node) = snapshot.nodes.iter().find(|n| n.node.name == blocked.node) else { continue };
+        // required = threshold × pool price ÷ pool disruption × disruption, so the score is
+        // threshold × savings ÷ required.
+        let score = (required_per_hour > 0.0).then(|| threshold * savings_per_hour / required_per_hour);
+        record("rejected", &node.nodepool, score);
+    }
+}
+
+/// Each pool's $/hour and disruption cost, over its nodes not already leaving.
+fn pool_totals(snapshot: &Snapshot) -> BTreeMap<&str, (f64, f64)> {
+    let mut totals: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    for n in snapshot.nodes.iter().filter(|n| !n.marked_for_deletion) {
+        let t = totals.entry(n.nodepool.as_str()).or_default();
+        t.0 += n.price_per_hour;
+        t.1 += node_disruption_cost(n);
+    }
+    totals
+}
+
+/// Savings share over disruption share; `None` when the pool has no price or disruption.
+fn score(pool: Option<&(f64, f64)>, savings: f64, disruption: f64) -> Option<f64> {
+    let (price, pool_disruption) = *pool?;
+    if price <= 0.0 || pool_disruption <= 0.0 || disruption <= 0.0 {
+        return None;
+    }
+    Some((savings / price) / (disruption / pool_disruption))
+}
+
+/// A command passed validation and starts: `karpenter_voluntary_disruption_decisions_total` and, per
+/// NodePool of its candidates, `..._decisions_by_nodepool_total` (upstream `queue.go` `StartCommand`).
+pub fn command_started<C>(shared: &Shared<C>, command: &Command) {
+    let m = &operator_metrics::get().disruption;
+    let (decision, reason, kind) =
+        (decision_of(command), reason_label(command.reason), consolidation_type_of(command.method));
+    m.decisions.with_label_values(&[decision, reason, kind]).inc();
+    let cluster = shared.cluster();
+    let pools: BTreeSet<String> = command
+        .candidates
+        .iter()
+        .filter_map(|node| cluster.node(node).and_then(|n| n.node.nodepool.clone()))
+        .collect();
+    for pool in pools {
+        m.decisions_by_nodepool.with_label_values(&[&pool, decision, reason, kind]).inc();
+    }
 }
 
 /// `Disrupting` on every candidate Node and NodeClaim.

@@ -68,7 +68,7 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
     loop {
         let mut wait = interval;
         if shared.cluster().synced() {
-            let _in_flight = shared.begin_work().await;
+            let mut in_flight = shared.begin_work(crate::operator::metrics::controller::NODE_HEALTH).await;
             let now = Timestamp::now();
             let policies = shared.cloud.repair_policies(toleration);
             let plan = repair::decide(&health(&shared, &policies, now), &policies, now);
@@ -76,7 +76,7 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
                 let until = Duration::try_from(due.duration_since(now)).unwrap_or_default();
                 wait = wait.min(until.max(Duration::from_secs(1)));
             }
-            if let Err(error) = act(&shared, &plan).await {
+            if let Err(error) = in_flight.result(act(&shared, &plan).await) {
                 tracing::warn!(category = error.category(), %error, "node repair failed");
             }
         }

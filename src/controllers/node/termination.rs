@@ -45,8 +45,8 @@ use crate::controllers::node::drain::{
 };
 use crate::controllers::writes::{self, Guard};
 use crate::controllers::{events, ControllerError, Shared};
-use crate::model::labels::TAINT_DISRUPTED;
-use crate::operator::metrics::{controller, in_controller};
+use crate::model::labels::{LABEL_NODEPOOL, TAINT_DISRUPTED};
+use crate::operator::metrics::{self, controller, in_controller};
 
 /// Upstream excludes a draining node from external load balancers.
 pub const LABEL_EXCLUDE_FROM_LB: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
@@ -62,12 +62,14 @@ const EVICTION_CONCURRENCY: usize = 16;
 pub struct Termination {
     evictions: Client,
     blocked: Mutex<BTreeMap<String, u32>>,
+    /// Claims whose Nodes were counted drained (`karpenter_nodes_drained_total` once per claim).
+    drained: Mutex<BTreeSet<String>>,
 }
 
 impl Termination {
     /// `evictions` must be built with `default_retry = false` (see [`eviction_client`]).
     pub fn new(evictions: Client) -> Self {
-        Self { evictions, blocked: Mutex::new(BTreeMap::new()) }
+        Self { evictions, blocked: Mutex::new(BTreeMap::new()), drained: Mutex::new(BTreeSet::new()) }
     }
 
     fn blocked(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u32>> {
@@ -84,6 +86,14 @@ impl Termination {
 
     fn reset(&self, claim: &str) {
         self.blocked().remove(claim);
+    }
+
+    /// Whether `claim`'s drain is seen complete for the first time; claims `live` no longer holds are
+    /// forgotten.
+    fn first_drained(&self, claim: &str, live: impl Fn(&str) -> bool) -> bool {
+        let mut drained = self.drained.lock().unwrap_or_else(|p| p.into_inner());
+        drained.retain(|c| live(c));
+        drained.insert(claim.to_string())
     }
 }
 
@@ -141,7 +151,8 @@ pub async fn drain<C: CloudProvider + 'static>(
         }
         // Past the deadline nothing is waited for, but the pods still get their (clamped) deletes.
         waiting |= !plan.drained();
-        let (evicted, refused) = execute(&shared.termination.evictions, &pods, &plan).await?;
+        let reason = drain_reason(claim);
+        let (evicted, refused) = execute(&shared.termination.evictions, &pods, &plan, &reason).await?;
         blocked += refused;
         if refused > 0 {
             shared.events.on_claim(claim, events::eviction_blocked(node_name, refused)).await;
@@ -173,6 +184,10 @@ pub async fn drain<C: CloudProvider + 'static>(
     if !waiting {
         if !node_names.is_empty() {
             shared.events.on_claim(claim, events::drained()).await;
+            if shared.termination.first_drained(&claim_name, |c| shared.cluster().nodeclaim(c).is_some()) {
+                let pool = claim.labels().get(LABEL_NODEPOOL).map_or("", String::as_str);
+                metrics::get().node_drained(pool);
+            }
         }
         shared.termination.reset(&claim_name);
         return Ok(None);
@@ -265,8 +280,18 @@ async fn taint(nodes: &Api<Node>, node: &Node) -> Result<Option<bool>, Controlle
     Ok(Some(true))
 }
 
-/// One eviction with a UID precondition, so a replacement pod of the same name is never evicted.
-async fn evict(client: &Client, pod: &DrainPod) -> Result<EvictionOutcome, kube::Error> {
+/// The `reason` of `karpenter_pods_drained_total`: the claim's DisruptionReason, else upstream's
+/// `Forceful Termination` (core `terminator/eviction.go` `evictionReason`).
+fn drain_reason(claim: &NodeClaim) -> String {
+    let conditions = claim.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    crate::apis::conditions::get(conditions, crate::apis::conditions::DISRUPTION_REASON)
+        .filter(|c| c.status == crate::apis::conditions::ConditionStatus::True)
+        .map_or_else(|| "Forceful Termination".to_string(), |c| c.reason.clone())
+}
+
+/// One eviction with a UID precondition, so a replacement pod of the same name is never evicted;
+/// counted by HTTP status, and a pod evicted counted as drained for `reason`.
+async fn evict(client: &Client, pod: &DrainPod, reason: &str) -> Result<EvictionOutcome, kube::Error> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
     let params = EvictParams {
         delete_options: Some(DeleteParams {
@@ -275,7 +300,17 @@ async fn evict(client: &Client, pod: &DrainPod) -> Result<EvictionOutcome, kube:
         }),
         ..EvictParams::default()
     };
-    let outcome = eviction_outcome(api.evict(&pod.name, &params).await);
+    let result = api.evict(&pod.name, &params).await;
+    let m = metrics::get();
+    match &result {
+        Ok(_) => {
+            m.eviction_requested(200);
+            m.pod_drained(reason);
+        }
+        Err(kube::Error::Api(e)) => m.eviction_requested(e.code),
+        Err(_) => {}
+    }
+    let outcome = eviction_outcome(result);
     if matches!(outcome, Ok(EvictionOutcome::Blocked)) {
         tracing::debug!(pod = %format!("{}/{}", pod.namespace, pod.name), "eviction refused by a PodDisruptionBudget");
     }
@@ -287,6 +322,7 @@ async fn execute(
     client: &Client,
     pods: &[DrainPod],
     plan: &DrainPlan,
+    reason: &str,
 ) -> Result<(usize, usize), ControllerError> {
     for &(i, grace) in &plan.delete {
         let pod = &pods[i];
@@ -298,7 +334,8 @@ async fn execute(
     }
     let mut outcomes = Vec::with_capacity(plan.evict.len());
     for chunk in plan.evict.chunks(EVICTION_CONCURRENCY) {
-        outcomes.extend(futures::future::join_all(chunk.iter().map(|&i| evict(client, &pods[i]))).await);
+        outcomes
+            .extend(futures::future::join_all(chunk.iter().map(|&i| evict(client, &pods[i], reason))).await);
     }
     let (mut done, mut blocked) = (0, 0);
     for outcome in outcomes {

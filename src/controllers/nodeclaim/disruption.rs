@@ -206,7 +206,7 @@ async fn sweep_forever<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
     let mut memory = Memory::default();
     loop {
         ticker.tick().await;
-        let _in_flight = shared.begin_work().await;
+        let _in_flight = shared.begin_work(crate::operator::metrics::controller::NODECLAIM_DISRUPTION).await;
         let now = Timestamp::now();
         let updates = plan(&shared, &mut memory, now);
         for (claim, update, previous_pods) in updates {

@@ -131,8 +131,8 @@ async fn sweep_forever<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
     let mut suspects = BTreeSet::new();
     loop {
         ticker.tick().await;
-        let _in_flight = shared.begin_work().await;
-        match sweep(&shared, &suspects).await {
+        let mut in_flight = shared.begin_work(crate::operator::metrics::controller::NODECLAIM_GC).await;
+        match in_flight.result(sweep(&shared, &suspects).await) {
             Ok(next) => suspects = next,
             Err(error) => {
                 tracing::warn!(category = error.category(), %error, "garbage collection failed");

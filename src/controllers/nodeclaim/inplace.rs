@@ -57,7 +57,7 @@ pub fn stale<C: CloudProvider>(shared: &Shared<C>) -> Vec<Stale> {
 pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
     loop {
         for update in stale(&shared) {
-            let _work = shared.begin_work().await;
+            let _work = shared.begin_work(crate::operator::metrics::controller::NODECLAIM_INPLACE).await;
             apply(&shared, &update).await;
         }
         tokio::time::sleep(INTERVAL).await;

@@ -9,10 +9,11 @@
 pub mod batch;
 pub mod isolate;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Mutex;
@@ -21,7 +22,7 @@ use crate::cloud::CloudProvider;
 use crate::controllers::events::{self, Nomination};
 use crate::controllers::nodeclaim::{self, CreateError};
 use crate::controllers::{metrics, nodepool_health, ControllerError, Shared};
-use crate::model::labels::ANNOTATION_MIN_VALUES_RELAXED;
+use crate::model::labels::{ANNOTATION_MIN_VALUES_RELAXED, LABEL_ZONE};
 use crate::operator::metrics::controller::PROVISIONER;
 use crate::scheduling::{self, Plan, PodId};
 use batch::{DecisionClock, Window};
@@ -57,6 +58,7 @@ pub async fn run<C: CloudProvider + 'static>(
             trigger = triggers.recv() => match trigger {
                 Some((key, seen)) => {
                     decisions.seen(&key, seen);
+                    shared.metrics_state().pods.ack(&key, Timestamp::now());
                     key
                 }
                 None => return,
@@ -80,6 +82,7 @@ pub async fn run<C: CloudProvider + 'static>(
             match tokio::time::timeout_at(deadline, triggers.recv()).await {
                 Ok(Some((key, seen))) => {
                     decisions.seen(&key, seen);
+                    shared.metrics_state().pods.ack(&key, Timestamp::now());
                     window.add(key, Instant::now());
                 }
                 Ok(None) => return,
@@ -87,8 +90,8 @@ pub async fn run<C: CloudProvider + 'static>(
             }
         }
         wait_for_sync(&shared).await;
-        let _in_flight = shared.begin_work().await;
-        if let Err(error) = provision(&shared, &mut decisions, opened).await {
+        let mut in_flight = shared.begin_work(PROVISIONER).await;
+        if let Err(error) = in_flight.result(provision(&shared, &mut decisions, opened).await) {
             tracing::warn!(category = error.category(), %error, "provisioning failed");
         }
     }
@@ -114,31 +117,40 @@ async fn provision<C: CloudProvider + 'static>(
     let options = shared.solve_options();
     // Upstream times the whole Schedule: snapshot and solve.
     let started = Instant::now();
+    let m = metrics::get();
     let input = {
         let cluster = shared.cluster();
         let mut input = cluster.snapshot(&|_pool, class| shared.cloud.instance_types(class), options);
         input.pods.extend(cluster.pods_of_deleting_nodes());
         let quarantined = shared.quarantined();
         input.pods.retain(|p| !quarantined.contains(&p.id()));
+        let unreadable = cluster.invalid().filter(|(kind, _, _)| *kind == crate::state::Kind::Pod).count();
+        m.set_ignored_pods(quarantined.len() + unreadable);
         input
     };
     if input.pods.is_empty() {
         return Ok(());
     }
     let pods = input.pods.len();
-    let m = metrics::get();
-    m.set_queue_depth(PROVISIONER, pods);
-    let solved = tokio::task::spawn_blocking(move || {
+    let id = scheduling_id();
+    m.scheduling_started(PROVISIONER, &id, pods);
+    m.pending_by_zone(PROVISIONER, effective_zones(&input.pods).iter().map(|(z, n)| (z.as_str(), *n)));
+    let mut solving = tokio::task::spawn_blocking(move || {
         isolate::solve_isolating(&input, &|batch: &scheduling::SolveInput| scheduling::solve(batch))
-    })
-    .await;
-    m.set_queue_depth(PROVISIONER, 0);
+    });
+    let solved = loop {
+        tokio::select! {
+            solved = &mut solving => break solved,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => m.scheduling_progress(PROVISIONER, &id, started.elapsed()),
+        }
+    };
     let (plan, bad) = solved.map_err(|e| ControllerError::Invalid(format!("the solver failed: {e}")))?;
     if !bad.is_empty() {
         set_aside(shared, &bad);
     }
+    let unschedulable = plan.as_ref().map_or(0, |p| p.unschedulable.len());
+    m.scheduling_finished(PROVISIONER, &id, started.elapsed(), unschedulable);
     let Some(plan) = plan else { return Ok(()) };
-    m.scheduling_finished(PROVISIONER, started.elapsed(), plan.unschedulable.len());
     metrics::record_plan(m, &plan);
     // Only pods waiting for capacity count (not the pods of nodes being deleted, planned every round).
     let first = {
@@ -146,8 +158,22 @@ async fn provision<C: CloudProvider + 'static>(
         let provisionable: HashSet<&str> = cluster.provisionable_pod_keys().collect();
         let planned = plan.nodeclaims.iter().flat_map(|c| &c.pods).chain(plan.existing.values().flatten());
         let planned = planned.map(String::as_str).chain(plan.unschedulable.iter().map(|u| u.pod.as_str()));
-        let decided = planned.filter(|pod| provisionable.contains(pod));
-        let first = decisions.decide(decided, opened, Instant::now(), |wait| m.pod_scheduling_decided(wait));
+        let decided: Vec<&str> = planned.filter(|pod| provisionable.contains(pod)).collect();
+        let placed: HashSet<&str> = plan
+            .nodeclaims
+            .iter()
+            .flat_map(|c| &c.pods)
+            .chain(plan.existing.values().flatten())
+            .map(String::as_str)
+            .collect();
+        let mut state = shared.metrics_state();
+        let now = Timestamp::now();
+        for pod in &decided {
+            state.pods.decided(pod, now, placed.contains(pod));
+        }
+        drop(state);
+        let first = decisions
+            .decide(decided.iter().copied(), opened, Instant::now(), |wait| m.pod_scheduling_decided(wait));
         decisions.retain(&provisionable);
         first
     };
@@ -207,6 +233,44 @@ async fn provision<C: CloudProvider + 'static>(
     }
     pod_events(shared, &plan, nominations);
     failed.map_or(Ok(()), |e| Err(e.into()))
+}
+
+/// A scheduling run's `scheduling_id` (upstream: a UUID per scheduler): unique in the process and,
+/// with the process's start time in it, across restarts.
+fn scheduling_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static STARTED: std::sync::LazyLock<i64> =
+        std::sync::LazyLock::new(|| Timestamp::now().as_nanosecond() as i64);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{:x}-{n}", *STARTED)
+}
+
+/// The pending pods by the zone they can run in (upstream `computeEffectiveZoneFromPod`, without the
+/// topology spread): the one zone their node affinity (a single required term with a zone `In`) and
+/// their volumes allow, `flexible` when several or no constraint, `none` when they allow none.
+fn effective_zones(pods: &[scheduling::Pod]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for pod in pods.iter().filter(|p| p.node_name.is_none()) {
+        let affinity = match pod.required_terms.as_slice() {
+            [term] => term.get(LABEL_ZONE).and_then(|r| r.finite_values()),
+            _ => None,
+        };
+        let mut zones: Option<BTreeSet<&str>> = affinity;
+        if let Some(volumes) = &pod.volume_zones {
+            let volumes: BTreeSet<&str> = volumes.iter().map(String::as_str).collect();
+            zones = Some(match zones {
+                Some(z) => z.intersection(&volumes).copied().collect(),
+                None => volumes,
+            });
+        }
+        let zone = match zones {
+            Some(z) if z.len() == 1 => z.into_iter().next().unwrap_or_default().to_string(),
+            Some(z) if z.is_empty() => "none".to_string(),
+            _ => "flexible".to_string(),
+        };
+        *out.entry(zone).or_default() += 1;
+    }
+    out
 }
 
 /// The planned claims not to create this round: a NodePool whose nodes keep failing to register

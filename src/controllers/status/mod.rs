@@ -41,8 +41,8 @@ const RESYNC: Duration = Duration::from_secs(10);
 pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
     let mut window_problem = None;
     loop {
-        let in_flight = shared.begin_work().await;
-        if let Err(error) = sync_all(&shared, &mut window_problem).await {
+        let mut in_flight = shared.begin_work(crate::operator::metrics::controller::STATUS).await;
+        if let Err(error) = in_flight.result(sync_all(&shared, &mut window_problem).await) {
             tracing::warn!(category = error.category(), %error, "status update failed");
         }
         drop(in_flight);

@@ -46,6 +46,8 @@ pub struct NodeCondition {
     pub type_: String,
     pub status: String,
     pub since: Option<Timestamp>,
+    /// The condition's reason, as the kubelet (or a node-problem detector) wrote it.
+    pub reason: String,
 }
 /// Above this share of unhealthy nodes in a NodePool nothing in it is repaired (upstream
 /// `allowedUnhealthyPercent`).
@@ -197,7 +199,12 @@ mod tests {
     }
 
     fn condition(type_: &str, status: &str, since: Option<i64>) -> NodeCondition {
-        NodeCondition { type_: type_.into(), status: status.into(), since: since.map(t) }
+        NodeCondition {
+            type_: type_.into(),
+            status: status.into(),
+            since: since.map(t),
+            reason: String::new(),
+        }
     }
 
     fn t(secs: i64) -> Timestamp {

@@ -22,7 +22,7 @@ mod pod;
 mod tests;
 pub mod volumes;
 
-pub use pod::{from_pod, pod, pod_requests, template_pods, PodContext, PodSource};
+pub use pod::{from_pod, pod, pod_limits, pod_requests, template_pods, PodContext, PodSource};
 pub use volumes::{pod_claims, VolumeIndex};
 
 /// The taint the node lifecycle controller puts on cordoned nodes (`kubectl cordon`).

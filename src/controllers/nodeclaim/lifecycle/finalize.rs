@@ -3,6 +3,7 @@
 //! deleted, then the Node (our finalizer removed first), then the claim's finalizer.
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -37,7 +38,9 @@ pub(super) async fn finalize<C: CloudProvider + 'static>(
     }
     if let Some(provider_id) = status.provider_id.as_deref().filter(|p| !p.is_empty()) {
         match shared.cloud.delete(provider_id).await {
-            Ok(()) | Err(CloudError::NotFound(_)) => {}
+            Ok(()) | Err(CloudError::NotFound(_)) => {
+                metrics::instance_terminated(metrics::get(), claim, Timestamp::now());
+            }
             Err(error) => return Err(error.into()),
         }
     }
@@ -50,7 +53,8 @@ pub(super) async fn finalize<C: CloudProvider + 'static>(
             if writes::patch(&nodes, &node, json!({ "metadata": { "finalizers": kept } })).await?.is_none() {
                 return Ok(Action::requeue(WAIT_POLL));
             }
-            metrics::node_terminated(metrics::get(), &node);
+            let claim_deleted = claim.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+            metrics::node_terminated(metrics::get(), &node, claim_deleted, Timestamp::now());
         }
         // Only the Node that was read: one of the same name registered since is not ours to delete.
         writes::delete(&nodes, &node, false).await?;
@@ -59,7 +63,7 @@ pub(super) async fn finalize<C: CloudProvider + 'static>(
     if writes::patch(api, claim, json!({ "metadata": { "finalizers": kept } })).await?.is_none() {
         return Ok(Action::requeue(WAIT_POLL));
     }
-    metrics::nodeclaim_terminated(metrics::get(), claim);
+    metrics::nodeclaim_terminated(metrics::get(), claim, Timestamp::now());
     tracing::info!(nodeclaim = %name, "terminated nodeclaim");
     Ok(Action::await_change())
 }

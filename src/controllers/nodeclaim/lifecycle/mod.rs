@@ -91,10 +91,11 @@ async fn reconcile<C: CloudProvider + 'static>(
     claim: Arc<NodeClaim>,
     shared: Arc<Shared<C>>,
 ) -> Result<Action, ControllerError> {
-    let _in_flight = shared.begin_work().await;
+    let mut in_flight = shared.begin_work(controller::NODECLAIM_LIFECYCLE).await;
     let now = Timestamp::now();
     // kube spawns each reconcile as a task of its own, so the controller name is set here, per reconcile.
-    let action = in_controller(controller::NODECLAIM_LIFECYCLE, step(&claim, &shared, now)).await?;
+    let stepped = in_controller(controller::NODECLAIM_LIFECYCLE, step(&claim, &shared, now)).await;
+    let action = in_flight.result(stepped)?;
     shared.failures.lock().unwrap_or_else(|p| p.into_inner()).remove(&claim.name_any());
     Ok(action)
 }

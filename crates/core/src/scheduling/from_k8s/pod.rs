@@ -190,6 +190,45 @@ pub fn pod_requests(spec_field: &str, spec: &core::PodSpec) -> Result<Resources,
     Ok(out)
 }
 
+/// A pod's effective limits (k8s `resourcehelper.PodLimits`), as upstream's node metrics sum them:
+/// the containers and sidecars, or the largest one-shot init container plus the sidecars before it,
+/// per resource; pod-level `spec.resources.limits` replaces what it names; `spec.overhead` is added to
+/// the resources that have a limit. Quantities that do not parse count as absent (the pod's requests
+/// were already checked when it was read).
+pub fn pod_limits(spec: &core::PodSpec) -> Resources {
+    let limits = |r: Option<&core::ResourceRequirements>| {
+        resource_list("", r.and_then(|r| r.limits.as_ref())).unwrap_or_default()
+    };
+    let mut total = Resources::new();
+    for c in &spec.containers {
+        total.add_assign(&limits(c.resources.as_ref()));
+    }
+    let mut sidecars = Resources::new();
+    let mut init_peak = Resources::new();
+    for c in spec.init_containers.iter().flatten() {
+        let own = limits(c.resources.as_ref());
+        let while_running = if c.restart_policy.as_deref() == Some("Always") {
+            total.add_assign(&own);
+            sidecars.add_assign(&own);
+            sidecars.clone()
+        } else {
+            own.add(&sidecars)
+        };
+        init_peak = init_peak.max(&while_running);
+    }
+    let mut out = total.max(&init_peak);
+    for (name, amount) in limits(spec.resources.as_ref()).iter() {
+        out.set(name, amount);
+    }
+    let overhead = resource_list("", spec.overhead.as_ref()).unwrap_or_default();
+    for (name, amount) in overhead.iter() {
+        if out.get(name) > 0 {
+            out.set(name, out.get(name) + amount);
+        }
+    }
+    out
+}
+
 /// One node selector term; `matchFields` (selection by node name) cannot be expressed as labels.
 fn node_selector_term(field: &str, term: &core::NodeSelectorTerm) -> Result<Requirements, FromK8sError> {
     if term.match_fields.as_ref().is_some_and(|f| !f.is_empty()) {
