@@ -4,7 +4,8 @@
 
 CARGO ?= cargo
 
-.PHONY: build deps test unit proptest-random lint fmt crds crds-check metrics-table bench bench-upstream e2e controlplane catalog soak
+.PHONY: build deps test unit proptest-random lint fmt crds crds-check metrics-table bench bench-upstream e2e controlplane catalog \
+	soak playground playground-down
 
 build:
 	$(CARGO) build --release
@@ -96,3 +97,13 @@ soak: controlplane
 
 catalog:
 	$(CARGO) run --release -- catalog --region eastus
+
+# The controller on this machine against a local control plane (kwok simulates the kubelets) and the fake
+# Azure Resource Manager (hack/playground.sh): prints how to point kubectl at it and what to try.
+# State, pids and logs live in <cargo target directory>/playground, or PLAYGROUND_DIR when set.
+playground:
+	CARGO=$(CARGO) hack/playground.sh up
+
+# Stops exactly the processes `make playground` started.
+playground-down:
+	CARGO=$(CARGO) hack/playground.sh down

@@ -85,7 +85,12 @@ pub struct VmView {
 impl FakeArm {
     /// Binds 127.0.0.1 on a free port and serves on the current tokio runtime.
     pub async fn start(config: FakeArmConfig) -> std::io::Result<FakeArm> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        FakeArm::start_on(0, config).await
+    }
+
+    /// Binds 127.0.0.1:`port` (0: a free one) and serves on the current tokio runtime.
+    pub async fn start_on(port: u16, config: FakeArmConfig) -> std::io::Result<FakeArm> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
         let state = state::State {
             gallery: config.gallery_images.clone(),
