@@ -15,7 +15,7 @@
 #   the control plane                  tests/e2e: hack/e2e-cluster.sh build (about 10 minutes cold)
 #   upstream's bootstrap renderer      tests/oracle/bootstrap_oracle.rs: hack/aks-bootstrap.sh build (minutes cold)
 #   upstream core's oracle helper      tests/oracle/requirements_oracle.rs and overlay_oracle.rs:
-#                                      hack/upstream-oracle.sh build (about 3 minutes cold)
+#                                      hack/upstream-oracle.sh build (3-7 minutes cold)
 # Debian packages need root (sudo is used when not root) and `apt-get update` runs only when one is missing.
 set -euo pipefail
 

@@ -1,5 +1,6 @@
 # Shared by the scripts that build a Go helper pinned by its own go.mod and cache the binary outside the
-# repository (hack/aks-bootstrap.sh, hack/upstream-bench.sh). Source it after setting LOG_PREFIX.
+# repository (hack/aks-bootstrap.sh, hack/upstream-bench.sh, hack/upstream-oracle.sh). Source it after
+# setting LOG_PREFIX.
 
 log() { printf '[%s] %s\n' "$LOG_PREFIX" "$*" >&2; }
 die() { printf '[%s] ERROR: %s\n' "$LOG_PREFIX" "$*" >&2; exit 1; }
