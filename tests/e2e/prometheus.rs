@@ -159,6 +159,11 @@ impl Prometheus {
         Prometheus { child: std::sync::Mutex::new(child), port, _storage: dir }
     }
 
+    /// The port its HTTP API listens on (loopback).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The scrape target's health (`up`, `down`, `unknown`) and last error, once Prometheus answers.
     pub async fn target_health(&self) -> Result<(String, String), String> {
         let exited = self.child.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).try_wait();
