@@ -206,7 +206,7 @@ fn every_dashboard_query_is_valid_promql() {
 
 /// Upstream's published dashboard queries (`tests/fixtures/upstream/grafana-dashboard-queries.yaml`) with
 /// their template variables filled in: every filter open, pods distributed by NodePool, the provisioner's
-/// reconciles.
+/// reconciles, and any scrape job for upstream's `job="karpenter"`.
 pub fn upstream_dashboard_queries() -> Vec<(String, String)> {
     let path = "tests/fixtures/upstream/grafana-dashboard-queries.yaml";
     let text = std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{path}: {err}"));
@@ -216,7 +216,10 @@ pub fn upstream_dashboard_queries() -> Vec<(String, String)> {
         for var in ["$nodepool", "$zone", "$arch", "$capacity_type", "$instance_type"] {
             out = out.replace(var, ".*");
         }
-        out.replace("$distribution_filter", "nodepool").replace("$controller", "provisioner")
+        // `job="karpenter"` names upstream's own scrape job; any job here.
+        out.replace("$distribution_filter", "nodepool")
+            .replace("$controller", "provisioner")
+            .replace("job=\"karpenter\"", "job=~\".+\"")
     };
     let queries = fixture["queries"].as_array().unwrap_or_else(|| panic!("{path}: no queries"));
     queries

@@ -33,6 +33,8 @@ fn pool(name: &str, capacity_type: &str) -> Value {
     pool["spec"]["template"]["spec"]["requirements"][1]["values"] = json!([capacity_type]);
     pool["spec"]["disruption"] = json!({"consolidationPolicy": "WhenEmptyOrUnderutilized",
         "consolidateAfter": "0s", "budgets": [{"nodes": "100%"}]});
+    // Limits, so the NodePool panels have a limit to divide by.
+    pool["spec"]["limits"] = json!({"cpu": "1000", "memory": "4000Gi"});
     pool
 }
 
@@ -206,8 +208,11 @@ async fn every_dashboard_panel_shows_data_from_a_real_prometheus() {
             }
         }
     }
-    queries
-        .extend(upstream_dashboard_queries().into_iter().map(|(panel, q)| (format!("upstream {panel}"), q)));
+    // Upstream's Node Summary also sums a `pods` resource of the requests, which upstream's own controller
+    // does not record either (pod requests carry no `pods` resource): that one query stays empty for both.
+    let upstream =
+        upstream_dashboard_queries().into_iter().filter(|(_, q)| !q.contains("resource_type=\"pods\""));
+    queries.extend(upstream.map(|(panel, q)| (format!("upstream {panel}"), q)));
     let mut empty = vec![];
     for (panel, query) in &queries {
         match query_range(server.port(), query, started).await {
