@@ -172,7 +172,8 @@ pub fn azure(v: &Validated, ca_bundle_base64: &str) -> Result<Arc<Metered<AzureC
     let retail_http = http_client(HttpTimeouts::default(), true).map_err(StartError::Client)?;
     let retail = RetailPricesClient::new(retail_http, v.retail_prices_url.as_str())?;
     catalog.spawn_price_refresh(retail, env_duration(PRICE_REFRESH_INTERVAL_ENV, REFRESH_INTERVAL));
-    let provider = AzureCloudProvider::new(clients, launch_settings(v, ca_bundle_base64), Arc::new(catalog));
+    let provider = AzureCloudProvider::new(clients, launch_settings(v, ca_bundle_base64), Arc::new(catalog))
+        .with_image_refresh(v.node_image_refresh_interval);
     Ok(Arc::new(Metered::new(provider, metered::AZURE)))
 }
 

@@ -64,6 +64,8 @@ pub mod setting {
     pub const FEATURE_GATES: Setting = s("feature-gates", "FEATURE_GATES");
     pub const MIN_VALUES_POLICY: Setting = s("min-values-policy", "MIN_VALUES_POLICY");
     pub const PREFERENCE_POLICY: Setting = s("preference-policy", "PREFERENCE_POLICY");
+    pub const NODE_IMAGE_REFRESH_INTERVAL: Setting =
+        s("node-image-refresh-interval", "NODE_IMAGE_REFRESH_INTERVAL");
     pub const OS_DISK_ENCRYPTION_SET_ID: Setting =
         s("node-osdisk-diskencryptionset-id", "NODE_OSDISK_DISKENCRYPTIONSET_ID");
 }

@@ -104,6 +104,9 @@ pub mod defaults {
     /// Karpenter core options.go.
     pub const MIN_VALUES_POLICY: &str = "Strict";
     pub const PREFERENCE_POLICY: &str = "Respect";
+    /// Ours: how often node image versions are looked up again
+    /// (`crate::cloud::azure::nodeclass::checks::IMAGE_REFRESH`).
+    pub const NODE_IMAGE_REFRESH_INTERVAL: &str = "6h";
     pub const METRICS_PORT: &str = "8080";
     pub const HEALTH_PROBE_PORT: &str = "8081";
     pub const LEADER_ELECTION_NAME: &str = "karpenter-leader-election";
@@ -258,6 +261,10 @@ pub struct Options {
     /// can be. Ignore: they are given up from the start.
     #[arg(long, env = "PREFERENCE_POLICY", default_value = defaults::PREFERENCE_POLICY)]
     pub preference_policy: String,
+    /// How often the newest node image versions are looked up in the community galleries (at least 1s).
+    /// Not upstream's; shorter than the default only for tests.
+    #[arg(long, env = "NODE_IMAGE_REFRESH_INTERVAL", default_value = defaults::NODE_IMAGE_REFRESH_INTERVAL)]
+    pub node_image_refresh_interval: String,
 
     /// Upstream's settings that change nothing here.
     #[command(flatten)]

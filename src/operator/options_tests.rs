@@ -59,6 +59,7 @@ fn upstream_defaults_apply() {
     assert_eq!(v.linux_admin_username, "azureuser");
     assert_eq!(v.batch_idle_duration, Duration::from_secs(1));
     assert_eq!(v.batch_max_duration, Duration::from_secs(10));
+    assert_eq!(v.node_image_refresh_interval, crate::cloud::azure::nodeclass::checks::IMAGE_REFRESH);
     assert_eq!(v.log_level, "info");
     assert_eq!(v.log_format, super::settings::LogFormat::Json);
     assert_eq!((v.metrics_port, v.health_probe_port), (8080, 8081));
@@ -151,6 +152,17 @@ fn every_malformed_value_names_its_setting() {
         ("BATCH_IDLE_DURATION", "0s", "--batch-idle-duration (BATCH_IDLE_DURATION)"),
         ("BATCH_IDLE_DURATION", "11s", "--batch-idle-duration (BATCH_IDLE_DURATION)"),
         ("BATCH_MAX_DURATION", "ten", "--batch-max-duration (BATCH_MAX_DURATION)"),
+        ("NODE_IMAGE_REFRESH_INTERVAL", "0s", "--node-image-refresh-interval (NODE_IMAGE_REFRESH_INTERVAL)"),
+        (
+            "NODE_IMAGE_REFRESH_INTERVAL",
+            "soon",
+            "--node-image-refresh-interval (NODE_IMAGE_REFRESH_INTERVAL)",
+        ),
+        (
+            "NODE_IMAGE_REFRESH_INTERVAL",
+            "500ms",
+            "--node-image-refresh-interval (NODE_IMAGE_REFRESH_INTERVAL)",
+        ),
         ("LOG_LEVEL", "verbose", "--log-level (LOG_LEVEL)"),
         ("LOG_FORMAT", "logfmt", "--log-format (LOG_FORMAT)"),
         ("METRICS_PORT", "70000", "--metrics-port (METRICS_PORT)"),
@@ -214,6 +226,7 @@ fn flags_and_env_both_work_and_a_flag_wins() {
         "--vm-memory-overhead-percent=0",
         "--batch-idle-duration=500ms",
         "--batch-max-duration=1m",
+        "--node-image-refresh-interval=90s",
         "--metrics-port=9090",
         "--disable-leader-election",
     ];
@@ -230,6 +243,7 @@ fn flags_and_env_both_work_and_a_flag_wins() {
         (v.batch_idle_duration, v.batch_max_duration),
         (Duration::from_millis(500), Duration::from_secs(60))
     );
+    assert_eq!(v.node_image_refresh_interval, Duration::from_secs(90));
     assert_eq!(v.metrics_port, 9090);
     assert_eq!(v.leader_election, None);
 }
@@ -343,6 +357,7 @@ fn setting_names_match_the_clap_arguments() {
         setting::LEADER_ELECTION_NAMESPACE,
         setting::SYSTEM_NAMESPACE,
         setting::FEATURE_GATES,
+        setting::NODE_IMAGE_REFRESH_INTERVAL,
     ];
     for s in settings {
         let arg =
@@ -482,4 +497,16 @@ fn a_bad_feature_gate_names_the_gate_and_the_known_ones() {
     assert!(err.contains("gate NodeRepair: must be true or false"), "{err}");
     let err = error_of(&[], &with(required_env(), "FEATURE_GATES", "NodeRepair"));
     assert!(err.ends_with("\"NodeRepair\" is not of the form Gate=true or Gate=false"), "{err}");
+}
+
+#[test]
+fn the_node_image_refresh_interval_is_a_duration_of_at_least_a_second() {
+    let env = |value: &str| with(required_env(), "NODE_IMAGE_REFRESH_INTERVAL", value);
+    assert_eq!(
+        error_of(&[], &env("500ms")),
+        "invalid setting --node-image-refresh-interval (NODE_IMAGE_REFRESH_INTERVAL): must be at least 1s, got \"500ms\""
+    );
+    assert!(error_of(&[], &env("6 hours")).contains("must be a positive duration"));
+    assert_eq!(validate(&[], &env("2s")).unwrap().node_image_refresh_interval, Duration::from_secs(2));
+    assert_eq!(validate(&[], &env("")).unwrap().node_image_refresh_interval, Duration::from_secs(6 * 3600));
 }

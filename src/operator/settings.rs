@@ -26,6 +26,9 @@ pub enum LogFormat {
     Text,
 }
 
+/// The shortest `NODE_IMAGE_REFRESH_INTERVAL`.
+pub const MIN_NODE_IMAGE_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How the controller authenticates to Azure, in the order azure-identity's default credential tries
 /// them: a client secret, then workload identity, then a managed identity.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,6 +138,8 @@ pub struct Validated {
     pub preference_policy: PreferencePolicy,
     /// `NODE_OSDISK_DISKENCRYPTIONSET_ID`: the OS disks' disk encryption set, when given.
     pub os_disk_encryption_set_id: Option<String>,
+    /// `NODE_IMAGE_REFRESH_INTERVAL`: how often node image versions are looked up again.
+    pub node_image_refresh_interval: Duration,
     /// Upstream-only settings given a value that changes nothing here, for a warning at start.
     pub without_effect: Vec<WithoutEffect>,
 }
@@ -267,8 +272,24 @@ impl Options {
             os_disk_encryption_set_id: present(&self.os_disk_encryption_set_id)
                 .map(|id| checks::disk_encryption_set_id(setting::OS_DISK_ENCRYPTION_SET_ID, id))
                 .transpose()?,
+            node_image_refresh_interval: self.node_image_refresh_interval()?,
             without_effect: self.upstream_only.check()?,
         })
+    }
+
+    /// At least [`MIN_NODE_IMAGE_REFRESH_INTERVAL`]: every refresh lists the versions of each image
+    /// definition in use from ARM. Empty counts as unset, as for the other settings.
+    fn node_image_refresh_interval(&self) -> Result<Duration, OptionsError> {
+        let setting = setting::NODE_IMAGE_REFRESH_INTERVAL;
+        let value = match self.node_image_refresh_interval.trim() {
+            "" => super::options::defaults::NODE_IMAGE_REFRESH_INTERVAL,
+            value => value,
+        };
+        let every = checks::duration(setting, value)?;
+        if every < MIN_NODE_IMAGE_REFRESH_INTERVAL {
+            return Err(invalid(setting, format!("must be at least 1s, got {value:?}")));
+        }
+        Ok(every)
     }
 
     fn bootstrap_token(&self) -> Result<Secret, OptionsError> {

@@ -50,6 +50,7 @@ mod inputs;
 mod interruption;
 mod join;
 mod leader;
+mod maintenance_window;
 mod metrics;
 mod min_values_policy;
 mod nodeclass;

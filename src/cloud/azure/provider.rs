@@ -78,6 +78,15 @@ impl AzureCloudProvider {
         }
     }
 
+    /// The provider with the newest node image versions looked up again every `every` instead of
+    /// every [`IMAGE_REFRESH`](super::nodeclass::checks::IMAGE_REFRESH).
+    pub fn with_image_refresh(self, every: Duration) -> Self {
+        AzureCloudProvider {
+            node_class_checks: tokio::sync::Mutex::new(NodeClassChecks::with_image_refresh(every)),
+            ..self
+        }
+    }
+
     pub fn settings(&self) -> &LaunchSettings {
         &self.settings
     }

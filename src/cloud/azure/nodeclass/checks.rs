@@ -1,8 +1,9 @@
 //! What the AKSNodeClass status needs from Azure: the newest version of each image definition a class
 //! needs, and whether its subnet exists. Answers are remembered per image definition and per subnet, so
-//! Azure is asked again only when due — images every [`IMAGE_REFRESH`], subnets every
-//! [`SUBNET_RECHECK`], failures after a backoff of [`FIRST_RETRY`] doubling up to [`MAX_RETRY`] — and
-//! classes sharing a family or subnet share the lookups.
+//! Azure is asked again only when due — images every [`IMAGE_REFRESH`] (or the interval
+//! `NODE_IMAGE_REFRESH_INTERVAL` sets), subnets every [`SUBNET_RECHECK`], failures after a backoff of
+//! [`FIRST_RETRY`] doubling up to [`MAX_RETRY`] — and classes sharing a family or subnet share the
+//! lookups.
 //!
 //! A lookup that fails does not take away what is known: an image definition keeps its last resolved
 //! version (from this process, else from the class's own status, e.g. after a restart) and a subnet
@@ -10,10 +11,13 @@
 //! that says "not there" (or "not allowed"), makes the class not Ready. Upstream likewise leaves
 //! ImagesReady alone when a listing fails.
 //!
-//! Upstream refreshes images on a Kubernetes upgrade and in the node-OS maintenance window (3-day cache
-//! otherwise). There is no maintenance-window support here: the Kubernetes version is part of the image
-//! key, so an upgrade resolves afresh, and otherwise the newest versions are picked up every
-//! [`IMAGE_REFRESH`]. Nothing drifts on an image change yet, so a new version only reaches new nodes.
+//! Upstream moves a class to the newest image versions on a Kubernetes upgrade and inside the AKS node
+//! OS maintenance window (provider `pkg/controllers/nodeclass/status/images.go`). Here the Kubernetes
+//! version is part of the image key, so an upgrade resolves afresh; otherwise the newest versions are
+//! looked up every [`IMAGE_REFRESH`], and [`NodeClassChecks::status`] keeps the versions a class already
+//! has while the maintenance window (`crate::controllers::status::maintenance`) holds upgrades
+//! ([`hold_versions`]). Once the class's status names a new version, its nodes on the old one drift
+//! (`ImageDrift`) and are replaced.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -67,19 +71,24 @@ pub struct NodeClassChecks {
 
 impl Default for NodeClassChecks {
     fn default() -> Self {
-        let schedule = |every| Schedule { every, first_retry: FIRST_RETRY, max_retry: MAX_RETRY };
-        NodeClassChecks {
-            images: Rechecks::new(schedule(IMAGE_REFRESH)),
-            subnets: Rechecks::new(schedule(SUBNET_RECHECK)),
-            used_images: BTreeSet::new(),
-            used_subnets: BTreeSet::new(),
-        }
+        NodeClassChecks::with_image_refresh(IMAGE_REFRESH)
     }
 }
 
 impl NodeClassChecks {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Lookups that ask for the newest image versions again every `image_refresh`.
+    pub fn with_image_refresh(image_refresh: Duration) -> Self {
+        let schedule = |every| Schedule { every, first_retry: FIRST_RETRY, max_retry: MAX_RETRY };
+        NodeClassChecks {
+            images: Rechecks::new(schedule(image_refresh)),
+            subnets: Rechecks::new(schedule(SUBNET_RECHECK)),
+            used_images: BTreeSet::new(),
+            used_subnets: BTreeSet::new(),
+        }
     }
 
     /// The status to write for `class` on a cluster at Kubernetes `version` (None when what is stored

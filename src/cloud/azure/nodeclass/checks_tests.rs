@@ -82,6 +82,19 @@ async fn resolves_each_definition_of_the_family_and_refreshes_only_when_due() {
 }
 
 #[tokio::test]
+async fn a_shorter_image_refresh_looks_up_again_sooner() {
+    let (cloud, t0) = (cloud("1"), Instant::now());
+    let every = Duration::from_secs(2);
+    let mut checks = NodeClassChecks::with_image_refresh(every);
+    let ubuntu = class("{}");
+    assert_eq!(ids(&checks.images(&cloud, &ubuntu, "1.34.4", t0).await)[0], "2404gen2containerd@1");
+    publish(&cloud, "2");
+    let soon = checks.images(&cloud, &ubuntu, "1.34.4", t0 + every - Duration::from_millis(1)).await;
+    assert_eq!(ids(&soon)[0], "2404gen2containerd@1", "not due yet");
+    assert_eq!(ids(&checks.images(&cloud, &ubuntu, "1.34.4", t0 + every).await)[0], "2404gen2containerd@2");
+}
+
+#[tokio::test]
 async fn a_kubernetes_upgrade_resolves_at_once() {
     let (cloud, t0) = (cloud("1"), Instant::now());
     let mut checks = NodeClassChecks::new();
