@@ -93,6 +93,9 @@ pub fn refresh_if_leading<C: CloudProvider + 'static>(shared: &Shared<C>) {
     let mut state = shared.metrics_state();
     if !shared.leading.load(Ordering::Relaxed) {
         get().clear_leader_only();
+        // A standby follows the watches without refreshing: forget what the index no longer holds.
+        state.pods.retain(&cluster);
+        state.status.retain(&cluster);
         return;
     }
     let catalog = |_: &NodePool, class: Option<&AKSNodeClass>| shared.cloud.instance_types(class);

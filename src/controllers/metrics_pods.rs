@@ -60,7 +60,7 @@ impl PodTracker {
     }
 
     /// Forgets the pods the index no longer holds.
-    fn retain(&mut self, cluster: &Cluster) {
+    pub fn retain(&mut self, cluster: &Cluster) {
         let live = |key: &String| cluster.pod(key).is_some();
         self.pending.retain(live);
         self.unscheduled.retain(live);

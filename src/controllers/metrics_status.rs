@@ -45,6 +45,15 @@ pub struct StatusTracker {
     seen: BTreeMap<(&'static str, String), Object>,
 }
 
+impl StatusTracker {
+    /// Forgets the objects the index no longer holds (a standby, which records no terminations).
+    pub fn retain(&mut self, cluster: &Cluster) {
+        self.seen.retain(|(kind, name), _| {
+            status::KINDS.iter().find(|k| k.name == *kind).is_some_and(|k| object(cluster, k, name).is_some())
+        });
+    }
+}
+
 fn status_str(status: ConditionStatus) -> &'static str {
     match status {
         ConditionStatus::True => "True",

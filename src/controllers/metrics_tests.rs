@@ -502,3 +502,20 @@ fn claim_counters_take_upstream_labels_from_the_claim() {
         Some(60.0)
     );
 }
+
+#[test]
+fn a_pod_the_index_no_longer_holds_is_forgotten() {
+    let m = Metrics::new();
+    let mut tracker = PodTracker::default();
+    let pod = |phase: &str, conditions: &str| -> core::Pod {
+        yaml(&format!(
+            "metadata: {{name: gone, namespace: ns, creationTimestamp: '2026-08-01T11:00:00Z'}}\n\
+             spec: {{containers: [{{name: c}}]}}\nstatus: {{phase: {phase}, conditions: [{conditions}]}}"
+        ))
+    };
+    pod_observed(&m, &mut tracker, &pod("Pending", ""), true);
+    tracker.retain(&cluster());
+    let ready = "{type: Ready, status: 'True', lastTransitionTime: '2026-08-01T11:01:00Z'}";
+    pod_observed(&m, &mut tracker, &pod("Running", ready), true);
+    assert!(!m.render().unwrap().contains("karpenter_pods_startup_duration_seconds"), "not seen pending");
+}
