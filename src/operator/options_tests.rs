@@ -59,7 +59,7 @@ fn upstream_defaults_apply() {
     assert_eq!(v.linux_admin_username, "azureuser");
     assert_eq!(v.batch_idle_duration, Duration::from_secs(1));
     assert_eq!(v.batch_max_duration, Duration::from_secs(10));
-    assert_eq!(v.node_image_refresh_interval, crate::cloud::azure::nodeclass::checks::IMAGE_REFRESH);
+    assert_eq!(v.node_image_refresh_interval, Duration::from_secs(6 * 3600));
     assert_eq!(v.log_level, "info");
     assert_eq!(v.log_format, super::settings::LogFormat::Json);
     assert_eq!((v.metrics_port, v.health_probe_port), (8080, 8081));
