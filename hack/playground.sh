@@ -14,6 +14,9 @@
 #   hack/playground.sh env    print the line that points kubectl at the playground (KUBECONFIG, and PATH
 #                             with the control plane's own kubectl first)
 #
+# PLAYGROUND_NO_BUILD=1 skips the build and uses the binaries already in the cargo target directory: the
+# playground e2e test runs inside `cargo test`, which holds cargo's build lock, and hack/test.sh builds them.
+#
 # Its state (pid files, logs, kubeconfig, PKI, the controller's settings) lives in
 # ${PLAYGROUND_DIR:-<cargo target dir>/playground}, never in the repository:
 #   cluster/                  the control plane (hack/e2e-cluster.sh start <dir>): its pids, logs, kubeconfig
@@ -159,8 +162,16 @@ cmd_up() {
   command -v python3 >/dev/null || die "python3 is required"
 
   target="$(target_dir)"
-  log "building the controller and the fake ARM ($CARGO build; the first build takes several minutes) ..."
-  (cd "$REPO" && "$CARGO" build -p karpenter-azure -p fake-azure --bins) || die "$CARGO build failed"
+  if [[ "${PLAYGROUND_NO_BUILD:-}" == 1 ]]; then
+    local bin
+    for bin in karpenter-azure fake-arm; do
+      [[ -x "$target/debug/$bin" ]] ||
+        die "PLAYGROUND_NO_BUILD=1 but $target/debug/$bin is missing; run: $CARGO build -p karpenter-azure -p fake-azure --bins"
+    done
+  else
+    log "building the controller and the fake ARM ($CARGO build; the first build takes several minutes) ..."
+    (cd "$REPO" && "$CARGO" build -p karpenter-azure -p fake-azure --bins) || die "$CARGO build failed"
+  fi
   t_build=$(($(date +%s) - t0))
 
   rm -rf "${DIR:?}/logs" "${DIR:?}/bin" "$DIR"/*.env "$DIR/env"

@@ -81,6 +81,9 @@ stage lint lint
 # --tests: every crate's unit tests and the test binaries (integration, e2e, oracle); the binary and
 # the fakes' crate have none (`test = false`), and the image test waits for its build below.
 stage build "$CARGO" test --workspace --tests --no-run
+# The binaries `make playground` runs; its e2e test (tests/e2e/playground.rs) runs inside `cargo test`,
+# which holds the build lock, so they are built here.
+stage build-bins "$CARGO" build -p karpenter-azure -p fake-azure --bins
 stage test "$CARGO" test --workspace --tests --no-fail-fast
 stage soak env SOAK_MINUTES="${SOAK_MINUTES:-5}" "$CARGO" test --test e2e soak -- --ignored --nocapture
 stage doc "$CARGO" test --workspace --doc

@@ -56,6 +56,7 @@ mod min_values_policy;
 mod nodeclass;
 mod operators;
 mod overlays;
+mod playground;
 mod pricing;
 mod provisioning;
 mod rbac;
