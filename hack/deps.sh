@@ -7,8 +7,11 @@
 #
 # `make test` and `.ci/run` call it first. What it provides, and the test that needs it:
 #   rustfmt, clippy                    `make lint`
-#   target x86_64-unknown-linux-musl   tests/container_image.rs (the Dockerfile's static build)
-#   musl-tools (x86_64-linux-musl-gcc) the same build: ring compiles C for the musl target
+#   targets x86_64- and aarch64-unknown-linux-musl
+#                                      tests/container_image.rs (hack/image-build.sh: the Dockerfile's
+#                                      static builds for amd64 and arm64)
+#   ziglang, cargo-zigbuild (PyPI)     the same builds: Zig cross-compiles ring's C and links; the
+#                                      versions the Dockerfile pins (read from it)
 #   prometheus (prometheus, promtool)  tests/e2e/metrics.rs (promtool lints the page, Prometheus scrapes it)
 #   chromium (headless browser)        tests/integration/timeline_report_browser.rs (renders the timeline's HTML report)
 #   faketime (libfaketime)             tests/e2e/soak.rs (a controller replica whose wall clock is off)
@@ -20,7 +23,7 @@
 set -euo pipefail
 
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-MUSL_TARGET=x86_64-unknown-linux-musl
+MUSL_TARGETS="x86_64-unknown-linux-musl aarch64-unknown-linux-musl"
 CHECK_ONLY=false
 case "${1:-}" in
   --check) CHECK_ONLY=true ;;
@@ -68,8 +71,26 @@ apt_install() {
 
 install_rustfmt() { rustup component add rustfmt; }
 install_clippy() { rustup component add clippy; }
-install_musl_target() { rustup target add "$MUSL_TARGET"; }
-install_musl_tools() { apt_install musl-tools; }
+install_musl_targets() {
+  # shellcheck disable=SC2086 # two words
+  rustup target add $MUSL_TARGETS
+}
+musl_targets_present() {
+  local t
+  for t in $MUSL_TARGETS; do rustup target list --installed | grep -qx "$t" || return 1; done
+}
+# The Dockerfile's `pip3 install ... ziglang==X cargo-zigbuild==Y` pins.
+zig_pins() { sed -n 's/.*pip3 install .*\(ziglang==[^ ]*\) \(cargo-zigbuild==[^ ]*\).*/\1 \2/p' "$HACK_DIR/../Dockerfile"; }
+install_zig_tools() {
+  # shellcheck disable=SC2046 # two words
+  python3 -m pip install --quiet $(zig_pins)
+}
+zig_tools_present() {
+  local zig zigbuild
+  read -r zig zigbuild <<<"$(zig_pins)"
+  [ "$(python3 -m ziglang version 2>/dev/null)" = "${zig#ziglang==}" ] &&
+    [ "$(cargo-zigbuild --version 2>/dev/null)" = "cargo-zigbuild ${zigbuild#cargo-zigbuild==}" ]
+}
 install_prometheus() {
   apt_install prometheus
   # The package starts its own server on :9090 where an init system runs; the e2e test starts one on a
@@ -96,8 +117,8 @@ controlplane_built() {
 
 step "rustfmt" "cargo fmt --version" install_rustfmt
 step "clippy" "cargo clippy --version" install_clippy
-step "rust target $MUSL_TARGET" "rustup target list --installed | grep -qx $MUSL_TARGET" install_musl_target
-step "musl-tools (x86_64-linux-musl-gcc)" "command -v x86_64-linux-musl-gcc" install_musl_tools
+step "rust targets $MUSL_TARGETS" musl_targets_present install_musl_targets
+step "ziglang and cargo-zigbuild ($(zig_pins))" zig_tools_present install_zig_tools
 step "prometheus and promtool" "command -v prometheus && command -v promtool" install_prometheus
 step "chromium (headless browser)" "command -v chromium" install_chromium
 step "faketime (libfaketime)" "ls /usr/lib/*/faketime/libfaketime.so.1" install_faketime

@@ -8,15 +8,17 @@
 #   lint         rustfmt and clippy with warnings denied
 #   build        the debug test binaries: the unit tests of the core crate (crates/core) and of the
 #                main crate, and tests/integration, tests/e2e and tests/oracle
-#   image-build  started in the background after `deps`: the Dockerfile's release build for the musl
-#                target (about 14 minutes cold), at the lowest CPU priority so it takes only the CPU the
-#                other stages leave idle (link steps, the e2e tests waiting on the cluster); the image
-#                test waits for it
+#   build-bins   the controller and fake-arm binaries `make playground` runs (tests/e2e/playground.rs)
+#   image-build  started in the background after `deps`: hack/image-build.sh amd64, then arm64 (the
+#                Dockerfile's release builds; cold, each is about 14 minutes of CPU for the dependency
+#                layer, then the cached layer is restored), at the lowest CPU priority so it takes only
+#                the CPU the other stages leave idle; the image test waits for it
 #   test         every test binary (`--no-fail-fast`), the e2e suite among them, except the image test
 #   soak         the chaos soak (tests/e2e/soak.rs) for SOAK_MINUTES (default 5) on a control plane of
 #                its own, after the other tests so that nothing else shares the machine with it
 #   doc          doc tests
-#   image        tests/container_image.rs on the binary the background build produced
+#   image        tests/container_image.rs: both builds again (restored from their layers), the amd64
+#                binary in an empty root, and one amd64 build after a one-line change (the project layer)
 #
 # The stage table is also written to $CARGO_TARGET_DIR/test-stages.txt (target/ when unset).
 set -uo pipefail
@@ -56,24 +58,11 @@ lint() {
     "$CARGO" clippy --workspace --all-targets --test container_image -- -D warnings
 }
 
-# The Dockerfile's `RUN cargo build ...` arguments: the image test runs the same line, and reads it
-# from the Dockerfile the same way, so both builds share one output directory and one result.
-image_build_args() { sed -n 's/^RUN cargo build //p' Dockerfile; }
-
 stage deps hack/deps.sh
 
 IMAGE_LOG="$TARGET_DIR/image-build.log"
 image_t0=$(date +%s)
-# The same environment as the image test's own run of this build (BUILD_ENVIRONMENT in
-# tests/container_image.rs): build scripts that watch a variable would otherwise rerun there.
-build_env=()
-for var in PATH HOME CARGO_HOME RUSTUP_HOME RUSTUP_TOOLCHAIN TMPDIR; do
-  if [ -n "${!var+set}" ]; then build_env+=("$var=${!var}"); fi
-done
-cargo_bin="$(command -v "$CARGO")"
-# shellcheck disable=SC2046 # the Dockerfile's arguments are words
-env -i "${build_env[@]}" nice -n 19 "$cargo_bin" build $(image_build_args) --target-dir "$TARGET_DIR/image" \
-  >"$IMAGE_LOG" 2>&1 &
+(IMAGE_BUILD_NICE=19 hack/image-build.sh amd64 && IMAGE_BUILD_NICE=19 hack/image-build.sh arm64) >"$IMAGE_LOG" 2>&1 &
 image_pid=$!
 log "stage image-build: started in the background (log: $IMAGE_LOG)"
 

@@ -1,53 +1,35 @@
-//! The container image, as far as it can be checked without a container engine: the binary the
-//! Dockerfile copies into `FROM scratch` must need nothing from the image. This test runs the
-//! Dockerfile's own `cargo build` line, then checks that the binary is statically linked (no ELF
-//! interpreter, no shared-library dependency) and that it works inside an empty root directory.
+//! The container image, as far as it can be checked without a container engine: the Dockerfile builds
+//! linux/amd64 and linux/arm64 from one build stage (cargo-zigbuild cross-compiles for the musl targets),
+//! and the binary it copies into `FROM scratch` must need nothing from the image. This test runs the
+//! Dockerfile's build stage for both architectures through `hack/image-build.sh` (the same steps, with
+//! BuildKit's layer caching for the dependency layer and the project layer), checks that each binary is
+//! a statically linked ELF file for its architecture, and runs the amd64 one inside an empty root
+//! directory. A second amd64 build after a one-line source change must reuse the dependency layer; it
+//! prints how long it took.
 //!
-//! The release build for the musl target is slow the first time (all dependencies); its output is kept
-//! in `<target dir>/image` and reused afterwards. `cargo test --all-targets` leaves this test out
-//! (`test = false` in Cargo.toml): `make test` starts the build in the background while the other tests
-//! run, then runs `cargo test --test container_image`.
+//! The first build is slow (all dependencies, twice); later ones restore the cached layers. `cargo test
+//! --all-targets` leaves this test out (`test = false` in Cargo.toml): `make test` starts both builds in
+//! the background while the other tests run, then runs `cargo test --test container_image`.
 //!
-//! The build needs the musl target of rustup and Debian's musl-tools (ring compiles C with
-//! `x86_64-linux-musl-gcc`); without them the test fails at once and names `hack/deps.sh`, which installs
-//! both.
+//! The builds need the two musl targets of rustup and the Dockerfile's pinned ziglang and cargo-zigbuild
+//! (from PyPI); without them hack/image-build.sh fails at once and names `hack/deps.sh`, which installs
+//! them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Instant;
 
 const DOCKERFILE: &str = include_str!("../Dockerfile");
 
-/// The environment the image build runs with, here and in hack/test.sh (keep the two lists equal).
-const BUILD_ENVIRONMENT: &[&str] =
-    &["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN", "TMPDIR"];
+/// ELF machine numbers (System V ABI) of the image's architectures.
+const EM_X86_64: u16 = 62;
+const EM_AARCH64: u16 = 183;
 
 /// ELF program header types and dynamic tags (System V ABI).
 const PT_DYNAMIC: u32 = 2;
 const PT_INTERP: u32 = 3;
 const DT_NULL: i64 = 0;
 const DT_NEEDED: i64 = 1;
-
-/// The arguments of the Dockerfile's `RUN cargo build ...` line and the path its `RUN cp` copies.
-fn dockerfile_build() -> (Vec<String>, String) {
-    let run_lines: Vec<&str> = DOCKERFILE.lines().filter_map(|l| l.trim().strip_prefix("RUN ")).collect();
-    let build = run_lines
-        .iter()
-        .find_map(|l| l.strip_prefix("cargo build "))
-        .expect("the Dockerfile has a `RUN cargo build` line");
-    let copied = run_lines
-        .iter()
-        .find_map(|l| l.strip_prefix("cp target/"))
-        .and_then(|l| l.split_whitespace().next())
-        .expect("the Dockerfile copies the binary out of target/ with `RUN cp`");
-    (build.split_whitespace().map(str::to_string).collect(), copied.to_string())
-}
-
-fn image_target_dir() -> PathBuf {
-    let base = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
-    base.join("image")
-}
 
 /// `Err` names what makes the binary depend on its environment.
 fn check_static(elf: &[u8]) -> Result<(), String> {
@@ -79,62 +61,90 @@ fn check_static(elf: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// What the musl build needs from the machine and does not have, each with what provides it.
-fn missing_build_tools(args: &[String]) -> Vec<String> {
-    let mut missing = Vec::new();
-    let target =
-        args.iter().skip_while(|a| *a != "--target").nth(1).expect("the Dockerfile builds with --target");
-    let installed = Command::new("rustup").args(["target", "list", "--installed"]).output();
-    match installed {
-        Ok(out) if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == target) => {}
-        Ok(_) => missing.push(format!("the rust target {target} (rustup target add {target})")),
-        // Without rustup the toolchain may still have the target; the build itself will tell.
-        Err(_) => {}
-    }
-    let c_compiler = format!("{}-gcc", target.replace("-unknown-", "-"));
-    if find_on_path(&c_compiler).is_none() {
-        missing.push(format!("{c_compiler} (Debian's musl-tools)"));
-    }
-    missing
+/// What `hack/image-build.sh ARCH [--one-line-change]` printed last: "image-build ARCH: layer 1 ..., layer 2
+/// ..., binary PATH".
+struct ImageBuild {
+    summary: String,
+    binary: PathBuf,
 }
 
-fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|candidate| candidate.is_file())
+fn image_build(arch: &str, one_line_change: bool) -> ImageBuild {
+    let mut command = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/image-build.sh"));
+    command.arg(arch);
+    if one_line_change {
+        command.arg("--one-line-change");
+    }
+    let output = command.output().expect("running hack/image-build.sh");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "hack/image-build.sh {arch} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+            .lines()
+            .rev()
+            .take(40)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let summary = stdout.lines().last().unwrap_or_default().to_string();
+    let binary = summary
+        .rsplit_once(", binary ")
+        .map(|(_, p)| PathBuf::from(p))
+        .expect("the summary names the binary");
+    ImageBuild { summary, binary }
+}
+
+/// The ELF machine number of the file.
+fn elf_machine(elf: &[u8]) -> u16 {
+    u16::from_le_bytes([elf[0x12], elf[0x13]])
+}
+
+#[test]
+fn both_architectures_build_from_one_dockerfile_into_static_binaries() {
+    assert!(
+        DOCKERFILE.contains("\nFROM --platform=$BUILDPLATFORM "),
+        "the build stage runs on the build platform and cross-compiles"
+    );
+    assert!(DOCKERFILE.contains("\nARG TARGETARCH\n"), "the build stage reads BuildKit's TARGETARCH");
+    for (arch, machine) in [("amd64", EM_X86_64), ("arm64", EM_AARCH64)] {
+        let build = image_build(arch, false);
+        eprintln!("{}", build.summary);
+        let elf = std::fs::read(&build.binary).unwrap_or_else(|e| panic!("{}: {e}", build.binary.display()));
+        if let Err(why) = check_static(&elf) {
+            panic!("the {arch} binary {} is not statically linked: {why}", build.binary.display());
+        }
+        assert_eq!(elf_machine(&elf), machine, "the {arch} binary is built for {arch}");
+    }
+}
+
+#[test]
+fn a_one_line_change_rebuilds_only_the_project_layer() {
+    // The dependency layer as the unchanged build left it (built or restored).
+    let first = image_build("amd64", false);
+    let started = Instant::now();
+    let changed = image_build("amd64", true);
+    eprintln!("{} ({:.0}s after a one-line change)", changed.summary, started.elapsed().as_secs_f64());
+    assert!(
+        changed.summary.contains("layer 1 CACHED"),
+        "the dependency layer is reused: {}",
+        changed.summary
+    );
+    assert!(
+        changed.summary.contains("layer 2 built in"),
+        "the project layer is rebuilt: {}",
+        changed.summary
+    );
+    assert!(first.summary.starts_with("image-build amd64: "), "{}", first.summary);
 }
 
 #[test]
 fn the_image_binary_is_static_and_runs_in_an_empty_root() {
     assert!(DOCKERFILE.contains("\nFROM scratch\n"), "the final stage should be FROM scratch");
     assert!(DOCKERFILE.contains("\nUSER 65532:65532\n"), "the image should run as a non-root user");
-    let (args, copied) = dockerfile_build();
-    let missing = missing_build_tools(&args);
-    assert!(
-        missing.is_empty(),
-        "the image build needs {}; run `hack/deps.sh` to install what is missing",
-        missing.join(" and ")
-    );
-    let target_dir = image_target_dir();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    // Only the variables hack/test.sh also passes to its background run of this build: the test
-    // runner's own (CARGO_PKG_*, CARGO_MANIFEST_DIR, ...) would make build scripts that watch their
-    // environment rerun, and the build could not reuse that run's output.
-    let status = Command::new(&cargo)
-        .arg("build")
-        .args(&args)
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env_clear()
-        .envs(BUILD_ENVIRONMENT.iter().filter_map(|k| std::env::var_os(k).map(|v| (k, v))))
-        .status()
-        .expect("running cargo");
-    assert!(status.success(), "`cargo build {}` failed", args.join(" "));
-    let binary = target_dir.join(&copied);
-    let elf = std::fs::read(&binary).unwrap_or_else(|e| panic!("{}: {e}", binary.display()));
-    if let Err(why) = check_static(&elf) {
-        panic!("{} is not statically linked: {why}", binary.display());
-    }
+    let binary = image_build("amd64", false).binary;
 
     // An empty root: no libc, no loader, no /etc, no certificates; only the binary.
     let root = tempfile::tempdir().expect("a temporary directory");
