@@ -5,13 +5,13 @@
 CARGO ?= cargo
 
 .PHONY: build deps test unit proptest-random lint fmt crds crds-check metrics-table bench bench-upstream e2e controlplane catalog \
-	soak playground playground-down
+	soak playground playground-down image
 
 build:
 	$(CARGO) build --release
 
-# Install what the tests need (rustup components and the musl target, Debian's musl-tools and
-# prometheus, the e2e control plane); quick when everything is there.
+# Install what the tests need (rustup components and the musl targets, the Dockerfile's pinned ziglang and
+# cargo-zigbuild, Debian's prometheus, the e2e control plane); quick when everything is there.
 deps:
 	hack/deps.sh
 
@@ -107,3 +107,9 @@ playground:
 # Stops exactly the processes `make playground` started.
 playground-down:
 	CARGO=$(CARGO) hack/playground.sh down
+
+# The image's binary for IMAGE_ARCH (amd64 or arm64) without a container engine: the Dockerfile's build
+# stage with its layer caching (hack/image-build.sh); prints the path of the static binary.
+IMAGE_ARCH ?= amd64
+image:
+	hack/image-build.sh $(IMAGE_ARCH)
