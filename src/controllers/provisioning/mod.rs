@@ -215,7 +215,9 @@ async fn provision<C: CloudProvider + 'static>(
                     nodepool = %planned.nodepool,
                     instance_type = %planned.instance_type,
                     instance_type_options = planned.instance_type_options.len(),
-                    zone = %planned.zone,
+                    // The zone the plan priced; the claim may leave the launch a choice of zones.
+                    planned_zone = %planned.zone,
+                    zones = %allowed_zones(&created),
                     capacity_type = planned.capacity_type.as_str(),
                     pods = planned.pods.len(),
                     requests = ?planned.requests.to_quantities(),
@@ -237,6 +239,16 @@ async fn provision<C: CloudProvider + 'static>(
 
 /// A scheduling run's `scheduling_id` (upstream: a UUID per scheduler): unique in the process and,
 /// with the process's start time in it, across restarts.
+/// The zones a created NodeClaim lets the launch choose from: its zone requirement's values, or `any`.
+fn allowed_zones(claim: &crate::apis::nodeclaim::NodeClaim) -> String {
+    claim
+        .spec
+        .requirements
+        .iter()
+        .find(|r| r.key == LABEL_ZONE && r.operator == crate::apis::common::Operator::In)
+        .map_or_else(|| "any".to_string(), |r| r.values.join(","))
+}
+
 fn scheduling_id() -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     static STARTED: std::sync::LazyLock<i64> =
