@@ -377,7 +377,7 @@ fn configure_values_stops_when_az_fails_or_arguments_are_missing() {
     run.assert_failed(
         1,
         &[
-            "`az aks show --name shop-prod --resource-group rg-shop -o json` failed",
+            "`az aks show --name shop-prod --resource-group rg-shop` failed",
             "ResourceNotFound",
             "az account set",
         ],
@@ -397,7 +397,7 @@ fn configure_values_stops_when_az_fails_or_arguments_are_missing() {
     run.assert_failed(
         1,
         &[
-            "`az identity show --name karpentermsi --resource-group rg-shop -o json` failed",
+            "`az identity show --name karpentermsi --resource-group rg-shop` failed",
             "create the identity with the commands above",
             "KARPENTER_IDENTITY",
         ],
