@@ -230,6 +230,7 @@ else
   say "  PRINCIPAL_ID=\$(az identity show --name $IDENTITY --resource-group $RG --query principalId -o tsv)"
   say "  az identity federated-credential create --name karpenter-azure --identity-name $IDENTITY --resource-group $RG \\"
   say "    --issuer \"$ISSUER\" --subject system:serviceaccount:$NAMESPACE:$SERVICE_ACCOUNT --audience api://AzureADTokenExchange"
+  # shellcheck disable=SC2016 # printed for the user's shell, which sets PRINCIPAL_ID
   roles '"$PRINCIPAL_ID"'
   say "Without workload identity, run this script with USE_MANAGED_IDENTITY=true to use the kubelet identity instead."
   IDENTITY_JSON=$(az_json "create the identity with the commands above and run again, set KARPENTER_IDENTITY to an existing identity in $RG, or run with USE_MANAGED_IDENTITY=true" \
@@ -250,6 +251,7 @@ TMP=$(mktemp "$OUT_DIR/.karpenter-values.XXXXXX")
 trap 'rm -f "$TMP"' EXIT
 {
   printf '# Values for charts/karpenter-azure, written by hack/configure-values.sh from\n'
+  # shellcheck disable=SC2016 # backquotes of Markdown, not a command
   printf '# `az aks show %s`.\n' "$SHOW"
   if [ -n "${IMAGE_REPOSITORY:-}" ] || [ -n "${IMAGE_TAG:-}" ]; then
     printf 'image:\n'
