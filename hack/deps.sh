@@ -15,6 +15,7 @@
 #   prometheus (prometheus, promtool)  tests/e2e/metrics.rs (promtool lints the page, Prometheus scrapes it)
 #   chromium (headless browser)        tests/integration/timeline_report_browser.rs (renders the timeline's HTML report)
 #   faketime (libfaketime)             tests/e2e/soak.rs (a controller replica whose wall clock is off)
+#   jq                                 hack/configure-values.sh reads az's JSON with it (tests/e2e/configure_values.rs)
 #   the control plane                  tests/e2e: hack/e2e-cluster.sh build (about 10 minutes cold)
 #   upstream's bootstrap renderer      tests/oracle/bootstrap_oracle.rs: hack/aks-bootstrap.sh build (minutes cold)
 #   upstream core's oracle helper      tests/oracle/requirements_oracle.rs and overlay_oracle.rs:
@@ -103,6 +104,7 @@ install_prometheus() {
 }
 install_chromium() { apt_install chromium; }
 install_faketime() { apt_install faketime; }
+install_jq() { apt_install jq; }
 install_controlplane() { "$HACK_DIR/e2e-cluster.sh" build >/dev/null; }
 install_aks_bootstrap() { "$HACK_DIR/aks-bootstrap.sh" build >/dev/null; }
 install_upstream_oracle() { "$HACK_DIR/upstream-oracle.sh" build >/dev/null; }
@@ -122,6 +124,7 @@ step "ziglang and cargo-zigbuild ($(zig_pins))" zig_tools_present install_zig_to
 step "prometheus and promtool" "command -v prometheus && command -v promtool" install_prometheus
 step "chromium (headless browser)" "command -v chromium" install_chromium
 step "faketime (libfaketime)" "ls /usr/lib/*/faketime/libfaketime.so.1" install_faketime
+step "jq" "command -v jq" install_jq
 step "e2e control plane" controlplane_built install_controlplane
 step "upstream bootstrap renderer (hack/aks-bootstrap.sh)" "\"$HACK_DIR/aks-bootstrap.sh\" path" install_aks_bootstrap
 step "upstream core oracle (hack/upstream-oracle.sh)" "\"$HACK_DIR/upstream-oracle.sh\" path" install_upstream_oracle

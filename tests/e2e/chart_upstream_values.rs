@@ -36,7 +36,7 @@ fn container(docs: &[Value]) -> &Value {
 /// What the pod's environment holds once running: literal values, the namespace for field
 /// references, a bootstrap token for Secret references, and what the workload identity webhook
 /// injects (the chart's pod label asks for it).
-fn running_env(rendered: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+pub fn running_env(rendered: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = rendered
         .iter()
         .map(|(name, value)| {
@@ -61,14 +61,14 @@ fn running_env(rendered: &BTreeMap<String, String>) -> BTreeMap<String, String> 
 }
 
 /// The controller's own parsing and validation of an environment.
-fn controller_validates(
+pub fn controller_validates(
     env: &BTreeMap<String, String>,
 ) -> Result<karpenter_azure::operator::Validated, karpenter_azure::operator::OptionsError> {
     karpenter_azure::operator::Options::parse_from(["karpenter-azure"], env)?.validate()
 }
 
 /// Every variable of `env` is one the controller reads (its `--help` lists it).
-fn assert_all_read(env: &BTreeMap<String, String>) {
+pub fn assert_all_read(env: &BTreeMap<String, String>) {
     let known = controller_env_names();
     let unknown: Vec<&String> = env.keys().filter(|name| !known.contains(*name)).collect();
     assert!(unknown.is_empty(), "variables the controller does not read: {unknown:?}");

@@ -38,6 +38,7 @@ mod chart;
 mod chart_monitoring;
 mod chart_settings;
 mod chart_upstream_values;
+mod configure_values;
 mod dashboards;
 mod disruption;
 mod disruption_lifecycle;
