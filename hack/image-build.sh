@@ -163,7 +163,8 @@ else
   for step in "${LAYER2[@]}"; do
     log "  $step"
     if [[ "$step" == "COPY . ." ]]; then
-      context_files | (cd "$REPO" && xargs -0 cp -p --parents -t "$WORK/src")
+      # tar replaces files as COPY does (cp refuses some it finds there, restored from layer 1).
+      context_files | tar -C "$REPO" --null -T - -cf - | tar -C "$WORK/src" -xpf -
       if $ONE_LINE_CHANGE; then
         printf '%s\n' "$CHANGE_LINE" >>"$WORK/src/src/lib.rs"
       fi
