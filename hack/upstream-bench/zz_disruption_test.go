@@ -133,6 +133,14 @@ func TestDumpUpstreamDisruption(t *testing.T) {
 	r = rand.New(rand.NewSource(dumpSeed)) //nolint:gosec
 	pods := makeDiversePods(nodes * disruptPodsPerNode)
 	dumpNamePods(pods)
+	for _, p := range pods {
+		// The API server gives each pod its UID; a UID set beforehand fails ExpectApplied's status update.
+		p.UID = ""
+		// What kube-scheduler leaves on a pod it cannot place; the provisioner takes only such pods.
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{
+			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		})
+	}
 	start := time.Now()
 	ExpectProvisioned(ctx, env.Client, cluster, cloudProvider, prov, pods...)
 	provisionSeconds := time.Since(start).Seconds()
