@@ -312,6 +312,7 @@ func disruptPass(t *testing.T, m disruption.Method, queue *disruption.Queue, rec
 	var kept []disruption.Command
 	for _, c := range cmds {
 		if c.Decision() != disruption.NoOpDecision {
+			c.Method = m // as Controller.disrupt assigns it
 			kept = append(kept, c)
 		}
 	}
