@@ -63,7 +63,7 @@ import (
 const (
 	disruptEnvOut      = "UPSTREAM_DISRUPTION_OUT"      // directory that receives the cluster files and upstream.json
 	disruptEnvNodes    = "UPSTREAM_DISRUPTION_NODES"    // the size, in nodes (5 benchmark pods per node)
-	disruptEnvShape    = "UPSTREAM_DISRUPTION_SHAPE"    // uniform, zone-drained, fragmented, spot-mixed
+	disruptEnvShape    = "UPSTREAM_DISRUPTION_SHAPE"    // uniform, zone-drained, fragmented, spot-mixed; "-no-empty" drops empty nodes
 	disruptEnvPolicies = "UPSTREAM_DISRUPTION_POLICIES" // comma-separated consolidation policies
 	disruptEnvFraction = "UPSTREAM_DISRUPTION_REMOVE"   // fraction of pods removed (uniform, fragmented, spot-mixed)
 
@@ -171,10 +171,16 @@ func TestDumpUpstreamDisruption(t *testing.T) {
 
 	// 3. The shape.
 	bound := disruptBound(disruptList[corev1.Pod](t, &corev1.PodList{}))
-	removed := disruptRemoved(shape, bound, nodeList, fraction)
+	base, noEmpty := strings.CutSuffix(shape, "-no-empty")
+	removed := disruptRemoved(base, bound, nodeList, fraction)
 	for _, p := range removed {
 		ExpectDeleted(ctx, env.Client, p)
 		ExpectReconcileSucceeded(ctx, podStateController, client.ObjectKeyFromObject(p))
+	}
+	if noEmpty {
+		// "<shape>-no-empty": the nodes the shape left empty are gone too (as if emptiness had already
+		// run), so the pass has only consolidation to do.
+		disruptDropEmpty(t, nodeClaims, nodeList)
 	}
 
 	// 4. The cluster as it is now.
@@ -317,6 +323,38 @@ func disruptPass(t *testing.T, m disruption.Method, queue *disruption.Queue, rec
 		}
 	}
 	return kept
+}
+
+// disruptDropEmpty deletes the Nodes without pods and their NodeClaims (finalizers dropped: nothing
+// here terminates them) and tells the cluster state.
+func disruptDropEmpty(t *testing.T, claims []*v1.NodeClaim, nodes []*corev1.Node) {
+	used := map[string]bool{}
+	for _, p := range disruptBound(disruptList[corev1.Pod](t, &corev1.PodList{})) {
+		used[p.Spec.NodeName] = true
+	}
+	byProvider := map[string]*v1.NodeClaim{}
+	for _, nc := range claims {
+		byProvider[nc.Status.ProviderID] = nc
+	}
+	for _, n := range nodes {
+		if used[n.Name] {
+			continue
+		}
+		objs := []client.Object{n}
+		if nc := byProvider[n.Spec.ProviderID]; nc != nil {
+			objs = append(objs, nc)
+		}
+		for _, o := range objs {
+			Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(o), o)).To(Succeed())
+			o.SetFinalizers(nil)
+			Expect(env.Client.Update(ctx, o)).To(Succeed())
+			ExpectDeleted(ctx, env.Client, o)
+		}
+		ExpectReconcileSucceeded(ctx, nodeStateController, client.ObjectKeyFromObject(n))
+		if nc := byProvider[n.Spec.ProviderID]; nc != nil {
+			ExpectReconcileSucceeded(ctx, nodeClaimStateController, client.ObjectKeyFromObject(nc))
+		}
+	}
 }
 
 // disruptCheapest is what upstream's fake Create launches for a replacement: the cheapest compatible
