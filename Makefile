@@ -4,7 +4,7 @@
 
 CARGO ?= cargo
 
-.PHONY: build deps test unit proptest-random lint fmt crds crds-check metrics-table bench bench-upstream e2e controlplane catalog \
+.PHONY: build deps test unit proptest-random lint fmt crds crds-check metrics-table bench bench-upstream bench-upstream-disruption e2e controlplane catalog \
 	soak playground playground-down image
 
 build:
@@ -77,6 +77,17 @@ bench-upstream:
 	$(if $(strip $(BENCH_UPSTREAM_CURVE)),hack/upstream-bench.sh input "$(BENCH_UPSTREAM_DIR)" $(BENCH_UPSTREAM_CURVE))
 	$(CARGO) build --release
 	"$${CARGO_TARGET_DIR:-target}/release/karpenter-azure" bench-upstream $(BENCH_UPSTREAM_ARGS) "$(BENCH_UPSTREAM_DIR)" $(BENCH_UPSTREAM_SIZES) $(BENCH_UPSTREAM_CURVE)
+
+# Upstream Karpenter's disruption pass next to ours on clusters packed by upstream's provisioner from
+# its scheduling benchmark's pods (hack/upstream-disruption.sh; sizes in nodes, four shapes, both
+# consolidation policies). Needs the e2e control plane's kube-apiserver and etcd (make controlplane) or
+# KUBEBUILDER_ASSETS. See hack/upstream-bench/README.md.
+BENCH_UPSTREAM_DISRUPTION_DIR ?= $${CARGO_TARGET_DIR:-target}/bench-upstream-disruption
+BENCH_UPSTREAM_DISRUPTION_SIZES ?= 100 500
+bench-upstream-disruption:
+	hack/upstream-disruption.sh run "$(BENCH_UPSTREAM_DISRUPTION_DIR)" $(BENCH_UPSTREAM_DISRUPTION_SIZES)
+	$(CARGO) build --release
+	"$${CARGO_TARGET_DIR:-target}/release/karpenter-azure" bench-upstream-disruption "$(BENCH_UPSTREAM_DISRUPTION_DIR)" $(BENCH_UPSTREAM_DISRUPTION_SIZES)
 
 # The e2e control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, helm),
 # built from pinned Go modules into ~/.cache/karpenter-azure/controlplane: ~10 min cold, instant

@@ -125,6 +125,21 @@ enum Command {
         #[arg(long, hide = true)]
         one: bool,
     },
+    /// Our disruption pass next to upstream Karpenter's on the clusters `hack/upstream-disruption.sh
+    /// run DIR` wrote (DIR/<nodes>/<shape>/), once per consolidation policy, both outcomes checked for
+    /// feasibility.
+    BenchUpstreamDisruption {
+        /// The run directory (or one <nodes>/<shape> directory).
+        dir: PathBuf,
+        /// Sizes to measure (subdirectories of DIR); none measures every size DIR holds.
+        sizes: Vec<String>,
+        /// table or json.
+        #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+        output: OutputFormat,
+        /// When to judge disruption, as RFC 3339; default: the current time.
+        #[arg(long, value_parser = parse_rfc3339)]
+        now: Option<k8s_openapi::jiff::Timestamp>,
+    },
     /// Write the CRD manifests to crds/ and charts/karpenter-azure/crds/.
     Crdgen {
         /// The repository root to write under.
@@ -391,6 +406,17 @@ fn main() -> ExitCode {
                 check_timeout: (check_timeout > 0).then(|| std::time::Duration::from_secs(check_timeout)),
             };
             run_bench_upstream(&dir, &sizes, output, &limits, one)
+        }
+        Command::BenchUpstreamDisruption { dir, sizes, output, now } => {
+            use karpenter_azure::sim::upstream_disruption as ud;
+            let now = now.unwrap_or_else(k8s_openapi::jiff::Timestamp::now);
+            match ud::run(&dir, &sizes, now) {
+                Ok(rows) => print_output(&ud::render(&rows, output)),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(EXIT_USAGE)
+                }
+            }
         }
         Command::MetricsTable { write: None } => {
             print_output(&karpenter_azure::operator::metrics_table::table())

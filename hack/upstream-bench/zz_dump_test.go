@@ -102,20 +102,7 @@ func TestDumpUpstreamBenchmark(t *testing.T) {
 	// uuid.NewUUID: replace them with deterministic values before anything sees the pods, so the plan
 	// and the files agree and the run is reproducible. Names say which helper built the pod; UIDs keep
 	// generation order, the queue's tie-break after creation time. No name takes part in scheduling.
-	podName := map[types.UID]string{}
-	kinds := map[string]int{}
-	width := len(strconv.Itoa(n - 1))
-	for i, p := range pods {
-		kind := dumpPodKind(p)
-		kinds[kind]++
-		p.Name = fmt.Sprintf("%s-%0*d", kind, width, i)
-		p.UID = types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", i))
-		p.CreationTimestamp = metav1.NewTime(dumpEpoch.Add(time.Duration(i) * time.Microsecond))
-		for c := range p.Spec.Containers {
-			p.Spec.Containers[c].Name = fmt.Sprintf("c%d", c)
-		}
-		podName[p.UID] = p.Namespace + "/" + p.Name
-	}
+	podName, kinds := dumpNamePods(pods)
 	inputOrder := slices.Clone(pods) // Solve sorts its argument in place
 
 	// 2. Upstream's scheduler, set up as benchmarkScheduler does it.
@@ -302,6 +289,26 @@ type dumpCatalogOffer struct {
 	CapacityType string  `json:"capacity_type"`
 	Price        float64 `json:"price"`
 	Available    bool    `json:"available"`
+}
+
+// dumpNamePods gives the pods deterministic names (`<kind>-<index>`), UIDs, creation times and
+// container names in generation order; it returns `ns/name` by UID and the number of pods of each kind.
+func dumpNamePods(pods []*corev1.Pod) (map[types.UID]string, map[string]int) {
+	podName := map[types.UID]string{}
+	kinds := map[string]int{}
+	width := len(strconv.Itoa(max(len(pods)-1, 0)))
+	for i, p := range pods {
+		kind := dumpPodKind(p)
+		kinds[kind]++
+		p.Name = fmt.Sprintf("%s-%0*d", kind, width, i)
+		p.UID = types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", i))
+		p.CreationTimestamp = metav1.NewTime(dumpEpoch.Add(time.Duration(i) * time.Microsecond))
+		for c := range p.Spec.Containers {
+			p.Spec.Containers[c].Name = fmt.Sprintf("c%d", c)
+		}
+		podName[p.UID] = p.Namespace + "/" + p.Name
+	}
+	return podName, kinds
 }
 
 // dumpPodKind names a pod after the makeDiversePods helper that built it, read from its spec.

@@ -127,7 +127,8 @@ pub fn scenario_of(args: &SimulateArgs) -> Result<Scenario, SimulateError> {
     Ok(objects_and_scenario(args)?.1)
 }
 
-fn objects_and_scenario(args: &SimulateArgs) -> Result<(load::Objects, Scenario), SimulateError> {
+/// The scenario's objects as read, and the scenario built from them.
+pub fn objects_and_scenario(args: &SimulateArgs) -> Result<(load::Objects, Scenario), SimulateError> {
     let catalog = match &args.catalog {
         Some(path) => Catalog::Fixed(Arc::new(catalog_file::read(path, &args.region)?)),
         None => {

@@ -17,6 +17,8 @@
 //! - `upstream_bench`: `bench-upstream`, our solver next to upstream Karpenter's on upstream's benchmark
 //!   input, both plans checked for feasibility; `growth`: solve time against pods, judged against
 //!   `n log n`, for `bench` and `bench-upstream`.
+//! - `upstream_disruption`: `bench-upstream-disruption`, our disruption pass next to upstream
+//!   Karpenter's on clusters packed by upstream, both outcomes checked for feasibility.
 
 pub mod catalog_command;
 pub mod catalog_file;
@@ -33,5 +35,6 @@ pub mod report;
 pub mod scenario;
 pub mod timeline;
 pub mod upstream_bench;
+pub mod upstream_disruption;
 
 pub use command::{run, SimulateArgs, SimulateError};

@@ -59,7 +59,7 @@ pub enum BenchError {
     Child(String),
 }
 
-fn file_error(path: &Path, message: impl ToString) -> BenchError {
+pub(super) fn file_error(path: &Path, message: impl ToString) -> BenchError {
     BenchError::File { path: path.display().to_string(), message: message.to_string() }
 }
 
@@ -90,7 +90,7 @@ pub enum Feasibility {
 }
 
 impl Feasibility {
-    fn from_check(result: Result<(), Vec<Violation>>) -> Self {
+    pub(super) fn from_check(result: Result<(), Vec<Violation>>) -> Self {
         match result {
             Ok(()) => Feasibility::Ok,
             Err(violations) => {
@@ -104,7 +104,7 @@ impl Feasibility {
         }
     }
 
-    fn cell(&self) -> String {
+    pub(super) fn cell(&self) -> String {
         match self {
             Feasibility::Ok => "ok".into(),
             Feasibility::Violations { total, .. } => format!("{total} violations"),
@@ -159,14 +159,16 @@ struct UpstreamReport {
     pending: Vec<UpstreamPending>,
 }
 
+/// A NodeClaim upstream launched, as upstream.json lists it (plans and disruption replacements).
 #[derive(Debug, Deserialize)]
-struct UpstreamClaim {
-    name: String,
-    instance_type: String,
-    zone: String,
-    capacity_type: String,
-    price: f64,
-    pods: Vec<String>,
+pub(super) struct UpstreamClaim {
+    pub name: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: String,
+    pub price: f64,
+    #[serde(default)]
+    pub pods: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -192,6 +194,28 @@ fn parse_upstream(path: &Path, text: &str) -> Result<UpstreamReport, BenchError>
 /// Mistakes in upstream's plan (an unknown type or offering, a pod listed twice) are left in for the
 /// checker to report; only what makes the plan unreadable is an error.
 fn upstream_plan(input: &SolveInput, report: &UpstreamReport, path: &Path) -> Result<Plan, BenchError> {
+    let nodeclaims = upstream_claims(input, &report.plan, path)?;
+    let unschedulable = report
+        .pending
+        .iter()
+        .map(|p| Unschedulable { pod: p.pod.clone(), reason: p.error.clone() })
+        .collect();
+    Ok(Plan {
+        existing: BTreeMap::new(),
+        nodeclaims,
+        unschedulable,
+        price_per_hour: report.price_per_hour,
+        lower_bound_per_hour: 0.0,
+    })
+}
+
+/// NodeClaims upstream launched as [`NewNodeClaim`]s of `input`'s only NodePool, as launched (see the
+/// module doc).
+pub(super) fn upstream_claims(
+    input: &SolveInput,
+    claims: &[UpstreamClaim],
+    path: &Path,
+) -> Result<Vec<NewNodeClaim>, BenchError> {
     let [pool] = &input.nodepools[..] else {
         // upstream.json names no NodePool; the benchmark has exactly one.
         return Err(file_error(
@@ -203,8 +227,8 @@ fn upstream_plan(input: &SolveInput, report: &UpstreamReport, path: &Path) -> Re
         ));
     };
     let by_id: BTreeMap<String, &crate::scheduling::Pod> = input.pods.iter().map(|p| (p.id(), p)).collect();
-    let mut nodeclaims = Vec::with_capacity(report.plan.len());
-    for (i, c) in report.plan.iter().enumerate() {
+    let mut nodeclaims = Vec::with_capacity(claims.len());
+    for (i, c) in claims.iter().enumerate() {
         let capacity_type = match c.capacity_type.as_str() {
             "spot" => CapacityType::Spot,
             "on-demand" => CapacityType::OnDemand,
@@ -269,18 +293,7 @@ fn upstream_plan(input: &SolveInput, report: &UpstreamReport, path: &Path) -> Re
             pods: c.pods.clone(),
         });
     }
-    let unschedulable = report
-        .pending
-        .iter()
-        .map(|p| Unschedulable { pod: p.pod.clone(), reason: p.error.clone() })
-        .collect();
-    Ok(Plan {
-        existing: BTreeMap::new(),
-        nodeclaims,
-        unschedulable,
-        price_per_hour: report.price_per_hour,
-        lower_bound_per_hour: 0.0,
-    })
+    Ok(nodeclaims)
 }
 
 // --- one size ----------------------------------------------------------------------------------------

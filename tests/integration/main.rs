@@ -12,6 +12,7 @@
 //!   `workload_identity` (a rotated service-account token keeps ARM calls working);
 //! - the CLI's simulator: `simulate_cli`, `simulate_disruption`, `simulate_overlay`, `simulate_timeline`,
 //!   `timeline_report_browser` (the HTML report in headless Chromium);
+//! - `upstream_disruption_bench`: `bench-upstream-disruption` on a committed upstream run;
 //! - the repository: `crds_and_examples` (generated files are fresh, examples parse), `layering` (the
 //!   module layers and the pure modules), `property_tests` (every property test runs from the fixed
 //!   seed and is listed for `make proptest-random`).
@@ -42,4 +43,5 @@ mod solver_feasibility;
 mod solver_oracle;
 mod solver_overlapping;
 mod timeline_report_browser;
+mod upstream_disruption_bench;
 mod workload_identity;
