@@ -176,7 +176,9 @@ else
   from="$(sed -n 's|^COPY --from=build /src/\([^ ]*\) /karpenter-azure$|\1|p' "$DOCKERFILE")"
   [[ -n "$from" ]] || die "the final stage needs COPY --from=build /src/<path> /karpenter-azure"
   # Only the binary is kept of layer 2 (the image's content); the four newest stay.
-  ls -1dt "$DIR"/layer2-* 2>/dev/null | tail -n +4 | xargs -r rm -rf
+  # (find, not ls: ls fails when there is none yet, and pipefail would end the build)
+  find "$DIR" -maxdepth 1 -name 'layer2-*' -printf '%T@ %p\n' | sort -rn | tail -n +4 | cut -d' ' -f2- |
+    xargs -r rm -rf
   mkdir -p "$DIR/layer2-$layer2_key"
   cp "$WORK/src/$from" "$DIR/layer2-$layer2_key/karpenter-azure"
   layer2="built in $(($(date +%s) - t1))s"
