@@ -182,7 +182,11 @@ fn read_upstream(path: &Path) -> Result<UpstreamReport, BenchError> {
     parse_upstream(path, &text)
 }
 
-fn parse_upstream(path: &Path, text: &str) -> Result<UpstreamReport, BenchError> {
+/// One of the upstream helpers' JSON files, its errors naming the file and the field.
+pub(super) fn parse_upstream<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    text: &str,
+) -> Result<T, BenchError> {
     let mut json = serde_json::Deserializer::from_str(text);
     serde_path_to_error::deserialize(&mut json).map_err(|e| {
         let at = e.path().to_string();

@@ -111,9 +111,7 @@ struct UpstreamMove {
 
 fn read_upstream(path: &Path) -> Result<UpstreamRun, BenchError> {
     let text = std::fs::read_to_string(path).map_err(|e| file_error(path, e))?;
-    let mut json = serde_json::Deserializer::from_str(&text);
-    serde_path_to_error::deserialize(&mut json)
-        .map_err(|e| file_error(path, format!("{}: {}", e.path(), e.inner())))
+    super::upstream_bench::parse_upstream(path, &text)
 }
 
 // --- one directory -----------------------------------------------------------------------------------
