@@ -66,7 +66,7 @@ pub async fn run<C: CloudProvider + 'static>(
     evictions: kube::Client,
     cloud: Arc<C>,
     settings: Settings,
-    election: Option<Elector>,
+    mut election: Option<Elector>,
 ) -> Result<(), ControllerError> {
     let settings_stale_after = settings.watch_stale_after;
     let shared = Arc::new(Shared {
@@ -88,6 +88,12 @@ pub async fn run<C: CloudProvider + 'static>(
         registrations: nodepool_health::RegistrationHistory::default(),
         metrics_state: Mutex::new(metrics::MetricsState::default()),
     });
+    if let Some(elector) = election.as_mut() {
+        let observer = shared.clone();
+        elector.observe_api_calls(Box::new(move |answered| {
+            observer.watch_health.api_call(answered, tokio::time::Instant::now());
+        }));
+    }
     crate::operator::metrics::get().record_build_info();
     let (triggers, trigger_rx) = mpsc::unbounded_channel();
     let mut watches = tokio::task::JoinSet::new();

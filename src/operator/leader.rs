@@ -113,6 +113,12 @@ pub enum LeaderError {
 }
 
 impl LeaderError {
+    /// Whether an API server answered the call (with any status): a refused connection or a timeout
+    /// reached none.
+    pub fn server_answered(&self) -> bool {
+        matches!(self, LeaderError::Kube { source: kube::Error::Api(_), .. })
+    }
+
     pub fn category(&self) -> &'static str {
         match self {
             LeaderError::Timeout => "LeaseTimeout",
@@ -120,6 +126,9 @@ impl LeaderError {
         }
     }
 }
+
+/// Told after each Lease call whether an API server answered it.
+pub type ApiCallObserver = Box<dyn Fn(bool) + Send + Sync>;
 
 /// One replica's side of the election.
 pub struct Elector {
@@ -129,12 +138,25 @@ pub struct Elector {
     observed: Option<Observed>,
     /// When the leader last wrote its renewal successfully.
     last_renewed: Option<Instant>,
+    /// Every replica calls each [`RETRY_PERIOD`], so the calls tell whether the API server is reachable.
+    on_api_call: Option<ApiCallObserver>,
 }
 
 impl Elector {
     pub fn new(client: kube::Client, lease: LeaderElection, identity: String) -> Elector {
         let api = Api::namespaced(client, &lease.lease_namespace);
-        Elector { api, lease, identity, observed: None, last_renewed: None }
+        Elector { api, lease, identity, observed: None, last_renewed: None, on_api_call: None }
+    }
+
+    /// Tells `observer`, after each Lease call, whether an API server answered it.
+    pub fn observe_api_calls(&mut self, observer: ApiCallObserver) {
+        self.on_api_call = Some(observer);
+    }
+
+    fn report(&self, result: &Result<bool, LeaderError>) {
+        if let Some(observer) = &self.on_api_call {
+            observer(result.as_ref().map_or_else(LeaderError::server_answered, |_| true));
+        }
     }
 
     pub fn identity(&self) -> &str {
@@ -148,7 +170,9 @@ impl Elector {
     /// Returns once this replica holds the Lease; retries every [`RETRY_PERIOD`] (errors are logged).
     pub async fn acquire(&mut self) {
         loop {
-            match self.try_acquire_or_renew().await {
+            let result = self.try_acquire_or_renew().await;
+            self.report(&result);
+            match result {
                 Ok(true) => {
                     tracing::info!(identity = %self.identity, lease = %self.lease.lease_name, "became the leader");
                     return;
@@ -171,6 +195,7 @@ impl Elector {
             // A hung API call must not keep a leader acting past its deadline.
             let attempt = tokio::time::timeout(left(), self.try_acquire_or_renew()).await;
             let result = attempt.unwrap_or_else(|_| Err(LeaderError::Timeout));
+            self.report(&result);
             match result {
                 Ok(true) => {}
                 Ok(false) => {
