@@ -254,3 +254,48 @@ proptest! {
         prop_assert_eq!(first.blocked.len() + seen.len(), s.nodes.len(), "every node is acted on or explained");
     }
 }
+
+#[test]
+fn a_long_run_of_nearly_empty_nodes_is_found_behind_nodes_that_cannot_move() {
+    // Five nodes hold pods pinned to them by hostname; 27 hold one small pod each. All cost the same,
+    // so the value order puts the pinned ones (first by name) in every prefix and each prefix fails.
+    // The drain order (disruption per dollar) puts the 27 first, and the binary search grows the
+    // prefix past the halving sizes (32, 16) to all 27, whose pods fit on the nodes that stay.
+    use karpenter_azure::model::labels::LABEL_HOSTNAME;
+    use karpenter_azure::model::Requirement;
+    let mut s = cluster();
+    for i in 0..5 {
+        let name = format!("a{i}");
+        let pinned = |pod: &str| {
+            let mut p = workload(pod, 1000);
+            p.pod.required_terms =
+                vec![fixtures::requirements(&[Requirement::is_in(LABEL_HOSTNAME, [&*name])])];
+            p
+        };
+        add_node(
+            &mut s,
+            "general",
+            &name,
+            "c4",
+            OnDemand,
+            vec![pinned(&format!("{name}-x")), pinned(&format!("{name}-y"))],
+        );
+    }
+    for i in 0..27 {
+        add_node(
+            &mut s,
+            "general",
+            &format!("n{i:02}"),
+            "c4",
+            OnDemand,
+            vec![workload(&format!("p{i:02}"), 300)],
+        );
+    }
+    let d = decided_with(&s, &any_saving());
+    let c = &d.commands[0];
+    assert_eq!(c.method, Method::MultiNodeConsolidation, "{c:#?}");
+    assert_eq!(c.candidates.len(), 27, "every nearly empty node, none pinned: {:?}", c.candidates);
+    assert!(c.candidates.iter().all(|n| n.starts_with('n')), "{:?}", c.candidates);
+    assert!(c.replacements.is_empty(), "their pods fit on the nodes that stay: {c:#?}");
+    assert_command_valid(&s, c, now());
+}

@@ -12,7 +12,9 @@
 //!   savings share ÷ disruption share ≥ 1/k) summed over the move's nodes; threshold 0 takes any saving;
 //! - candidates are ordered by the best value a removal could have (price − λ × disruption), nodes
 //!   that could not pay for their disruption even if deleted outright are left out, and prefixes of
-//!   that order are solved in shrinking sizes; the prefix with the highest value wins;
+//!   that order, and of the same candidates by disruption per dollar, are searched as upstream does
+//!   (halving, then a binary search upward, at most 100 candidates); the prefix with the highest
+//!   value wins;
 //! - single nodes are tried, in the same order, only when no multi-node move is worth it, as upstream.
 //!
 //! Spot-to-spot moves (every candidate spot) follow `designs/spot-consolidation.md`: off unless the
@@ -234,6 +236,89 @@ fn single_node_order(order: &[usize], solves: usize, now: Timestamp) -> Vec<usiz
     out
 }
 
+/// How many candidates a multi-node move considers at most (upstream `multinodeconsolidation.go`
+/// clamps its batch to 100 "to save on computation").
+pub const MULTI_NODE_CANDIDATES: usize = 100;
+
+/// The orders multi-node prefixes are taken from, each with at most [`MULTI_NODE_CANDIDATES`]
+/// candidates: `by_value` (the best value a removal could have, priciest net of disruption first),
+/// and the same candidates by disruption per dollar, the cheapest to drain for what they cost first
+/// (upstream sorts its candidates by disruption cost). The second finds the long prefixes of nearly
+/// empty nodes whose pods fit elsewhere; the first, the expensive nodes worth replacing.
+fn prefix_orders(snapshot: &Snapshot, by_value: &[usize]) -> Vec<Vec<usize>> {
+    let mut by_drain: Vec<(usize, f64)> = by_value
+        .iter()
+        .map(|&i| {
+            let n = &snapshot.nodes[i];
+            (i, node_disruption_cost(n) / n.price_per_hour.max(f64::MIN_POSITIVE))
+        })
+        .collect();
+    // Stable: equal ratios keep the value order.
+    by_drain.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let cap = |order: Vec<usize>| order.into_iter().take(MULTI_NODE_CANDIDATES).collect::<Vec<_>>();
+    let first = cap(by_value.to_vec());
+    let second = cap(by_drain.into_iter().map(|(i, _)| i).collect());
+    if second == first {
+        vec![first]
+    } else {
+        vec![first, second]
+    }
+}
+
+/// The best move among prefixes of `order` within `solves` solves. Sizes halve from the whole order
+/// until one is worth taking; a binary search then grows it toward the smallest size that failed
+/// (upstream `firstNConsolidationOption` binary-searches the prefix the same way). The prefix of the
+/// highest value wins.
+#[allow(clippy::too_many_arguments)]
+fn best_prefix(
+    snapshot: &Snapshot,
+    order: &[usize],
+    lambdas: &BTreeMap<String, f64>,
+    now: Timestamp,
+    options: &Options,
+    cancel: &dyn ShouldCancel,
+    solves: &mut usize,
+) -> Result<Option<Evaluation>, Cancelled> {
+    let mut best: Option<Evaluation> = None;
+    let keep = |eval: Evaluation, best: &mut Option<Evaluation>| {
+        if best.as_ref().is_none_or(|b| eval.value() > b.value()) {
+            *best = Some(eval);
+        }
+    };
+    // The largest size known to work and the smallest known to fail.
+    let (mut works, mut fails) = (0, order.len() + 1);
+    let mut size = order.len();
+    while size >= 2 && *solves > 0 {
+        *solves -= 1;
+        match evaluate(snapshot, &order[..size], lambdas, now, options, cancel)? {
+            Ok(eval) => {
+                works = size;
+                keep(eval, &mut best);
+                break;
+            }
+            Err(_) => {
+                fails = size;
+                size /= 2;
+            }
+        }
+    }
+    if works == 0 {
+        return Ok(None);
+    }
+    while fails - works > 1 && *solves > 0 {
+        *solves -= 1;
+        let size = works + (fails - works) / 2;
+        match evaluate(snapshot, &order[..size], lambdas, now, options, cancel)? {
+            Ok(eval) => {
+                works = size;
+                keep(eval, &mut best);
+            }
+            Err(_) => fails = size,
+        }
+    }
+    Ok(best)
+}
+
 /// The consolidation pass over `candidates` (already within budgets), best first. Returns the command,
 /// if any, and a reason for each candidate it does not take.
 pub fn consolidate(
@@ -272,24 +357,12 @@ pub fn consolidate(
     let order: Vec<usize> = ordered.iter().map(|(i, _)| *i).collect();
 
     let mut best: Option<Evaluation> = None;
-    let mut sizes: Vec<usize> = vec![];
-    let mut size = order.len();
-    while size >= 2 && sizes.len() < options.max_multi_node_solves {
-        sizes.push(size);
-        size /= 2;
-    }
-    for size in sizes {
-        match evaluate(snapshot, &order[..size], &lambdas, now, options, cancel)? {
-            Ok(eval) => {
-                let better = best.as_ref().is_none_or(|b| eval.value() > b.value());
-                if !better {
-                    // Values rose as sizes grew; smaller prefixes will not do better.
-                    break;
-                }
+    for prefixes in prefix_orders(snapshot, &order) {
+        let mut solves = options.max_multi_node_solves;
+        if let Some(eval) = best_prefix(snapshot, &prefixes, &lambdas, now, options, cancel, &mut solves)? {
+            if best.as_ref().is_none_or(|b| eval.value() > b.value()) {
                 best = Some(eval);
             }
-            Err(_) if best.is_some() => break,
-            Err(_) => {}
         }
     }
     if let Some(eval) = best {

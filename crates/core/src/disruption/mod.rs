@@ -46,8 +46,9 @@ pub struct Options {
     /// Single-node moves solved per pass when no multi-node move is worth it; the rest wait for the
     /// next pass (upstream bounds the same search by a 3-minute timeout, which is not deterministic).
     pub max_single_node_solves: usize,
-    /// Prefix sizes solved per pass for a multi-node move (all candidates, then halves); smaller
-    /// moves are left to the single-node solves and later passes.
+    /// Prefix sizes solved per pass and per candidate order for a multi-node move (halving from the
+    /// whole order, then a binary search upward); smaller moves are left to the single-node solves and
+    /// later passes.
     pub max_multi_node_solves: usize,
 }
 
