@@ -9,7 +9,7 @@
 //!
 //! The cluster is built from the solver's own plan, so the numbers measure the decisions, not I/O.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -17,19 +17,15 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use crate::apis::duration::NillableDuration;
 use crate::apis::nodepool::ConsolidationPolicy;
 use crate::bench::{mixed_input, peak_rss_kib};
-use crate::disruption::{
-    decide, Command, Decisions, DoNotDisrupt, ManagedNode, NodePod, Options, PodKind, PoolPolicy, Snapshot,
-};
-use crate::model::labels::LABEL_HOSTNAME;
-use crate::scheduling::{solve, ExistingNode, NewNodeClaim, Pod, PodId};
+use crate::disruption::applied::{managed_node, price, to_fixpoint, workload_pod};
+use crate::disruption::{decide, Options, PoolPolicy, Snapshot};
+use crate::scheduling::{solve, Pod, PodId};
 
 /// The moment the cluster is judged at; nodes were launched two hours earlier.
 const NOW: &str = "2026-12-01T12:00:00Z";
 /// The share of pods the scale-in deletes, per mille, and the seed that picks them.
 const DELETED_PER_MILLE: u64 = 500;
 const SEED: u64 = 0x5eed_1234_abcd_0042;
-/// Passes stop here even if commands keep coming (they should not: every pass must save money).
-const MAX_PASSES: usize = 200;
 
 /// What the benchmark measured.
 #[derive(Clone, Debug)]
@@ -76,23 +72,14 @@ pub fn run(pods: usize, max_vcpus: Option<u32>, options: &Options) -> Fragmented
     let lower_bound = first.repack_lower_bound_per_hour;
     let first_pass_commands = first.commands.len();
 
-    let (mut removed, mut launched, mut moved, mut passes) = (0, 0, 0, 0);
-    let mut total = first_pass;
-    let mut last_pass = first_pass;
-    let mut decisions: Decisions = first;
-    while !decisions.commands.is_empty() && passes < MAX_PASSES {
-        passes += 1;
-        for command in &decisions.commands {
-            removed += command.candidates.len();
-            launched += command.replacements.len();
-            moved += command.moves.len();
-            apply(&mut snapshot, command, passes, now);
-        }
+    let (mut decide_time, mut last_pass) = (Duration::ZERO, first_pass);
+    let fixpoint = to_fixpoint(&mut snapshot, first, now, |s| {
         let started = Instant::now();
-        decisions = decide(&snapshot, now, options);
+        let decisions = decide(s, now, options);
         last_pass = started.elapsed();
-        total += last_pass;
-    }
+        decide_time += last_pass;
+        decisions
+    });
     FragmentedResult {
         pods_provisioned: pods,
         pods_after_scale_in: pods_after,
@@ -100,21 +87,17 @@ pub fn run(pods: usize, max_vcpus: Option<u32>, options: &Options) -> Fragmented
         first_pass,
         first_pass_commands,
         peak_rss_kib: peak,
-        passes,
-        total_decide_time: total,
+        passes: fixpoint.passes,
+        total_decide_time: first_pass + decide_time,
         last_pass,
         price_before,
         price_after: price(&snapshot),
         lower_bound,
-        nodes_removed: removed,
-        nodes_launched: launched,
-        pods_moved: moved,
+        nodes_removed: fixpoint.nodes_removed,
+        nodes_launched: fixpoint.nodes_launched,
+        pods_moved: fixpoint.pods_moved,
         nodes_after: snapshot.nodes.len(),
     }
-}
-
-fn price(snapshot: &Snapshot) -> f64 {
-    snapshot.nodes.iter().map(|n| n.price_per_hour).sum()
 }
 
 /// The mixed workload provisioned by the solver, as managed nodes launched two hours before `now`,
@@ -158,87 +141,6 @@ pub fn fragmented_cluster(pods: usize, max_vcpus: Option<u32>, now: Timestamp) -
         daemonsets: input.daemonsets.clone(),
         solve_options: input.options.clone(),
         ..Snapshot::default()
-    }
-}
-
-/// A managed node for a planned NodeClaim, named `name`, running the DaemonSet pods.
-fn managed_node(claim: &NewNodeClaim, name: &str, daemonsets: &[Pod], launched: Timestamp) -> ManagedNode {
-    let mut labels = claim.labels.clone();
-    labels.insert(LABEL_HOSTNAME.into(), name.into());
-    let pods = daemonsets
-        .iter()
-        .map(|ds| NodePod {
-            kind: PodKind::DaemonSet,
-            ..workload_pod(&Pod { name: format!("{}-{name}", ds.name), ..ds.clone() }, name, launched)
-        })
-        .collect();
-    ManagedNode {
-        node: ExistingNode {
-            name: name.into(),
-            labels,
-            taints: claim.taints.clone(),
-            allocatable: claim.allocatable.clone(),
-            nodepool: Some(claim.nodepool.clone()),
-            in_flight: false,
-            startup_taints: vec![],
-        },
-        nodeclaim: name.into(),
-        nodepool: claim.nodepool.clone(),
-        instance_type: claim.instance_type.clone(),
-        zone: claim.zone.clone(),
-        capacity_type: claim.capacity_type,
-        price_per_hour: claim.price_per_hour,
-        created: launched,
-        initialized: Some(launched),
-        last_pod_event: Some(launched),
-        drifted: None,
-        do_not_disrupt: false,
-        nominated: false,
-        marked_for_deletion: false,
-        deleting: false,
-        ready: true,
-        pods,
-    }
-}
-
-fn workload_pod(pod: &Pod, node: &str, started: Timestamp) -> NodePod {
-    NodePod {
-        pod: Pod { node_name: Some(node.into()), ..pod.clone() },
-        priority: 0,
-        deletion_cost: 0,
-        do_not_disrupt: DoNotDisrupt::No,
-        started: Some(started),
-        kind: PodKind::Workload,
-    }
-}
-
-/// The cluster after `command` completed: replacements running (renamed so names stay unique), pods
-/// where the command moved them, candidates gone.
-fn apply(snapshot: &mut Snapshot, command: &Command, pass: usize, now: Timestamp) {
-    let rename: BTreeMap<&str, String> =
-        command.replacements.iter().map(|c| (c.name.as_str(), format!("p{pass}-{}", c.name))).collect();
-    let gone: BTreeSet<&str> = command.candidates.iter().map(String::as_str).collect();
-    let mut moving: BTreeMap<PodId, NodePod> = BTreeMap::new();
-    for node in snapshot.nodes.iter().filter(|n| gone.contains(n.node.name.as_str())) {
-        for p in node.pods.iter().filter(|p| p.reschedulable()) {
-            moving.insert(p.pod.id(), p.clone());
-        }
-    }
-    snapshot.nodes.retain(|n| !gone.contains(n.node.name.as_str()));
-    for claim in &command.replacements {
-        let name = &rename[claim.name.as_str()];
-        let daemonsets = snapshot.daemonsets.clone();
-        snapshot.nodes.push(managed_node(claim, name, &daemonsets, now));
-    }
-    for m in &command.moves {
-        let to = rename.get(m.to.as_str()).cloned().unwrap_or_else(|| m.to.clone());
-        let Some(mut pod) = moving.remove(&m.pod) else { continue };
-        pod.pod.node_name = Some(to.clone());
-        pod.started = Some(now);
-        if let Some(node) = snapshot.nodes.iter_mut().find(|n| n.node.name == to) {
-            node.pods.push(pod);
-            node.last_pod_event = Some(now);
-        }
     }
 }
 
@@ -303,7 +205,7 @@ mod tests {
         assert!(r.pods_after_scale_in > 60 && r.pods_after_scale_in < 140, "about half deleted: {r:?}");
         assert!(r.price_after < r.price_before, "{r:?}");
         assert!(r.price_after >= r.lower_bound - 1e-9, "{r:?}");
-        assert!(r.passes < MAX_PASSES, "a fixpoint is reached: {r:?}");
+        assert!(r.passes < crate::disruption::applied::MAX_PASSES, "a fixpoint is reached: {r:?}");
         assert!(r.pods_moved > 0 && r.nodes_removed > 0, "{r:?}");
         assert!(render(&r, &options).contains("fixpoint"));
     }

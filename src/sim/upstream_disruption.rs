@@ -5,7 +5,9 @@
 //!
 //! Per directory and consolidation policy it builds the disruption snapshot exactly as `simulate` does,
 //! sets every pool's policy, and times one [`crate::disruption::decide`] (one pass; upstream's number
-//! is one pass of its methods too). The outcome of each side — its candidates gone, its replacements
+//! is one pass of its methods too). Our side is then applied pass after pass until a pass decides
+//! nothing ([`crate::disruption::applied::to_fixpoint`]), and the price there is set against the repack
+//! lower bound. The outcome of each side — its candidates gone, its replacements
 //! launched, the moved pods where it put them — is checked by the independent feasibility checker
 //! ([`crate::scheduling::feasibility`]) on the solver input of the cluster without the candidates
 //! ([`crate::disruption::simulate::input_without`]); upstream's replacements become NodeClaims as
@@ -68,6 +70,24 @@ pub struct Row {
     pub lower_bound_per_hour: f64,
     pub upstream: Option<PassResult>,
     pub ours: PassResult,
+    /// Ours applied pass after pass until a pass decides nothing.
+    pub ours_fixpoint: FixpointResult,
+}
+
+/// Our decisions applied pass after pass on the same cluster until one decides nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FixpointResult {
+    /// Passes whose commands were applied.
+    pub passes: usize,
+    pub nodes_removed: usize,
+    pub nodes_created: usize,
+    pub pods_moved: usize,
+    pub savings_per_hour: f64,
+    pub price_per_hour: f64,
+    /// `price_per_hour` over the repack lower bound.
+    pub bound_ratio: f64,
+    /// Every pass, the first included.
+    pub decide_seconds: f64,
 }
 
 // --- upstream.json -----------------------------------------------------------------------------------
@@ -202,6 +222,7 @@ pub fn measure(dir: &Path, now: Timestamp) -> Result<Vec<Row>, BenchError> {
                 })
             }
         };
+        let ours_fixpoint = fixpoint(&snapshot, decisions.clone(), now, &options, pass_seconds);
         rows.push(Row {
             size: size.clone(),
             shape: shape.clone(),
@@ -212,9 +233,42 @@ pub fn measure(dir: &Path, now: Timestamp) -> Result<Vec<Row>, BenchError> {
             lower_bound_per_hour: decisions.repack_lower_bound_per_hour,
             upstream: theirs,
             ours,
+            ours_fixpoint,
         });
     }
     Ok(rows)
+}
+
+/// `first` and the passes after it applied to a copy of `snapshot` until one decides nothing.
+fn fixpoint(
+    snapshot: &Snapshot,
+    first: crate::disruption::Decisions,
+    now: Timestamp,
+    options: &crate::disruption::Options,
+    first_seconds: f64,
+) -> FixpointResult {
+    use crate::disruption::applied::{price, to_fixpoint};
+    let before = price(snapshot);
+    let bound = first.repack_lower_bound_per_hour;
+    let mut end = snapshot.clone();
+    let mut decide_seconds = first_seconds;
+    let run = to_fixpoint(&mut end, first, now, |s| {
+        let started = Instant::now();
+        let decisions = crate::disruption::decide(s, now, options);
+        decide_seconds += started.elapsed().as_secs_f64();
+        decisions
+    });
+    let after = price(&end);
+    FixpointResult {
+        passes: run.passes,
+        nodes_removed: run.nodes_removed,
+        nodes_created: run.nodes_launched,
+        pods_moved: run.pods_moved,
+        savings_per_hour: before - after,
+        price_per_hour: after,
+        bound_ratio: if bound > 0.0 { after / bound } else { f64::NAN },
+        decide_seconds,
+    }
 }
 
 fn clone_claim(c: &UpstreamClaim) -> UpstreamClaim {
@@ -350,6 +404,9 @@ pub fn render(rows: &[Row], output: OutputFormat) -> String {
         "pass s up/ours",
         "RSS MiB up/ours",
         "feasible up/ours",
+        "fixpoint passes",
+        "fixpoint saved $/h",
+        "fixpoint / bound",
     ];
     let dash = || "-".to_string();
     let table: Vec<Vec<String>> = rows
@@ -375,6 +432,9 @@ pub fn render(rows: &[Row], output: OutputFormat) -> String {
                 pair(&|p| format!("{:.3}", p.pass_seconds)),
                 pair(&rss),
                 pair(&|p| p.feasibility.cell()),
+                r.ours_fixpoint.passes.to_string(),
+                format!("{:.2}", r.ours_fixpoint.savings_per_hour),
+                format!("{:.3}", r.ours_fixpoint.bound_ratio),
             ]
         })
         .collect();

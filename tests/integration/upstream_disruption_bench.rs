@@ -1,6 +1,7 @@
 //! `bench-upstream-disruption` on a committed run of `hack/upstream-disruption.sh run` at 4 nodes (the
 //! `uniform` shape; the catalog cut to the 40 cheapest fake types and the ones in use): both policies
-//! give a row, upstream's outcome is read and both outcomes pass the feasibility checker.
+//! give a row, upstream's outcome is read, both outcomes pass the feasibility checker, and our passes
+//! to a fixpoint keep adding savings above the lower bound.
 
 use serde_json::Value;
 
@@ -30,6 +31,14 @@ fn both_outcomes_are_feasible_for_both_policies() {
         let saved = |side: &str| row[side]["savings_per_hour"].as_f64().unwrap_or(f64::NAN);
         assert!(saved("ours") >= saved("upstream") - 1e-9, "{row}");
         assert!(row["lower_bound_per_hour"].as_f64().unwrap_or(0.0) > 0.0);
+        // Passes after the first only add savings, and no cluster costs less than the bound.
+        let fixpoint = &row["ours_fixpoint"];
+        let number = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+        assert!(fixpoint["passes"].as_u64().unwrap_or(0) >= 1, "{row}");
+        assert!(number(&fixpoint["savings_per_hour"]) >= saved("ours") - 1e-9, "{row}");
+        assert!(number(&fixpoint["bound_ratio"]) >= 1.0 - 1e-9, "{row}");
+        let price = number(&row["price_per_hour"]) - number(&fixpoint["savings_per_hour"]);
+        assert!((price - number(&fixpoint["price_per_hour"])).abs() < 1e-6, "{row}");
     }
 }
 

@@ -7,6 +7,7 @@
 //! [`expired`] the forceful expiration. Every "where would these pods go" question is answered by
 //! [`crate::scheduling::solve`]. No I/O, no clock, deterministic.
 
+pub mod applied;
 pub mod budgets;
 pub mod candidates;
 pub mod command;

@@ -1,0 +1,140 @@
+//! A cluster after disruption commands ran: the candidates gone, the replacements running, the pods
+//! where the commands moved them. Benchmarks and `simulate` use it to follow decisions pass after
+//! pass until a pass decides nothing (the fixpoint the disruption controller converges to when the
+//! cluster does not change under it). Pure: `now` is passed in, and the caller decides (and times)
+//! each pass.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::{Command, Decisions, DoNotDisrupt, ManagedNode, NodePod, PodKind, Snapshot};
+use crate::model::labels::LABEL_HOSTNAME;
+use crate::scheduling::{ExistingNode, NewNodeClaim, Pod, PodId};
+
+/// Passes stop here even if commands keep coming (they should not: every pass must save money).
+pub const MAX_PASSES: usize = 200;
+
+/// What applying the decisions pass after pass did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Fixpoint {
+    /// Passes whose commands were applied.
+    pub passes: usize,
+    pub nodes_removed: usize,
+    pub nodes_launched: usize,
+    pub pods_moved: usize,
+}
+
+/// Applies `first`'s commands to `snapshot`, then `decide`s again on the result and applies, until a
+/// pass decides nothing (or [`MAX_PASSES`]); `snapshot` ends as the cluster at the fixpoint.
+pub fn to_fixpoint(
+    snapshot: &mut Snapshot,
+    first: Decisions,
+    now: Timestamp,
+    mut decide: impl FnMut(&Snapshot) -> Decisions,
+) -> Fixpoint {
+    let mut fixpoint = Fixpoint::default();
+    let mut decisions = first;
+    while !decisions.commands.is_empty() && fixpoint.passes < MAX_PASSES {
+        fixpoint.passes += 1;
+        for command in &decisions.commands {
+            fixpoint.nodes_removed += command.candidates.len();
+            fixpoint.nodes_launched += command.replacements.len();
+            fixpoint.pods_moved += command.moves.len();
+            apply(snapshot, command, fixpoint.passes, now);
+        }
+        decisions = decide(snapshot);
+    }
+    fixpoint
+}
+
+/// The cluster's $/hour: every managed node's price.
+pub fn price(snapshot: &Snapshot) -> f64 {
+    snapshot.nodes.iter().map(|n| n.price_per_hour).sum()
+}
+
+/// The cluster after `command` completed: replacements running (renamed so names stay unique), pods
+/// where the command moved them, candidates gone.
+pub fn apply(snapshot: &mut Snapshot, command: &Command, pass: usize, now: Timestamp) {
+    let rename: BTreeMap<&str, String> =
+        command.replacements.iter().map(|c| (c.name.as_str(), format!("p{pass}-{}", c.name))).collect();
+    let gone: BTreeSet<&str> = command.candidates.iter().map(String::as_str).collect();
+    let mut moving: BTreeMap<PodId, NodePod> = BTreeMap::new();
+    for node in snapshot.nodes.iter().filter(|n| gone.contains(n.node.name.as_str())) {
+        for p in node.pods.iter().filter(|p| p.reschedulable()) {
+            moving.insert(p.pod.id(), p.clone());
+        }
+    }
+    snapshot.nodes.retain(|n| !gone.contains(n.node.name.as_str()));
+    for claim in &command.replacements {
+        let name = &rename[claim.name.as_str()];
+        let daemonsets = snapshot.daemonsets.clone();
+        snapshot.nodes.push(managed_node(claim, name, &daemonsets, now));
+    }
+    for m in &command.moves {
+        let to = rename.get(m.to.as_str()).cloned().unwrap_or_else(|| m.to.clone());
+        let Some(mut pod) = moving.remove(&m.pod) else { continue };
+        pod.pod.node_name = Some(to.clone());
+        pod.started = Some(now);
+        if let Some(node) = snapshot.nodes.iter_mut().find(|n| n.node.name == to) {
+            node.pods.push(pod);
+            node.last_pod_event = Some(now);
+        }
+    }
+}
+
+/// A managed node for a planned NodeClaim, named `name`, running the DaemonSet pods.
+pub fn managed_node(
+    claim: &NewNodeClaim,
+    name: &str,
+    daemonsets: &[Pod],
+    launched: Timestamp,
+) -> ManagedNode {
+    let mut labels = claim.labels.clone();
+    labels.insert(LABEL_HOSTNAME.into(), name.into());
+    let pods = daemonsets
+        .iter()
+        .map(|ds| NodePod {
+            kind: PodKind::DaemonSet,
+            ..workload_pod(&Pod { name: format!("{}-{name}", ds.name), ..ds.clone() }, name, launched)
+        })
+        .collect();
+    ManagedNode {
+        node: ExistingNode {
+            name: name.into(),
+            labels,
+            taints: claim.taints.clone(),
+            allocatable: claim.allocatable.clone(),
+            nodepool: Some(claim.nodepool.clone()),
+            in_flight: false,
+            startup_taints: vec![],
+        },
+        nodeclaim: name.into(),
+        nodepool: claim.nodepool.clone(),
+        instance_type: claim.instance_type.clone(),
+        zone: claim.zone.clone(),
+        capacity_type: claim.capacity_type,
+        price_per_hour: claim.price_per_hour,
+        created: launched,
+        initialized: Some(launched),
+        last_pod_event: Some(launched),
+        drifted: None,
+        do_not_disrupt: false,
+        nominated: false,
+        marked_for_deletion: false,
+        deleting: false,
+        ready: true,
+        pods,
+    }
+}
+
+pub fn workload_pod(pod: &Pod, node: &str, started: Timestamp) -> NodePod {
+    NodePod {
+        pod: Pod { node_name: Some(node.into()), ..pod.clone() },
+        priority: 0,
+        deletion_cost: 0,
+        do_not_disrupt: DoNotDisrupt::No,
+        started: Some(started),
+        kind: PodKind::Workload,
+    }
+}
