@@ -18,7 +18,7 @@ use crate::model::requirements::Requirement;
 use crate::model::resources::Resources;
 use crate::model::CapacityType;
 use crate::scheduling::{
-    solve_with_cancel, Cancelled, ExistingNode, NewNodeClaim, Plan, PodId, ShouldCancel, SolveInput,
+    place_with_cancel, Cancelled, ExistingNode, NewNodeClaim, Plan, PodId, ShouldCancel, SolveInput,
 };
 
 use super::candidates::{destination_open, pool_of};
@@ -137,7 +137,8 @@ fn used<'a>(requests: impl Iterator<Item = &'a Resources>) -> Resources {
     total
 }
 
-/// Solves the cluster without `removed` and reads the plan as a disruption.
+/// Solves the cluster without `removed` and reads the plan as a disruption. The plan carries no lower
+/// bound (only where the pods go matters here).
 pub fn outcome(
     snapshot: &Snapshot,
     removed: &BTreeSet<usize>,
@@ -146,7 +147,7 @@ pub fn outcome(
     cancel: &dyn ShouldCancel,
 ) -> Result<(Outcome, SolveInput, Plan), Cancelled> {
     let input = input_without(snapshot, removed, now, replace);
-    let plan = solve_with_cancel(&input, cancel)?;
+    let plan = place_with_cancel(&input, cancel)?;
     let moved: BTreeSet<PodId> = removed
         .iter()
         .flat_map(|&i| snapshot.nodes[i].pods.iter().filter(|p| p.reschedulable()).map(|p| p.pod.id()))

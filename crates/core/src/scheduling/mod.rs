@@ -40,5 +40,5 @@ pub use input::{
     ExistingNode, MinValuesPolicy, NodePoolInput, Pod, PodId, PreferencePolicy, SolveInput, SolveOptions,
 };
 pub use plan::{NewNodeClaim, Plan, Unschedulable};
-pub use solve::{solve, solve_with_cancel};
+pub use solve::{place_with_cancel, solve, solve_with_cancel};
 pub use static_claim::static_claim;

@@ -65,6 +65,24 @@ pub fn solve(input: &SolveInput) -> Plan {
 /// [`solve`], stopped with [`Cancelled`] at the first safe point where `cancel` says so. While the hook
 /// says no, the plan is exactly [`solve`]'s: the hook is only asked, it changes nothing.
 pub fn solve_with_cancel(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
+    solve_steps(input, cancel, Bound::Certify)
+}
+
+/// [`solve_with_cancel`] without the certified lower bound: the same placement, with
+/// `lower_bound_per_hour` 0. For callers that only ask where pods would go (every disruption move is
+/// such a question), since on a large cluster the bound costs several times the placement.
+pub fn place_with_cancel(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
+    solve_steps(input, cancel, Bound::Skip)
+}
+
+/// Whether a solve certifies its lower bound.
+#[derive(Clone, Copy, PartialEq)]
+enum Bound {
+    Certify,
+    Skip,
+}
+
+fn solve_steps(input: &SolveInput, cancel: &dyn ShouldCancel, bound: Bound) -> Result<Plan, Cancelled> {
     // Step 1: the shapes, with the templates and the existing nodes, make the working state.
     let mut solver = Solver::new(input, cancel);
     // Steps 2 to 5, round by round.
@@ -72,7 +90,10 @@ pub fn solve_with_cancel(input: &SolveInput, cancel: &dyn ShouldCancel) -> Resul
     // Step 6.
     improve::merge_nodes(&mut solver)?;
     solver.check_cancel()?;
-    let lower_bound_per_hour = certified_lower_bound(&solver);
+    let lower_bound_per_hour = match bound {
+        Bound::Certify => certified_lower_bound(&solver),
+        Bound::Skip => 0.0,
+    };
     Ok(claims::build_plan(&solver, unschedulable, lower_bound_per_hour))
 }
 
