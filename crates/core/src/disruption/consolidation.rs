@@ -12,9 +12,9 @@
 //!   savings share ÷ disruption share ≥ 1/k) summed over the move's nodes; threshold 0 takes any saving;
 //! - candidates are ordered by the best value a removal could have (price − λ × disruption), nodes
 //!   that could not pay for their disruption even if deleted outright are left out, and prefixes of
-//!   that order, and of the same candidates by disruption per dollar, are searched as upstream does
-//!   (halving, then a binary search upward, at most 100 candidates); the prefix with the highest
-//!   value wins;
+//!   that order, and of the same candidates by disruption per dollar (at most 100, as upstream), are
+//!   searched as upstream searches its prefix (halving, then a binary search upward); the prefix with
+//!   the highest value wins;
 //! - single nodes are tried, in the same order, only when no multi-node move is worth it, as upstream.
 //!
 //! Spot-to-spot moves (every candidate spot) follow `designs/spot-consolidation.md`: off unless the
@@ -236,16 +236,17 @@ fn single_node_order(order: &[usize], solves: usize, now: Timestamp) -> Vec<usiz
     out
 }
 
-/// How many candidates a multi-node move considers at most (upstream `multinodeconsolidation.go`
-/// clamps its batch to 100 "to save on computation").
-pub const MULTI_NODE_CANDIDATES: usize = 100;
+/// How many candidates the drain order's prefixes take at most (upstream `multinodeconsolidation.go`
+/// clamps its batch to 100 "to save on computation"). The value order is not capped: replacing every
+/// candidate by fewer, cheaper nodes is the move upstream cannot make.
+pub const DRAIN_ORDER_CANDIDATES: usize = 100;
 
-/// The orders multi-node prefixes are taken from, each with at most [`MULTI_NODE_CANDIDATES`]
-/// candidates: `by_value` (the best value a removal could have, priciest net of disruption first),
-/// and the same candidates by disruption per dollar, the cheapest to drain for what they cost first
-/// (upstream sorts its candidates by disruption cost). The second finds the long prefixes of nearly
-/// empty nodes whose pods fit elsewhere; the first, the expensive nodes worth replacing.
-fn prefix_orders(snapshot: &Snapshot, by_value: &[usize]) -> Vec<Vec<usize>> {
+/// The orders multi-node prefixes are taken from: `by_value` (the best value a removal could have,
+/// priciest net of disruption first), and at most [`DRAIN_ORDER_CANDIDATES`] of the same candidates
+/// by disruption per dollar, the cheapest to drain for what they cost first (upstream sorts its
+/// candidates by disruption cost). The second finds long runs of nearly empty nodes whose pods fit
+/// elsewhere; the first, the expensive nodes worth replacing.
+fn prefix_orders(snapshot: &Snapshot, by_value: &[usize]) -> [Vec<usize>; 2] {
     let mut by_drain: Vec<(usize, f64)> = by_value
         .iter()
         .map(|&i| {
@@ -255,13 +256,32 @@ fn prefix_orders(snapshot: &Snapshot, by_value: &[usize]) -> Vec<Vec<usize>> {
         .collect();
     // Stable: equal ratios keep the value order.
     by_drain.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let cap = |order: Vec<usize>| order.into_iter().take(MULTI_NODE_CANDIDATES).collect::<Vec<_>>();
-    let first = cap(by_value.to_vec());
-    let second = cap(by_drain.into_iter().map(|(i, _)| i).collect());
-    if second == first {
-        vec![first]
-    } else {
-        vec![first, second]
+    let drain = by_drain.into_iter().map(|(i, _)| i).take(DRAIN_ORDER_CANDIDATES).collect();
+    [by_value.to_vec(), drain]
+}
+
+/// Multi-node moves already judged in this pass, by their set of nodes: two orders share prefixes
+/// (the whole candidate list, for one), and a solve is the expensive part.
+struct Judged<'a> {
+    snapshot: &'a Snapshot,
+    lambdas: &'a BTreeMap<String, f64>,
+    now: Timestamp,
+    options: &'a Options,
+    cancel: &'a dyn ShouldCancel,
+    seen: BTreeMap<Vec<usize>, Option<Evaluation>>,
+}
+
+impl Judged<'_> {
+    /// The move removing `nodes`, if it passes every rule; solved once per set of nodes.
+    fn judge(&mut self, nodes: &[usize]) -> Result<Option<Evaluation>, Cancelled> {
+        let mut key = nodes.to_vec();
+        key.sort_unstable();
+        if let Some(judged) = self.seen.get(&key) {
+            return Ok(judged.clone());
+        }
+        let judged = evaluate(self.snapshot, nodes, self.lambdas, self.now, self.options, self.cancel)?.ok();
+        self.seen.insert(key, judged.clone());
+        Ok(judged)
     }
 }
 
@@ -269,51 +289,42 @@ fn prefix_orders(snapshot: &Snapshot, by_value: &[usize]) -> Vec<Vec<usize>> {
 /// until one is worth taking; a binary search then grows it toward the smallest size that failed
 /// (upstream `firstNConsolidationOption` binary-searches the prefix the same way). The prefix of the
 /// highest value wins.
-#[allow(clippy::too_many_arguments)]
 fn best_prefix(
-    snapshot: &Snapshot,
+    judged: &mut Judged<'_>,
     order: &[usize],
-    lambdas: &BTreeMap<String, f64>,
-    now: Timestamp,
-    options: &Options,
-    cancel: &dyn ShouldCancel,
-    solves: &mut usize,
+    solves: usize,
 ) -> Result<Option<Evaluation>, Cancelled> {
     let mut best: Option<Evaluation> = None;
-    let keep = |eval: Evaluation, best: &mut Option<Evaluation>| {
+    let mut works_at = |size: usize, best: &mut Option<Evaluation>| -> Result<bool, Cancelled> {
+        let Some(eval) = judged.judge(&order[..size])? else { return Ok(false) };
         if best.as_ref().is_none_or(|b| eval.value() > b.value()) {
             *best = Some(eval);
         }
+        Ok(true)
     };
+    let mut solves_left = solves;
     // The largest size known to work and the smallest known to fail.
     let (mut works, mut fails) = (0, order.len() + 1);
     let mut size = order.len();
-    while size >= 2 && *solves > 0 {
-        *solves -= 1;
-        match evaluate(snapshot, &order[..size], lambdas, now, options, cancel)? {
-            Ok(eval) => {
-                works = size;
-                keep(eval, &mut best);
-                break;
-            }
-            Err(_) => {
-                fails = size;
-                size /= 2;
-            }
+    while size >= 2 && solves_left > 0 {
+        solves_left -= 1;
+        if works_at(size, &mut best)? {
+            works = size;
+            break;
         }
+        fails = size;
+        size /= 2;
     }
     if works == 0 {
         return Ok(None);
     }
-    while fails - works > 1 && *solves > 0 {
-        *solves -= 1;
+    while fails - works > 1 && solves_left > 0 {
+        solves_left -= 1;
         let size = works + (fails - works) / 2;
-        match evaluate(snapshot, &order[..size], lambdas, now, options, cancel)? {
-            Ok(eval) => {
-                works = size;
-                keep(eval, &mut best);
-            }
-            Err(_) => fails = size,
+        if works_at(size, &mut best)? {
+            works = size;
+        } else {
+            fails = size;
         }
     }
     Ok(best)
@@ -357,9 +368,9 @@ pub fn consolidate(
     let order: Vec<usize> = ordered.iter().map(|(i, _)| *i).collect();
 
     let mut best: Option<Evaluation> = None;
+    let mut judged = Judged { snapshot, lambdas: &lambdas, now, options, cancel, seen: BTreeMap::new() };
     for prefixes in prefix_orders(snapshot, &order) {
-        let mut solves = options.max_multi_node_solves;
-        if let Some(eval) = best_prefix(snapshot, &prefixes, &lambdas, now, options, cancel, &mut solves)? {
+        if let Some(eval) = best_prefix(&mut judged, &prefixes, options.max_multi_node_solves)? {
             if best.as_ref().is_none_or(|b| eval.value() > b.value()) {
                 best = Some(eval);
             }

@@ -59,7 +59,7 @@ impl Default for Options {
             spot_to_spot_consolidation: false,
             consolidation_threshold: 0.5,
             max_single_node_solves: 8,
-            max_multi_node_solves: 6,
+            max_multi_node_solves: 10,
         }
     }
 }
