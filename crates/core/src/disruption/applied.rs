@@ -1,8 +1,8 @@
 //! A cluster after disruption commands ran: the candidates gone, the replacements running, the pods
-//! where the commands moved them. Benchmarks and `simulate` use it to follow decisions pass after
-//! pass until a pass decides nothing (the fixpoint the disruption controller converges to when the
-//! cluster does not change under it). Pure: `now` is passed in, and the caller decides (and times)
-//! each pass.
+//! where the commands moved them. The disruption benchmarks (`bench --workload fragmented`,
+//! `bench-upstream-disruption`) use it to follow decisions pass after pass until a pass decides
+//! nothing (the fixpoint the disruption controller converges to when the cluster does not change
+//! under it). Pure: `now` is passed in, and the caller decides (and times) each pass.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -128,6 +128,7 @@ pub fn managed_node(
     }
 }
 
+/// `pod` running on `node` since `started`, as a workload pod the disruption rules may move.
 pub fn workload_pod(pod: &Pod, node: &str, started: Timestamp) -> NodePod {
     NodePod {
         pod: Pod { node_name: Some(node.into()), ..pod.clone() },
