@@ -137,27 +137,35 @@ impl Cluster {
     /// out (conflicting or unreadable) and the sizes each pool had priced or extended. Every decision
     /// prices and sizes instance types through this, so provisioning, disruption and `simulate` see
     /// the same adjusted types.
+    ///
+    /// Conflicts are judged over every NodePool whose AKSNodeClass the index holds, not only `pools`:
+    /// upstream core's NodeOverlay controller (`pkg/controllers/nodeoverlay/controller.go`) evaluates
+    /// each overlay against every NodePool whose instance types resolve, Ready or not, so an overlay
+    /// that conflicts only on a pool that cannot launch yet is still left out everywhere.
     pub fn overlaid_catalogs(
         &self,
         pools: &[&NodePool],
         catalog: &impl Fn(&NodePool, Option<&AKSNodeClass>) -> Arc<Vec<InstanceType>>,
     ) -> OverlaidCatalogs {
-        let catalogs: Vec<Arc<Vec<InstanceType>>> = pools
-            .iter()
-            .map(|pool| catalog(pool, self.nodeclass(&pool.spec.template.spec.node_class_ref.name)))
-            .collect();
+        let class_of = |pool: &NodePool| self.nodeclass(&pool.spec.template.spec.node_class_ref.name);
         let overlays: Vec<NodeOverlay> = self.node_overlays().cloned().collect();
         if overlays.is_empty() {
             let none = vec![BTreeSet::new(); pools.len()];
             return OverlaidCatalogs {
-                types: catalogs,
+                types: pools.iter().map(|pool| catalog(pool, class_of(pool))).collect(),
                 rejected: BTreeMap::new(),
                 price_overlaid: none.clone(),
                 capacity_overlaid: none,
             };
         }
+        let named = |pool: &NodePool| pool.metadata.name.clone().unwrap_or_default();
+        let given: BTreeSet<String> = pools.iter().map(|p| named(p)).collect();
+        let others = self.nodepools().filter(|p| !given.contains(&named(p)) && class_of(p).is_some());
+        let evaluated: Vec<&NodePool> = pools.iter().copied().chain(others).collect();
+        let catalogs: Vec<Arc<Vec<InstanceType>>> =
+            evaluated.iter().map(|pool| catalog(pool, class_of(pool))).collect();
         let no_labels = BTreeMap::new();
-        let inputs: Vec<PoolTypes<'_>> = pools
+        let inputs: Vec<PoolTypes<'_>> = evaluated
             .iter()
             .zip(&catalogs)
             .map(|(pool, types)| PoolTypes {
@@ -167,11 +175,13 @@ impl Cluster {
             })
             .collect();
         let out = overlay::apply(&inputs, &overlays);
+        // Only the pools asked for are returned; the others served to judge conflicts.
+        let asked = pools.len();
         OverlaidCatalogs {
-            types: out.types.into_iter().map(Arc::new).collect(),
+            types: out.types.into_iter().take(asked).map(Arc::new).collect(),
             rejected: out.rejected,
-            price_overlaid: out.price_overlaid,
-            capacity_overlaid: out.capacity_overlaid,
+            price_overlaid: out.price_overlaid.into_iter().take(asked).collect(),
+            capacity_overlaid: out.capacity_overlaid.into_iter().take(asked).collect(),
         }
     }
 }

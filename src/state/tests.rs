@@ -401,6 +401,77 @@ spec:
     assert_eq!(first(&cluster), ("Standard_A".to_string(), 0.1));
 }
 
+/// Upstream's NodeOverlay controller judges conflicts over every NodePool whose instance types
+/// resolve, Ready or not: an overlay that conflicts only on a pool that cannot launch yet is left out
+/// of the Ready pools too. A pool whose AKSNodeClass does not exist takes no part.
+#[test]
+fn an_overlay_conflicting_only_on_a_pool_that_is_not_ready_is_left_out_everywhere() {
+    let mut cluster = small_cluster();
+    let it = |name: &str| InstanceType {
+        name: name.into(),
+        vcpus: 2,
+        memory_mib: 8192,
+        labels: [(LABEL_INSTANCE_TYPE.to_string(), name.to_string())].into(),
+        capacity: Resources::new().with(CPU, 2000),
+        overhead: Default::default(),
+        allocatable: Resources::new().with(CPU, 2000),
+        offerings: vec![crate::model::Offering {
+            zone: "eastus-1".into(),
+            capacity_type: crate::model::CapacityType::OnDemand,
+            price: 0.2,
+            available: true,
+        }],
+    };
+    let types = Arc::new(vec![it("Standard_B")]);
+    let catalog = |_: &crate::apis::NodePool, _: Option<&crate::apis::AKSNodeClass>| types.clone();
+    let price_in_general = |cluster: &Cluster| {
+        let pools = cluster.solver_pools(&catalog);
+        assert_eq!(pools.len(), 1, "only the Ready pool is solved over");
+        pools[0].instance_types[0].offerings[0].price
+    };
+    // `z-team-b` comes first at equal weight (the later name) and prices Standard_B on pool `team-b`;
+    // `a-everywhere` then prices the same offering there at the same weight: a conflict.
+    let overlays = "apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata: {name: a-everywhere}
+spec:
+  weight: 10
+  price: '0.05'
+  requirements: [{key: node.kubernetes.io/instance-type, operator: In, values: [Standard_B]}]
+---
+apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata: {name: z-team-b}
+spec:
+  weight: 10
+  price: '0.07'
+  requirements: [{key: team, operator: In, values: [b]}]
+";
+    apply_all(&mut cluster, overlays);
+    assert_eq!(price_in_general(&cluster), 0.05, "no pool but general: nothing conflicts");
+    // A pool with no class resolves no instance types, so it takes no part (upstream skips a pool
+    // whose GetInstanceTypes fails).
+    let pool = |name: &str, class: &str| {
+        format!(
+            "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: {name}}}
+spec:
+  template:
+    metadata: {{labels: {{team: b}}}}
+    spec: {{nodeClassRef: {{name: {class}}}, requirements: []}}
+"
+        )
+    };
+    apply_all(&mut cluster, &pool("team-b-without-class", "missing"));
+    assert_eq!(price_in_general(&cluster), 0.05);
+    apply_all(&mut cluster, &pool("team-b", "default"));
+    assert_eq!(price_in_general(&cluster), 0.2, "a-everywhere conflicts on team-b and is left out whole");
+    let general: Vec<&crate::apis::NodePool> = cluster.ready_nodepools().collect();
+    let rejected = cluster.overlaid_catalogs(&general, &catalog).rejected;
+    assert_eq!(rejected.keys().collect::<Vec<_>>(), ["a-everywhere"]);
+}
+
 #[test]
 fn snapshot_of_a_small_cluster() {
     let cluster = small_cluster();
