@@ -38,6 +38,9 @@ pub enum Workload {
     /// The disruption decisions on a fragmented cluster ([`crate::bench_disruption`]); `--sizes` is
     /// the number of pods provisioned before half are deleted.
     Fragmented,
+    /// NodeOverlays applied to the catalogs of a few pools ([`crate::bench_overlays`]); `--sizes` are
+    /// overlay counts.
+    Overlays,
     All,
 }
 
@@ -46,7 +49,7 @@ impl Workload {
         match self {
             // The fragmented pass has its own report; see `crate::bench_disruption`.
             Workload::All => vec![Workload::Upstream, Workload::Mixed],
-            Workload::Fragmented => vec![],
+            Workload::Fragmented | Workload::Overlays => vec![],
             one => vec![one],
         }
     }
@@ -56,6 +59,7 @@ impl Workload {
             Workload::Upstream => "upstream",
             Workload::Mixed => "mixed",
             Workload::Fragmented => "fragmented",
+            Workload::Overlays => "overlays",
             Workload::All => "all",
         }
     }
@@ -64,7 +68,7 @@ impl Workload {
     pub fn input(self, pods: usize) -> SolveInput {
         match self {
             Workload::Upstream | Workload::All => upstream_input(pods),
-            Workload::Mixed | Workload::Fragmented => mixed_input(pods),
+            Workload::Mixed | Workload::Fragmented | Workload::Overlays => mixed_input(pods),
         }
     }
 }

@@ -8,10 +8,11 @@
 //!
 //! An arrow points from a lower layer to the modules that may use it; a module never uses one above
 //! it, catalog and scheduling never use each other, and controllers may use cloud (not the reverse).
-//! `bench`, `bench_disruption` and the binary sit on top. `model`, `apis`, `scheduling` and
-//! `disruption` are the pure core crate (`crates/core`, `karpenter_azure_core`), re-exported here under
-//! the same names; its manifest has no dependency that does I/O. `tests/integration/layering.rs`
-//! checks the layers, and that the pure modules name no I/O, async runtime, client or clock.
+//! `bench`, `bench_disruption`, `bench_overlays` and the binary sit on top. `model`, `apis`,
+//! `scheduling` and `disruption` are the pure core crate (`crates/core`, `karpenter_azure_core`),
+//! re-exported here under the same names; its manifest has no dependency that does I/O.
+//! `tests/integration/layering.rs` checks the layers, and that the pure modules name no I/O, async
+//! runtime, client or clock.
 //!
 //! - `model`: labels, the requirements algebra, resources, instance types and offerings, selection.
 //! - `apis`: the CRD types, their validation and their requirements in the model's terms; crdgen.
@@ -45,6 +46,7 @@ pub mod apis;
 pub use karpenter_azure_core::{disruption, model, scheduling};
 pub mod bench;
 pub mod bench_disruption;
+pub mod bench_overlays;
 pub mod catalog;
 pub mod cloud;
 pub mod controllers;

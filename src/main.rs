@@ -83,11 +83,12 @@ enum Command {
     },
     /// Time the solver on upstream's benchmark and a mixed workload; prints a table of numbers.
     Bench {
-        /// upstream, mixed or all.
+        /// upstream, mixed, fragmented, overlays or all (upstream and mixed, then fragmented).
         #[arg(long, value_enum, default_value_t = karpenter_azure::bench::Workload::All)]
         workload: karpenter_azure::bench::Workload,
         /// Pod counts to solve, comma separated; default 1000,2000,5000,10000,20000,50000, the curve
-        /// judged against n log n (fragmented: the largest is the pods provisioned; default 20000).
+        /// judged against n log n (fragmented: the largest is the pods provisioned; default 20000;
+        /// overlays: NodeOverlay counts, default 0,10,100,1000).
         #[arg(long, value_delimiter = ',')]
         sizes: Vec<usize>,
         /// Fragmented: 0 (the default) gives the pool upstream's default policy,
@@ -362,6 +363,13 @@ fn main() -> ExitCode {
         }
         Command::Bench { workload, sizes, consolidation_threshold, max_vcpus } => {
             use karpenter_azure::bench::Workload;
+            if workload == Workload::Overlays {
+                use karpenter_azure::bench_overlays;
+                println!("{}", bench_overlays::render_header());
+                let counts = if sizes.is_empty() { vec![0, 10, 100, 1_000] } else { sizes };
+                bench_overlays::run(&counts, |row| println!("{}", bench_overlays::render_row(row)));
+                return ExitCode::SUCCESS;
+            }
             if workload != Workload::Fragmented {
                 use karpenter_azure::sim::growth::{self, Point};
                 println!("{}", karpenter_azure::bench::render_header());
