@@ -18,6 +18,7 @@ use crate::model::resources::Resources;
 use crate::scheduling::from_k8s::{self, FromK8sError, PodContext, VolumeIndex};
 use crate::scheduling::Pod;
 
+use super::overlay_memo::OverlayMemo;
 use super::records::{NodeClaimRecord, NodeRecord, PdbRecord, PodRecord};
 use super::versions::{Version, Versions};
 use super::{key, Kind, Object};
@@ -65,6 +66,8 @@ pub struct Cluster {
     relisting: BTreeMap<Kind, BTreeSet<String>>,
     /// The version of each object held and the objects deleted, so no older copy replaces a newer one.
     versions: Versions,
+    /// The last NodeOverlay application, reused while its inputs are unchanged.
+    pub(super) overlay_memo: OverlayMemo,
 }
 
 /// The index key of an object.

@@ -18,6 +18,7 @@ mod cluster;
 mod disruption;
 #[cfg(test)]
 mod disruption_tests;
+mod overlay_memo;
 pub mod records;
 mod snapshot;
 pub mod versions;

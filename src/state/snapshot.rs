@@ -22,7 +22,7 @@ use crate::apis::{AKSNodeClass, NodeOverlay, NodePool, Taint};
 use crate::model::labels::{ANNOTATION_CAPACITY_OVERLAY_APPLIED, ANNOTATION_PRICE_OVERLAY_APPLIED};
 use crate::model::InstanceType;
 use crate::scheduling::from_k8s;
-use crate::scheduling::overlay::{self, PoolTypes, Rejection};
+use crate::scheduling::overlay::{PoolTypes, Rejection};
 use crate::scheduling::{ExistingNode, NodePoolInput, Pod, SolveInput, SolveOptions};
 
 use super::records::{is_ephemeral_taint, NodeClaimRecord, NodeRecord};
@@ -165,24 +165,22 @@ impl Cluster {
         let catalogs: Vec<Arc<Vec<InstanceType>>> =
             evaluated.iter().map(|pool| catalog(pool, class_of(pool))).collect();
         let no_labels = BTreeMap::new();
-        let inputs: Vec<PoolTypes<'_>> = evaluated
+        let inputs: Vec<(PoolTypes<'_>, &Arc<Vec<InstanceType>>)> = evaluated
             .iter()
             .zip(&catalogs)
-            .map(|(pool, types)| PoolTypes {
-                name: pool.metadata.name.as_deref().unwrap_or_default(),
-                labels: pool.spec.template.metadata.as_ref().map_or(&no_labels, |m| &m.labels),
-                types,
+            .map(|(pool, types)| {
+                let labels = pool.spec.template.metadata.as_ref().map_or(&no_labels, |m| &m.labels);
+                let name = pool.metadata.name.as_deref().unwrap_or_default();
+                (PoolTypes { name, labels, types }, types)
             })
             .collect();
-        let out = overlay::apply(&inputs, &overlays);
+        let mut out = self.overlay_memo.apply(&inputs, &overlays);
         // Only the pools asked for are returned; the others served to judge conflicts.
         let asked = pools.len();
-        OverlaidCatalogs {
-            types: out.types.into_iter().take(asked).map(Arc::new).collect(),
-            rejected: out.rejected,
-            price_overlaid: out.price_overlaid.into_iter().take(asked).collect(),
-            capacity_overlaid: out.capacity_overlaid.into_iter().take(asked).collect(),
-        }
+        out.types.truncate(asked);
+        out.price_overlaid.truncate(asked);
+        out.capacity_overlaid.truncate(asked);
+        out
     }
 }
 
