@@ -20,7 +20,8 @@ pub struct Decisions {
     /// $/hour of all managed nodes now.
     pub cluster_price_per_hour: f64,
     /// No placement of all running and pending pods on fresh managed capacity can cost less than this
-    /// ($/hour), by the solver's lower bound for a from-scratch repack.
+    /// ($/hour), by the solver's lower bound for a from-scratch repack. 0 when the pass was asked not to
+    /// compute it ([`super::Options::repack_bound`]).
     pub repack_lower_bound_per_hour: f64,
 }
 

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::apis::nodepool::DisruptionReason;
-use crate::scheduling::{solve_with_cancel, Cancelled, ShouldCancel, SolveInput};
+use crate::scheduling::{solve_with_cancel, Cancelled, Plan, ShouldCancel, SolveInput};
 
 use super::budgets::{allowances, Allowance};
 use super::candidates::{base_check, check};
@@ -71,7 +71,11 @@ pub fn decide_with_cancel(
         commands,
         blocked,
         cluster_price_per_hour: snapshot.nodes.iter().fold(0.0, |sum, n| sum + n.price_per_hour),
-        repack_lower_bound_per_hour: repack_lower_bound(snapshot, cancel)?,
+        repack_lower_bound_per_hour: if options.repack_bound {
+            repack_lower_bound(snapshot, cancel)?
+        } else {
+            0.0
+        },
     })
 }
 
@@ -81,6 +85,13 @@ pub fn repack_lower_bound(snapshot: &Snapshot, cancel: &dyn ShouldCancel) -> Res
     if snapshot.nodes.is_empty() {
         return Ok(0.0);
     }
+    Ok(repack(snapshot, cancel)?.lower_bound_per_hour)
+}
+
+/// The solver's plan for placing every pending pod and every pod of the managed nodes on fresh
+/// capacity, with the unmanaged nodes as they are: what a from-scratch repack would cost
+/// (`price_per_hour`) beside what none can beat (`lower_bound_per_hour`).
+pub fn repack(snapshot: &Snapshot, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
     let mut pods = snapshot.pending.clone();
     for n in &snapshot.nodes {
         pods.extend(n.pods.iter().filter(|p| p.reschedulable()).map(|p| {
@@ -97,7 +108,7 @@ pub fn repack_lower_bound(snapshot: &Snapshot, cancel: &dyn ShouldCancel) -> Res
         daemonsets: snapshot.daemonsets.clone(),
         options: snapshot.solve_options.clone(),
     };
-    Ok(solve_with_cancel(&input, cancel)?.lower_bound_per_hour)
+    solve_with_cancel(&input, cancel)
 }
 
 /// Takes candidates in order while their pool's budget allows; the rest are blocked by the budget.
