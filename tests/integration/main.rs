@@ -28,6 +28,7 @@ mod catalog_retail;
 mod crds_and_examples;
 mod disruption_consolidation;
 mod disruption_rules;
+mod disruption_shapes;
 mod disruption_static;
 mod fake_arm;
 mod launch_priced;

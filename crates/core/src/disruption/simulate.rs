@@ -15,7 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::model::labels::LABEL_CAPACITY_TYPE;
 use crate::model::requirements::Requirement;
-use crate::model::resources::Resources;
+use crate::model::resources::{Resources, NODES};
 use crate::model::CapacityType;
 use crate::scheduling::{
     place_with_cancel, Cancelled, ExistingNode, NewNodeClaim, Plan, PodId, ShouldCancel, SolveInput,
@@ -81,7 +81,18 @@ pub fn input_without(
         running.extend(u.pods.iter().cloned());
     }
     let nodepools = match replace {
-        Replace::Never => vec![],
+        // The pools stay, at a limit of no more nodes: their zones and capacity types remain
+        // eligible domains of a topology spread (a zone left without nodes still counts as 0, as
+        // upstream's scheduler takes domains from the NodePools), but no NodeClaim can open.
+        Replace::Never => snapshot
+            .nodepools
+            .iter()
+            .filter_map(|p| p.launchable().cloned())
+            .map(|mut pool| {
+                pool.remaining = Some(Resources::new().with(NODES, 0));
+                pool
+            })
+            .collect(),
         Replace::Any => snapshot.nodepools.iter().filter_map(|p| p.launchable().cloned()).collect(),
         Replace::SpotOnly => snapshot
             .nodepools
