@@ -219,10 +219,11 @@ impl Step<'_> {
                     Ok(())
                 } else {
                     Err(format!(
-                        "{} of {to} pods bound, {} NodeClaims (last {:.0?} ago)",
+                        "{} of {to} pods bound, {} NodeClaims (the last {} s ago)",
                         p.bound,
                         c.count,
-                        c.last_arrival.map(|at| at.elapsed())
+                        c.last_arrival
+                            .map_or("?".to_string(), |at| format!("{:.0}", at.elapsed().as_secs_f64()))
                     ))
                 }
             },
@@ -236,8 +237,9 @@ impl Step<'_> {
                 to - from
             );
             return Err(format!(
-                "not settled within {timeout:?} of the burst: {seen}; {}",
-                control_plane_state(client).await
+                "not settled within {timeout:?} of the burst: {seen}; {}; controller: {}",
+                control_plane_state(client).await,
+                provisioning_state(&controller.log())
             ));
         }
         let settled_at = Instant::now();
@@ -456,6 +458,42 @@ async fn control_plane_state(client: &Client) -> String {
     parts.join(", ")
 }
 
+/// The controller's own account of its provisioning, from its log: its last scheduling plan (when, how
+/// long its longest-waiting pod had waited, how long snapshot and solve took) and the last reason it gave
+/// for waiting before the next one.
+fn provisioning_state(log: &str) -> String {
+    let mut plan = None;
+    let mut waits = None;
+    for line in log.lines() {
+        let Ok(entry) = serde_json::from_str::<Value>(line) else { continue };
+        match entry["message"].as_str() {
+            Some("computed a scheduling plan") => plan = Some(entry),
+            Some("provisioning waits for the cluster state") => waits = Some(entry),
+            _ => {}
+        }
+    }
+    let plan = plan.map_or("no scheduling plan logged".to_string(), |p| {
+        format!(
+            "last scheduling plan at {} ({} pods, {} newly decided, {} NodeClaims; its longest-waiting pod waited \
+             {} ms; snapshot and solve {} ms)",
+            p["time"].as_str().unwrap_or("?"),
+            p["pods"],
+            p["first_decided"],
+            p["nodeclaims"],
+            p["longest_decision_wait_ms"],
+            p["elapsed_ms"]
+        )
+    });
+    let waits = waits.map_or(String::new(), |w| {
+        format!(
+            "; last waited for the cluster state at {}: {}",
+            w["time"].as_str().unwrap_or("?"),
+            w["reason"]
+        )
+    });
+    format!("{plan}{waits}")
+}
+
 fn header() -> String {
     let rss_target_mib = RSS_TARGET_MB * 1e6 / 1024.0 / 1024.0;
     let units = [
@@ -521,15 +559,30 @@ fn row_line(r: &Row) -> String {
 /// Deletes the pods and waits for them to go, then the NodeClaims, NodePool, AKSNodeClass, namespace
 /// and the FlowSchema.
 async fn tear_down(client: &Client, controller: &Controller) {
+    let started = Instant::now();
     let api: Api<Pod> = Api::namespaced(client.clone(), NAME);
     let listed = ListParams::default().labels(&format!("app={APP}"));
-    let _ = api.delete_collection(&DeleteParams::background(), &listed).await;
+    // Each pod on its own and at once (grace period 0): one DeleteCollection of tens of thousands of
+    // pods outlasts the API server's request timeout, and kwok confirms graceful deletions slowly.
+    let now = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::background() };
     let left = wait::within_every(PODS_GONE, Duration::from_secs(2), || async {
-        match api.list_metadata(&listed.clone().limit(1)).await {
-            Ok(list) if list.items.is_empty() => Ok(()),
-            Ok(_) => Err("pods left".to_string()),
-            Err(err) => Err(err.to_string()),
+        let names: Vec<String> = match api.list_metadata(&listed).await {
+            Ok(list) => list.items.into_iter().filter_map(|p| p.metadata.name).collect(),
+            Err(err) => return Err(err.to_string()),
+        };
+        if names.is_empty() {
+            return Ok(());
         }
+        let count = names.len();
+        futures::stream::iter(names)
+            .for_each_concurrent(CREATORS, |name| {
+                let (api, now) = (api.clone(), now.clone());
+                async move {
+                    let _ = api.delete(&name, &now).await;
+                }
+            })
+            .await;
+        Err(format!("{count} pods were left"))
     })
     .await;
     if let Err(seen) = left {
@@ -539,6 +592,7 @@ async fn tear_down(client: &Client, controller: &Controller) {
     if let Ok(api) = objects::api_for(client, &flow_schema()).await {
         let _ = api.delete(FLOW_SCHEMA, &DeleteParams::background()).await;
     }
+    eprintln!("e2e scale: cleanup took {:.0?}", started.elapsed());
 }
 
 fn env_or(key: &str, default: &str) -> String {
