@@ -19,11 +19,11 @@
 //!   watch has listed);
 //! - the controller's peak (`VmHWM`, since its previous start) and current (`VmRSS`) resident memory
 //!   (target ≤ 400 MB at 50,000 pods);
-//! - the requests per second the controller makes to the API server at rest and during the burst, as
-//!   the API server counts them: a FlowSchema matching only the controller's ServiceAccount (at the
-//!   priority level its requests get anyway) makes
-//!   `apiserver_flowcontrol_dispatched_requests_total{flow_schema=...}` the controller's own count
-//!   (`apiserver_request_total` has no label naming the client).
+//! - the requests per second the controller makes to the API server during the burst (from its first
+//!   pod until the step settled) and at rest (over the passes above), as the API server counts them:
+//!   a FlowSchema matching only the controller's ServiceAccount (at the priority level its requests get
+//!   anyway) makes `apiserver_flowcontrol_dispatched_requests_total{flow_schema=...}` the controller's
+//!   own count (`apiserver_request_total` has no label naming the client).
 //!
 //! Growth stops, and the test ends green with the rows so far, when the machine's control plane cannot
 //! go further: a step that does not settle in time, pods the API server refuses to create, or a
