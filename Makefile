@@ -5,7 +5,7 @@
 CARGO ?= cargo
 
 .PHONY: build deps test unit proptest-random lint fmt crds crds-check metrics-table bench bench-upstream bench-upstream-disruption e2e controlplane catalog \
-	soak playground playground-down image
+	soak scale playground playground-down image
 
 build:
 	$(CARGO) build --release
@@ -106,6 +106,16 @@ e2e: controlplane
 SOAK_MINUTES ?= 30
 soak: controlplane
 	SOAK_MINUTES=$(SOAK_MINUTES) $(CARGO) test --test e2e soak -- --ignored --nocapture
+
+# The scale benchmark (tests/e2e/scale.rs): one controller on the e2e control plane, grown through its
+# own provisioning to each node count of SCALE_STEPS (SCALE_PODS_PER_NODE pods per node); prints a row
+# per step (burst decision, consolidation pass, start-up, RSS, API requests per second) and where growth
+# stopped. The controller is the debug build the e2e binary is built with.
+SCALE_STEPS ?= 500,1000,2000,5000
+SCALE_PODS_PER_NODE ?= 10
+scale: controlplane
+	SCALE_STEPS=$(SCALE_STEPS) SCALE_PODS_PER_NODE=$(SCALE_PODS_PER_NODE) \
+		$(CARGO) test --test e2e scale::a_controller_grows_toward_5000_nodes -- --ignored --nocapture
 
 catalog:
 	$(CARGO) run --release -- catalog --region eastus

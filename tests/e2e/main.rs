@@ -63,6 +63,7 @@ mod provisioning;
 mod rbac;
 mod repair;
 mod resilience;
+mod scale;
 mod scheduling;
 mod simulate_from_cluster;
 mod soak;
