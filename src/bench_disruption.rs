@@ -117,7 +117,7 @@ pub fn fragmented_cluster(pods: usize, max_vcpus: Option<u32>, now: Timestamp) -
     for claim in &plan.nodeclaims {
         let mut node = managed_node(claim, &claim.name, &input.daemonsets, launched);
         for id in &claim.pods {
-            if rng.next() % 1000 < DELETED_PER_MILLE {
+            if rng.next_u64() % 1000 < DELETED_PER_MILLE {
                 continue;
             }
             node.pods.push(workload_pod(by_id[id], &claim.name, launched));
@@ -144,11 +144,12 @@ pub fn fragmented_cluster(pods: usize, max_vcpus: Option<u32>, now: Timestamp) -
     }
 }
 
-/// A small deterministic generator (SplitMix64), so the deleted half is the same on every run.
-struct SplitMix(u64);
+/// A small deterministic generator (SplitMix64), so the deleted half is the same on every run; the
+/// disruption property tests shape their clusters with it too.
+pub struct SplitMix(pub u64);
 
 impl SplitMix {
-    fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

@@ -347,10 +347,9 @@ fn taint(key: &str) -> crate::apis::Taint {
     crate::apis::Taint { key: key.into(), value: None, effect: TaintEffect::NoSchedule, time_added: None }
 }
 
-#[test]
-fn node_overlays_price_every_pools_types_until_deleted() {
-    let mut cluster = small_cluster();
-    let it = |name: &str, price: f64| InstanceType {
+/// A 2-vCPU size with one on-demand offering in eastus-1 at `price`.
+fn two_vcpu_type(name: &str, price: f64) -> InstanceType {
+    InstanceType {
         name: name.into(),
         vcpus: 2,
         memory_mib: 8192,
@@ -364,8 +363,13 @@ fn node_overlays_price_every_pools_types_until_deleted() {
             price,
             available: true,
         }],
-    };
-    let types = Arc::new(vec![it("Standard_A", 0.1), it("Standard_B", 0.2)]);
+    }
+}
+
+#[test]
+fn node_overlays_price_every_pools_types_until_deleted() {
+    let mut cluster = small_cluster();
+    let types = Arc::new(vec![two_vcpu_type("Standard_A", 0.1), two_vcpu_type("Standard_B", 0.2)]);
     let catalog = |_: &crate::apis::NodePool, _: Option<&crate::apis::AKSNodeClass>| types.clone();
     let first = |cluster: &Cluster| {
         let pools = cluster.solver_pools(&catalog);
@@ -407,22 +411,7 @@ spec:
 #[test]
 fn an_overlay_conflicting_only_on_a_pool_that_is_not_ready_is_left_out_everywhere() {
     let mut cluster = small_cluster();
-    let it = |name: &str| InstanceType {
-        name: name.into(),
-        vcpus: 2,
-        memory_mib: 8192,
-        labels: [(LABEL_INSTANCE_TYPE.to_string(), name.to_string())].into(),
-        capacity: Resources::new().with(CPU, 2000),
-        overhead: Default::default(),
-        allocatable: Resources::new().with(CPU, 2000),
-        offerings: vec![crate::model::Offering {
-            zone: "eastus-1".into(),
-            capacity_type: crate::model::CapacityType::OnDemand,
-            price: 0.2,
-            available: true,
-        }],
-    };
-    let types = Arc::new(vec![it("Standard_B")]);
+    let types = Arc::new(vec![two_vcpu_type("Standard_B", 0.2)]);
     let catalog = |_: &crate::apis::NodePool, _: Option<&crate::apis::AKSNodeClass>| types.clone();
     let price_in_general = |cluster: &Cluster| {
         let pools = cluster.solver_pools(&catalog);

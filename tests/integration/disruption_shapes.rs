@@ -15,6 +15,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use karpenter_azure::apis::duration::NillableDuration;
 use karpenter_azure::apis::nodepool::ConsolidationPolicy;
 use karpenter_azure::bench::{nodepool, upstream_instance_types, upstream_pods, UPSTREAM_ZONES};
+use karpenter_azure::bench_disruption::SplitMix;
 use karpenter_azure::disruption::applied::{managed_node, price, to_fixpoint, workload_pod, MAX_PASSES};
 use karpenter_azure::disruption::{Budget, Options, Pdb, PoolPolicy, Snapshot};
 use karpenter_azure::model::requirements::{Requirement, Requirements};
@@ -38,22 +39,9 @@ enum Shape {
     SpotMixed,
 }
 
-/// A small deterministic generator (SplitMix64): the shape's deletions follow the case's seed.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// True `per_mille` times in a thousand.
-    fn chance(&mut self, per_mille: u64) -> bool {
-        self.next() % 1000 < per_mille
-    }
+/// True `per_mille` times in a thousand draws of `rng`: the shape's deletions follow the case's seed.
+fn chance(rng: &mut SplitMix, per_mille: u64) -> bool {
+    rng.next_u64() % 1000 < per_mille
 }
 
 fn now() -> Timestamp {
@@ -105,10 +93,10 @@ fn shaped(
             Shape::Uniform | Shape::SpotMixed => 500,
             Shape::ZoneDrained if claim.zone == drained => 0,
             Shape::ZoneDrained => 750,
-            Shape::Fragmented => rng.next() % 1000,
+            Shape::Fragmented => rng.next_u64() % 1000,
         };
         for id in &claim.pods {
-            if rng.chance(kept_per_mille) {
+            if chance(&mut rng, kept_per_mille) {
                 node.pods.push(workload_pod(by_id[id], &claim.name, launched));
             }
         }
