@@ -7,6 +7,10 @@ use clap::{Parser, Subcommand};
 use karpenter_azure::catalog::OutputFormat;
 use karpenter_azure::sim::catalog_command::{self, CatalogArgs};
 
+/// Every allocation of the command, the controller included (see the dependency's note in Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Exit code for bad input: unknown flags, invalid files, unknown regions.
 const EXIT_USAGE: u8 = 2;
 
