@@ -110,12 +110,12 @@ soak: controlplane
 # The scale benchmark (tests/e2e/scale.rs): one controller on the e2e control plane, grown through its
 # own provisioning to each node count of SCALE_STEPS (SCALE_PODS_PER_NODE pods per node); prints a row
 # per step (burst decision, consolidation pass, start-up, RSS, API requests per second) and where growth
-# stopped. The controller is the debug build the e2e binary is built with.
+# stopped. Built with the release profile, so the controller and the fake ARM are what a user would run.
 SCALE_STEPS ?= 500,1000,2000,5000
 SCALE_PODS_PER_NODE ?= 10
 scale: controlplane
 	SCALE_STEPS=$(SCALE_STEPS) SCALE_PODS_PER_NODE=$(SCALE_PODS_PER_NODE) \
-		$(CARGO) test --test e2e scale::a_controller_grows_toward_5000_nodes -- --ignored --nocapture
+		$(CARGO) test --release --test e2e scale::a_controller_grows_toward_5000_nodes -- --ignored --nocapture
 
 catalog:
 	$(CARGO) run --release -- catalog --region eastus

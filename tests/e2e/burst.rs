@@ -18,21 +18,18 @@
 //! `creationTimestamp`s (1 s resolution) and the test process's own watch of pods and NodeClaims, which
 //! notes when each new object was first seen (more precise, and what the target is checked against).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, DynamicObject, ListParams, ObjectMeta};
-use kube::runtime::watcher::{self, watcher, Event};
-use kube::runtime::WatchStreamExt;
+use kube::api::{DeleteParams, ListParams};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::Value;
 
 use super::controller::Controller;
 use super::lookups::nodeclaims;
+use super::tracker::{signed_seconds, Tracker};
 use super::{cluster, manifests, objects, setup, wait};
 
 /// Namespace, AKSNodeClass and NodePool.
@@ -68,10 +65,11 @@ async fn a_burst_of_1000_pending_pods_is_batched_into_nodeclaims_within_the_wind
     let claims = Tracker::default();
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), NAME);
     let watches = [
-        pods.watch(pods_api.clone(), watcher::Config::default().labels(&format!("app={APP}"))),
+        pods.watch(pods_api.clone(), watcher::Config::default().labels(&format!("app={APP}")), "e2e burst"),
         claims.watch(
             nodeclaims(&client),
             watcher::Config::default().labels(&format!("{LABEL_NODEPOOL}={NAME}")),
+            "e2e burst",
         ),
     ];
 
@@ -201,103 +199,6 @@ async fn a_burst_of_1000_pending_pods_is_batched_into_nodeclaims_within_the_wind
     assert!(missed.is_empty(), "burst of {REPLICAS} pods missed its targets:\n- {}", missed.join("\n- "));
 }
 
-/// What a watch has seen of one kind of object.
-#[derive(Clone, Debug, Default)]
-struct Seen {
-    /// Distinct objects seen (deletions are not subtracted).
-    count: usize,
-    /// When the test process first saw the newest of them, by its monotonic and its wall clock.
-    last_arrival: Option<Instant>,
-    last_arrival_wall: Option<Timestamp>,
-    /// The latest `creationTimestamp`, in Unix seconds.
-    latest_created: Option<i64>,
-    /// Pods only: with `spec.nodeName`, and bound and Running.
-    bound: usize,
-    running: usize,
-}
-
-/// Notes every object a watch reports, by uid.
-#[derive(Clone, Default)]
-struct Tracker {
-    inner: Arc<Mutex<TrackerState>>,
-}
-
-#[derive(Default)]
-struct TrackerState {
-    /// uid → (bound, running).
-    objects: HashMap<String, (bool, bool)>,
-    seen: Seen,
-}
-
-/// What the tracker needs of an object.
-trait Tracked {
-    fn meta(&self) -> &ObjectMeta;
-    fn bound_and_running(&self) -> (bool, bool) {
-        (false, false)
-    }
-}
-
-impl Tracked for Pod {
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn bound_and_running(&self) -> (bool, bool) {
-        let bound = self.spec.as_ref().is_some_and(|s| s.node_name.is_some());
-        let running = self.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-        (bound, bound && running)
-    }
-}
-
-impl Tracked for DynamicObject {
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-}
-
-impl Tracker {
-    fn snapshot(&self) -> Seen {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).seen.clone()
-    }
-
-    fn note<K: Tracked>(&self, object: &K) {
-        let Some(uid) = object.meta().uid.clone() else { return };
-        let mut state = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let now = Instant::now();
-        let flags = object.bound_and_running();
-        let old = state.objects.insert(uid, flags);
-        let seen = &mut state.seen;
-        if old.is_none() {
-            seen.count += 1;
-            seen.last_arrival = Some(now);
-            seen.last_arrival_wall = Some(Timestamp::now());
-            let created = object.meta().creation_timestamp.as_ref().map(|t| t.0.as_second());
-            seen.latest_created = seen.latest_created.max(created);
-        }
-        let (was_bound, was_running) = old.unwrap_or_default();
-        seen.bound = seen.bound + usize::from(flags.0) - usize::from(was_bound);
-        seen.running = seen.running + usize::from(flags.1) - usize::from(was_running);
-    }
-
-    /// Runs a watch in the background, noting every object it reports; abort the handle to stop it.
-    fn watch<K>(&self, api: Api<K>, config: watcher::Config) -> tokio::task::JoinHandle<()>
-    where
-        K: Tracked + kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    {
-        let tracker = self.clone();
-        tokio::spawn(async move {
-            let mut events = watcher(api, config).default_backoff().boxed();
-            while let Some(event) = events.next().await {
-                match event {
-                    Ok(Event::Apply(object) | Event::InitApply(object)) => tracker.note(&object),
-                    Ok(_) => {}
-                    Err(err) => eprintln!("e2e burst: watch error (retrying): {err}"),
-                }
-            }
-        })
-    }
-}
-
 /// The last plan that decided pods for the first time, as the controller logged it.
 #[derive(Clone, Debug, PartialEq)]
 struct DecidingPlan {
@@ -343,15 +244,6 @@ fn last_deciding_plan(log: &str) -> Option<DecidingPlan> {
         }
     }
     last
-}
-
-/// Seconds from `from` to `to`, negative when `to` came first.
-fn signed_seconds(from: Instant, to: Instant) -> f64 {
-    if to >= from {
-        (to - from).as_secs_f64()
-    } else {
-        -(from - to).as_secs_f64()
-    }
 }
 
 fn node_class() -> Value {

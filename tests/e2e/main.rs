@@ -31,6 +31,7 @@ pub mod manifests;
 pub mod objects;
 pub mod prometheus;
 pub mod setup;
+pub mod tracker;
 pub mod wait;
 
 mod burst;

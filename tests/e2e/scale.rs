@@ -9,9 +9,12 @@
 //! (default 900). At each step the test creates the pods that take the cluster to the step's size, in
 //! parallel from this process (a Deployment would be paced by kube-controller-manager's client rate),
 //! and prints one row:
-//! - the burst: how long creating its pods took, and from the last of them to the last NodeClaim and to
-//!   every pod bound, as this process's watches first saw them (target: the batch window,
-//!   `BATCH_MAX_DURATION` 10 s, plus 2 s);
+//! - the burst: how long creating its pods took, and from the last of them to kube-scheduler's verdict
+//!   on the last pod (only a pod it marked unschedulable is the controller's to provision), to the last
+//!   NodeClaim and to every pod bound, as this process's watches first saw them; and the controller's
+//!   own wait per pod, from seeing it unschedulable to the plan that decided it
+//!   (`karpenter_pods_scheduling_decision_duration_seconds`: mean, and the bucket bound of the longest;
+//!   target: the batch window, `BATCH_MAX_DURATION` 10 s, plus 2 s);
 //! - a consolidation pass at that size: mean and bound of the slowest of the passes on the settled
 //!   cluster, from `karpenter_voluntary_disruption_decision_evaluation_duration_seconds` (target ≤ 1 s
 //!   at 5,000 nodes);
@@ -23,22 +26,24 @@
 //!   pod until the step settled) and at rest (over the passes above), as the API server counts them:
 //!   a FlowSchema matching only the controller's ServiceAccount (at the priority level its requests get
 //!   anyway) makes `apiserver_flowcontrol_dispatched_requests_total{flow_schema=...}` the controller's
-//!   own count (`apiserver_request_total` has no label naming the client).
+//!   own count (`apiserver_request_total` has no label naming the client);
+//! - and a second line: the CPU seconds each process used during the burst (the control plane's, the
+//!   controller's, and this process's, which serves the fake ARM), to tell where a step's time went.
+//!
+//! `make scale` builds the test (so the controller and the fake ARM) with the release profile; a plain
+//! `cargo test` run measures the debug build, and the summary says which.
 //!
 //! Growth stops, and the test ends green with the rows so far, when the machine's control plane cannot
 //! go further: a step that does not settle in time, pods the API server refuses to create, or a
 //! component that exited. The reason printed names the component and what it answered. A controller
 //! that exits, or a first step that never settles, fails the test.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
-use kube::runtime::watcher::{self, watcher, Event};
-use kube::runtime::WatchStreamExt;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
@@ -47,6 +52,7 @@ use super::disruption_watch::fast_disruption_env;
 use super::lookups::nodeclaims;
 use super::manifests::{self, LABEL_NODEPOOL};
 use super::prometheus::{self, Sample};
+use super::tracker::{signed_seconds, Tracker};
 use super::{cleanup, cluster, identity, objects, setup, wait};
 
 /// Namespace, AKSNodeClass and NodePool.
@@ -63,6 +69,8 @@ const FLOW_SCHEMA: &str = "e2e-scale-controller";
 const PRIORITY_LEVEL: &str = "workload-low";
 const DISPATCHED: &str = "apiserver_flowcontrol_dispatched_requests_total";
 const PASS_HISTOGRAM: &str = "karpenter_voluntary_disruption_decision_evaluation_duration_seconds";
+/// From the controller's pod watch seeing a pod wait for capacity to the plan that decided it.
+const DECISION_HISTOGRAM: &str = "karpenter_pods_scheduling_decision_duration_seconds";
 
 /// The batch window the controller runs with (`BATCH_MAX_DURATION` in `controller.rs`), plus 2 s.
 const DECISION_TARGET_S: f64 = 12.0;
@@ -88,7 +96,12 @@ struct Row {
     pods: usize,
     burst: usize,
     create_s: f64,
+    /// From the last pod created to kube-scheduler's verdict on the last pod (unschedulable or bound).
+    marked_s: f64,
     decided_s: f64,
+    /// The controller's own wait per pod, from its histogram: mean, and the bucket bound of the longest.
+    decision_mean_s: f64,
+    decision_max_s: f64,
     bound_s: f64,
     pass_mean_ms: f64,
     pass_max_s: f64,
@@ -99,6 +112,8 @@ struct Row {
     startup_peak_mib: f64,
     rest_rps: f64,
     burst_rps: f64,
+    /// CPU seconds each process spent from the burst's first pod until the step settled.
+    burst_cpu: Vec<(&'static str, f64)>,
 }
 
 /// Why growth stopped.
@@ -128,10 +143,11 @@ async fn a_controller_grows_toward_5000_nodes() {
     let pods = Tracker::default();
     let claims = Tracker::default();
     let watches = [
-        pods.watch(Api::<Pod>::namespaced(client.clone(), NAME), watcher::Config::default()),
+        pods.watch(Api::<Pod>::namespaced(client.clone(), NAME), watcher::Config::default(), "e2e scale"),
         claims.watch(
             nodeclaims(&client),
             watcher::Config::default().labels(&format!("{LABEL_NODEPOOL}={NAME}")),
+            "e2e scale",
         ),
     ];
     println!(
@@ -152,7 +168,7 @@ async fn a_controller_grows_toward_5000_nodes() {
         };
         match step.grow(nodes, nodes * per_node, rows.last().map_or(0, |r| r.pods), step_timeout).await {
             Ok(row) => {
-                println!("{}", row_line(&row));
+                println!("{}\n{}", row_line(&row), cpu_line(&row));
                 rows.push(row);
             }
             Err(reason) => {
@@ -166,10 +182,14 @@ async fn a_controller_grows_toward_5000_nodes() {
         watch.abort();
     }
 
-    println!("e2e scale: {per_node} pods per node, {INSTANCE_TYPE}; debug build of the controller");
+    let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
+    println!("e2e scale: {per_node} pods per node, {INSTANCE_TYPE}; {profile} build of the controller and the fake ARM");
     println!("{}", header());
     for row in &rows {
         println!("{}", row_line(row));
+    }
+    for row in &rows {
+        println!("{:>6} nodes: {}", row.nodes, cpu_line(row));
     }
     match &stop {
         Some(stop) => println!("e2e scale: growth stopped at the {}-node step: {}", stop.step, stop.reason),
@@ -197,6 +217,9 @@ impl Step<'_> {
         let Step { client, controller, pods, claims, .. } = self;
         eprintln!("e2e scale: step {nodes} nodes: creating pods {from}..{to}");
         let dispatched_before = controller_requests(client).await?;
+        let cpu_before = cpu_seconds(controller);
+        let metrics_url = format!("http://127.0.0.1:{}/metrics", controller.metrics_port());
+        let decisions_before = histogram(&scrape(&metrics_url).await?, DECISION_HISTOGRAM);
         let started = Instant::now();
         let deadline = started + timeout;
         self.create_pods(from, to).await.map_err(|err| format!("kube-apiserver refused pods: {err}"))?;
@@ -244,19 +267,21 @@ impl Step<'_> {
         }
         let settled_at = Instant::now();
         let dispatched_burst = controller_requests(client).await? - dispatched_before;
+        let burst_cpu = cpu_used(&cpu_before, &cpu_seconds(controller));
+        let decisions = histogram(&scrape(&metrics_url).await?, DECISION_HISTOGRAM).minus(&decisions_before);
         let (p, c) = (pods.snapshot(), claims.snapshot());
         let since_last_pod = |at: Option<Instant>| at.map_or(f64::NAN, |at| signed_seconds(last_pod, at));
+        let marked_s = since_last_pod(p.last_marked);
         let decided_s = since_last_pod(c.last_arrival);
         let bound_s = since_last_pod(p.last_bound);
         let node_count = list_pool_nodes(client).await?;
 
         // Passes at rest, and the controller's requests meanwhile.
-        let metrics_url = format!("http://127.0.0.1:{}/metrics", controller.metrics_port());
         let before = scrape(&metrics_url).await?;
         let rest_started = (Instant::now(), controller_requests(client).await?);
         let after = wait::within_every(PASSES_WITHIN, Duration::from_secs(1), || async {
             let now = scrape(&metrics_url).await?;
-            let done = passes(&now).count - passes(&before).count;
+            let done = histogram(&now, PASS_HISTOGRAM).count - histogram(&before, PASS_HISTOGRAM).count;
             if done >= PASSES {
                 Ok(now)
             } else {
@@ -269,7 +294,7 @@ impl Step<'_> {
         })?;
         let rest_rps =
             (controller_requests(client).await? - rest_started.1) / rest_started.0.elapsed().as_secs_f64();
-        let pass = passes(&after).minus(&passes(&before));
+        let pass = histogram(&after, PASS_HISTOGRAM).minus(&histogram(&before, PASS_HISTOGRAM));
         let memory = controller.memory_kib()?;
 
         // Start-up at this size.
@@ -292,7 +317,10 @@ impl Step<'_> {
             pods: to,
             burst: to - from,
             create_s,
+            marked_s,
             decided_s,
+            decision_mean_s: decisions.sum / decisions.count.max(1.0),
+            decision_max_s: decisions.max_bound(),
             bound_s,
             pass_mean_ms: 1000.0 * pass.sum / pass.count.max(1.0),
             pass_max_s: pass.max_bound(),
@@ -303,6 +331,7 @@ impl Step<'_> {
             startup_peak_mib: startup_memory.peak_rss as f64 / 1024.0,
             rest_rps,
             burst_rps: dispatched_burst / (settled_at - started).as_secs_f64(),
+            burst_cpu,
         })
     }
 
@@ -395,31 +424,32 @@ async fn list_pool_nodes(client: &Client) -> Result<usize, String> {
 
 /// The pass histogram summed over its label sets: observations, seconds, and per bucket bound.
 #[derive(Clone, Debug, Default)]
-struct Passes {
+struct Histogram {
     count: f64,
     sum: f64,
     buckets: Vec<(f64, f64)>,
 }
 
-impl Passes {
-    fn minus(&self, earlier: &Passes) -> Passes {
+impl Histogram {
+    fn minus(&self, earlier: &Histogram) -> Histogram {
         let bucket = |le: f64| earlier.buckets.iter().find(|(l, _)| *l == le).map_or(0.0, |(_, v)| *v);
-        Passes {
+        Histogram {
             count: self.count - earlier.count,
             sum: self.sum - earlier.sum,
             buckets: self.buckets.iter().map(|&(le, v)| (le, v - bucket(le))).collect(),
         }
     }
 
-    /// The smallest bucket bound holding every observation: a bound on the slowest pass.
+    /// The smallest bucket bound holding every observation: a bound on the slowest one.
     fn max_bound(&self) -> f64 {
         self.buckets.iter().find(|(_, v)| *v >= self.count).map_or(f64::INFINITY, |(le, _)| *le)
     }
 }
 
-fn passes(samples: &[Sample]) -> Passes {
+/// The histogram `name`, summed over its label sets.
+fn histogram(samples: &[Sample], name: &str) -> Histogram {
     let mut buckets: Vec<(f64, f64)> = Vec::new();
-    for s in samples.iter().filter(|s| s.name == format!("{PASS_HISTOGRAM}_bucket")) {
+    for s in samples.iter().filter(|s| s.name == format!("{name}_bucket")) {
         let Some(le) = s.labels.get("le").and_then(|le| le.parse::<f64>().ok()) else { continue };
         match buckets.iter_mut().find(|(l, _)| *l == le) {
             Some((_, total)) => *total += s.value,
@@ -427,9 +457,9 @@ fn passes(samples: &[Sample]) -> Passes {
         }
     }
     buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-    Passes {
-        count: prometheus::sum(samples, &format!("{PASS_HISTOGRAM}_count"), &[]).unwrap_or(0.0),
-        sum: prometheus::sum(samples, &format!("{PASS_HISTOGRAM}_sum"), &[]).unwrap_or(0.0),
+    Histogram {
+        count: prometheus::sum(samples, &format!("{name}_count"), &[]).unwrap_or(0.0),
+        sum: prometheus::sum(samples, &format!("{name}_sum"), &[]).unwrap_or(0.0),
         buckets,
     }
 }
@@ -501,8 +531,11 @@ fn header() -> String {
         String::new(),
         "pods".to_string(),
         "s".to_string(),
-        format!("s (≤{DECISION_TARGET_S})"),
         "s".to_string(),
+        "s".to_string(),
+        "s".to_string(),
+        "s".to_string(),
+        format!("s(≤{DECISION_TARGET_S})"),
         "ms".to_string(),
         format!("s (≤{PASS_TARGET_S})"),
         "s".to_string(),
@@ -517,8 +550,11 @@ fn header() -> String {
         "pods",
         "burst",
         "create",
+        "→marked",
         "→claims",
         "→bound",
+        "wait mean",
+        "wait max",
         "pass mean",
         "pass max",
         "startup",
@@ -529,7 +565,7 @@ fn header() -> String {
         "req/s",
     ];
     let line = |cells: Vec<String>| {
-        let widths = [6, 6, 6, 8, 10, 9, 10, 9, 9, 10, 8, 9, 8, 9];
+        let widths = [6, 6, 6, 8, 8, 8, 8, 9, 11, 10, 9, 9, 10, 8, 9, 8, 9];
         cells.iter().zip(widths).map(|(c, w)| format!("{c:>w$}")).collect::<Vec<_>>().join(" ")
     };
     format!("{}\n{}", line(names.iter().map(|n| n.to_string()).collect()), line(units.to_vec()))
@@ -537,13 +573,16 @@ fn header() -> String {
 
 fn row_line(r: &Row) -> String {
     format!(
-        "{:>6} {:>6} {:>6} {:>8.1} {:>10.1} {:>9.1} {:>10.1} {:>9} {:>9.1} {:>10.0} {:>8.0} {:>9.0} {:>8.1} {:>9.1}   ({} passes)",
+        "{:>6} {:>6} {:>6} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>9.1} {:>11} {:>10.1} {:>9} {:>9.1} {:>10.0} {:>8.0} {:>9.0} {:>8.1} {:>9.1}   ({} passes)",
         r.nodes,
         r.pods,
         r.burst,
         r.create_s,
+        r.marked_s,
         r.decided_s,
         r.bound_s,
+        r.decision_mean_s,
+        format!("≤{}", r.decision_max_s),
         r.pass_mean_ms,
         format!("≤{}", r.pass_max_s),
         r.startup_s,
@@ -595,97 +634,54 @@ async fn tear_down(client: &Client, controller: &Controller) {
     eprintln!("e2e scale: cleanup took {:.0?}", started.elapsed());
 }
 
+/// The processes whose CPU time a row reports: the control plane's, as `hack/e2e-cluster.sh` records
+/// their pids, then the controller and this test process (the fake ARM, the kwok Node registrations and
+/// the pod creators).
+const CONTROL_PLANE: [&str; 5] =
+    ["kube-apiserver", "etcd", "kwok", "kube-scheduler", "kube-controller-manager"];
+
+/// Each process's CPU seconds so far (user + system, from `/proc/<pid>/stat`); a process that cannot be
+/// read is left out.
+fn cpu_seconds(controller: &Controller) -> Vec<(&'static str, f64)> {
+    let dir = &cluster::shared().dir;
+    let recorded =
+        |name: &str| std::fs::read_to_string(dir.join(format!("{name}.pid"))).ok()?.trim().parse().ok();
+    let mut pids: Vec<(&'static str, Option<u32>)> =
+        CONTROL_PLANE.iter().map(|&name| (name, recorded(name))).collect();
+    pids.push(("controller", Some(controller.pid())));
+    pids.push(("test+fake ARM", Some(std::process::id())));
+    pids.into_iter().filter_map(|(name, pid)| Some((name, process_cpu_seconds(pid?)?))).collect()
+}
+
+/// utime + stime (fields 14 and 15 of `/proc/<pid>/stat`, after the parenthesised command name), in
+/// the kernel's USER_HZ ticks, which are 1/100 s on Linux.
+fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // After the name, the state is field 3, so utime (14) and stime (15) are at indexes 11 and 12.
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+/// CPU seconds each process spent between two readings. A process restarted meanwhile (the controller
+/// is, between steps) counts from zero.
+fn cpu_used(before: &[(&'static str, f64)], after: &[(&'static str, f64)]) -> Vec<(&'static str, f64)> {
+    after
+        .iter()
+        .map(|(name, now)| {
+            let then = before.iter().find(|(b, _)| b == name).map_or(0.0, |(_, t)| *t);
+            (*name, if *now >= then { now - then } else { *now })
+        })
+        .collect()
+}
+
+fn cpu_line(r: &Row) -> String {
+    let total: f64 = r.burst_cpu.iter().map(|(_, s)| s).sum();
+    let parts: Vec<String> = r.burst_cpu.iter().map(|(name, s)| format!("{name} {s:.0}")).collect();
+    format!("CPU s during the burst: {} (total {total:.0})", parts.join(", "))
+}
+
 fn env_or(key: &str, default: &str) -> String {
     std::env::var(key).unwrap_or_else(|_| default.to_string())
-}
-
-/// Seconds from `from` to `to`, negative when `to` came first.
-fn signed_seconds(from: Instant, to: Instant) -> f64 {
-    if to >= from {
-        (to - from).as_secs_f64()
-    } else {
-        -(from - to).as_secs_f64()
-    }
-}
-
-/// What a watch has seen of one kind of object.
-#[derive(Clone, Debug, Default)]
-struct Seen {
-    /// Distinct objects seen (deletions are not subtracted).
-    count: usize,
-    /// When this process first saw the newest of them.
-    last_arrival: Option<Instant>,
-    /// Pods only: how many have `spec.nodeName`, and when the last of them was first seen bound.
-    bound: usize,
-    last_bound: Option<Instant>,
-}
-
-/// Notes every object a watch reports, by uid.
-#[derive(Clone, Default)]
-struct Tracker {
-    inner: Arc<Mutex<(HashMap<String, bool>, Seen)>>,
-}
-
-trait Tracked {
-    fn uid(&self) -> Option<&str>;
-    fn bound(&self) -> bool {
-        false
-    }
-}
-
-impl Tracked for Pod {
-    fn uid(&self) -> Option<&str> {
-        self.metadata.uid.as_deref()
-    }
-
-    fn bound(&self) -> bool {
-        self.spec.as_ref().is_some_and(|s| s.node_name.is_some())
-    }
-}
-
-impl Tracked for DynamicObject {
-    fn uid(&self) -> Option<&str> {
-        self.metadata.uid.as_deref()
-    }
-}
-
-impl Tracker {
-    fn snapshot(&self) -> Seen {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).1.clone()
-    }
-
-    fn note<K: Tracked>(&self, object: &K) {
-        let Some(uid) = object.uid() else { return };
-        let bound = object.bound();
-        let mut state = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (objects, seen) = &mut *state;
-        let now = Instant::now();
-        let old = objects.insert(uid.to_string(), bound);
-        if old.is_none() {
-            seen.count += 1;
-            seen.last_arrival = Some(now);
-        }
-        if bound && old != Some(true) {
-            seen.bound += 1;
-            seen.last_bound = Some(now);
-        }
-    }
-
-    /// Runs a watch in the background, noting every object it reports; abort the handle to stop it.
-    fn watch<K>(&self, api: Api<K>, config: watcher::Config) -> tokio::task::JoinHandle<()>
-    where
-        K: Tracked + kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    {
-        let tracker = self.clone();
-        tokio::spawn(async move {
-            let mut events = watcher(api, config).default_backoff().boxed();
-            while let Some(event) = events.next().await {
-                match event {
-                    Ok(Event::Apply(object) | Event::InitApply(object)) => tracker.note(&object),
-                    Ok(_) => {}
-                    Err(err) => eprintln!("e2e scale: watch error (retrying): {err}"),
-                }
-            }
-        })
-    }
 }
