@@ -38,6 +38,9 @@ pub enum Workload {
     /// The disruption decisions on a fragmented cluster ([`crate::bench_disruption`]); `--sizes` is
     /// the number of pods provisioned before half are deleted.
     Fragmented,
+    /// One disruption pass on a provisioned cluster with nothing deleted
+    /// ([`crate::bench_disruption::run_settled`]); `--sizes` are the pods provisioned.
+    Settled,
     /// NodeOverlays applied to the catalogs of a few pools ([`crate::bench_overlays`]); `--sizes` are
     /// overlay counts.
     Overlays,
@@ -49,7 +52,7 @@ impl Workload {
         match self {
             // The fragmented pass has its own report; see `crate::bench_disruption`.
             Workload::All => vec![Workload::Upstream, Workload::Mixed],
-            Workload::Fragmented | Workload::Overlays => vec![],
+            Workload::Fragmented | Workload::Settled | Workload::Overlays => vec![],
             one => vec![one],
         }
     }
@@ -59,6 +62,7 @@ impl Workload {
             Workload::Upstream => "upstream",
             Workload::Mixed => "mixed",
             Workload::Fragmented => "fragmented",
+            Workload::Settled => "settled",
             Workload::Overlays => "overlays",
             Workload::All => "all",
         }
@@ -68,7 +72,9 @@ impl Workload {
     pub fn input(self, pods: usize) -> SolveInput {
         match self {
             Workload::Upstream | Workload::All => upstream_input(pods),
-            Workload::Mixed | Workload::Fragmented | Workload::Overlays => mixed_input(pods),
+            Workload::Mixed | Workload::Fragmented | Workload::Settled | Workload::Overlays => {
+                mixed_input(pods)
+            }
         }
     }
 }

@@ -103,6 +103,17 @@ pub fn run(pods: usize, max_vcpus: Option<u32>, options: &Options) -> Fragmented
 /// The mixed workload provisioned by the solver, as managed nodes launched two hours before `now`,
 /// with a seeded random half of the pods deleted.
 pub fn fragmented_cluster(pods: usize, max_vcpus: Option<u32>, now: Timestamp) -> Snapshot {
+    provisioned_cluster(pods, max_vcpus, now, DELETED_PER_MILLE)
+}
+
+/// The mixed workload provisioned by the solver, as managed nodes launched two hours before `now`,
+/// with `deleted_per_mille` of the pods deleted at random (seeded).
+fn provisioned_cluster(
+    pods: usize,
+    max_vcpus: Option<u32>,
+    now: Timestamp,
+    deleted_per_mille: u64,
+) -> Snapshot {
     let mut input = mixed_input(pods);
     if let Some(max) = max_vcpus {
         let pool = &mut input.nodepools[0];
@@ -117,7 +128,7 @@ pub fn fragmented_cluster(pods: usize, max_vcpus: Option<u32>, now: Timestamp) -
     for claim in &plan.nodeclaims {
         let mut node = managed_node(claim, &claim.name, &input.daemonsets, launched);
         for id in &claim.pods {
-            if rng.next_u64() % 1000 < DELETED_PER_MILLE {
+            if rng.next_u64() % 1000 < deleted_per_mille {
                 continue;
             }
             node.pods.push(workload_pod(by_id[id], &claim.name, launched));
@@ -142,6 +153,52 @@ pub fn fragmented_cluster(pods: usize, max_vcpus: Option<u32>, now: Timestamp) -
         solve_options: input.options.clone(),
         ..Snapshot::default()
     }
+}
+
+/// One disruption pass on a settled cluster: what a large cluster pays every pass when nothing is
+/// worth doing.
+#[derive(Clone, Debug)]
+pub struct SettledResult {
+    pub pods: usize,
+    pub nodes: usize,
+    /// The pass without the repack bound (what upstream's pass computes), and its commands.
+    pub pass: Duration,
+    pub commands: usize,
+    /// The repack lower bound alone, which the controller reports beside each pass.
+    pub bound: Duration,
+    pub peak_rss_kib: Option<u64>,
+}
+
+/// `karpenter-azure bench --workload settled`: the mixed workload of `pods` pods provisioned by the
+/// solver and left as it is (nothing deleted), every node past its consolidateAfter, budgets
+/// unlimited; times one pass of [`decide`] and, apart, the repack bound.
+pub fn run_settled(pods: usize, max_vcpus: Option<u32>, options: &Options) -> SettledResult {
+    let now: Timestamp = NOW.parse().expect("a valid time");
+    let snapshot = provisioned_cluster(pods, max_vcpus, now, 0);
+    let pass_options = Options { repack_bound: false, ..options.clone() };
+    let started = Instant::now();
+    let decisions = decide(&snapshot, now, &pass_options);
+    let pass = started.elapsed();
+    let started = Instant::now();
+    crate::disruption::repack_lower_bound(&snapshot, &|| false).expect("never cancelled");
+    let bound = started.elapsed();
+    SettledResult {
+        pods,
+        nodes: snapshot.nodes.len(),
+        pass,
+        commands: decisions.commands.len(),
+        bound,
+        peak_rss_kib: peak_rss_kib(),
+    }
+}
+
+/// The report line of one settled cluster.
+pub fn render_settled(r: &SettledResult) -> String {
+    let rss = r.peak_rss_kib.map_or("-".to_string(), |k| format!("{:.0} MiB", k as f64 / 1024.0));
+    format!(
+        "settled cluster: {} pods on {} nodes: pass {:.2?} ({} command(s)), repack bound {:.2?}, peak RSS {rss}",
+        r.pods, r.nodes, r.pass, r.commands, r.bound
+    )
 }
 
 /// A small deterministic generator (SplitMix64), so the deleted half is the same on every run; the
@@ -209,5 +266,21 @@ mod tests {
         assert!(r.passes < crate::disruption::applied::MAX_PASSES, "a fixpoint is reached: {r:?}");
         assert!(r.pods_moved > 0 && r.nodes_removed > 0, "{r:?}");
         assert!(render(&r, &options).contains("fixpoint"));
+    }
+
+    #[test]
+    fn a_settled_cluster_keeps_every_pod_and_its_pass_is_timed_apart_from_the_bound() {
+        let now: Timestamp = NOW.parse().unwrap();
+        let cluster = provisioned_cluster(200, Some(8), now, 0);
+        let placed = cluster.nodes.iter().flat_map(|n| n.pods.iter()).filter(|p| p.reschedulable()).count();
+        assert_eq!(placed, 200, "nothing is deleted from a settled cluster");
+        let r = run_settled(200, Some(8), &Options::default());
+        assert_eq!(r.nodes, cluster.nodes.len());
+        assert!(r.pass > Duration::ZERO && r.bound > Duration::ZERO, "{r:?}");
+        let line = render_settled(&r);
+        assert!(
+            line.starts_with(&format!("settled cluster: 200 pods on {} nodes: pass ", r.nodes)),
+            "{line}"
+        );
     }
 }

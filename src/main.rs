@@ -87,7 +87,7 @@ enum Command {
     },
     /// Time the solver on upstream's benchmark and a mixed workload; prints a table of numbers.
     Bench {
-        /// upstream, mixed, fragmented, overlays or all (upstream and mixed, then fragmented).
+        /// upstream, mixed, fragmented, settled, overlays or all (upstream and mixed, then fragmented).
         #[arg(long, value_enum, default_value_t = karpenter_azure::bench::Workload::All)]
         workload: karpenter_azure::bench::Workload,
         /// Pod counts to solve, comma separated; default 1000,2000,5000,10000,20000,50000, the curve
@@ -100,7 +100,7 @@ enum Command {
         /// share over disruption share; upstream's is 0.5).
         #[arg(long, default_value_t = 0.0)]
         consolidation_threshold: f64,
-        /// Fragmented: provision only on sizes with at most this many vCPUs (more, smaller nodes).
+        /// Fragmented and settled: provision only on sizes with at most this many vCPUs (more, smaller nodes).
         #[arg(long)]
         max_vcpus: Option<u32>,
     },
@@ -372,6 +372,19 @@ fn main() -> ExitCode {
                 println!("{}", bench_overlays::render_header());
                 let counts = if sizes.is_empty() { vec![0, 10, 100, 1_000] } else { sizes };
                 bench_overlays::run(&counts, |row| println!("{}", bench_overlays::render_row(row)));
+                return ExitCode::SUCCESS;
+            }
+            if workload == Workload::Settled {
+                use karpenter_azure::bench_disruption;
+                let options = karpenter_azure::disruption::Options {
+                    consolidation_threshold,
+                    ..karpenter_azure::disruption::Options::default()
+                };
+                let sizes = if sizes.is_empty() { vec![10_000, 20_000, 50_000] } else { sizes };
+                for pods in sizes {
+                    let result = bench_disruption::run_settled(pods, max_vcpus, &options);
+                    println!("{}", bench_disruption::render_settled(&result));
+                }
                 return ExitCode::SUCCESS;
             }
             if workload != Workload::Fragmented {
