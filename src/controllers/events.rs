@@ -1,7 +1,7 @@
 //! Kubernetes Events the controllers emit (upstream core `events` and the per-controller `events.go`).
 //!
 //! The builders below are pure: each returns the [`Event`] for one thing that happened, with its reason
-//! from the bounded set in [`reason`]. [`Events`] publishes them through kube's [`Recorder`] (which
+//! from the bounded set in [`reason`]. [`Events`] publishes them through [`super::events_sink`] (which
 //! folds repeats of the same reason on the same object into one Event series) and:
 //! - never fails the caller: a publish error is logged as a warning and dropped;
 //! - drops an identical event (same object, reason and message) seen within [`DEDUPE_TIMEOUT`], as
@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 use kube::Resource;
 
+use super::events_sink::Sink;
 use crate::apis::NodeClaim;
 
 /// `reportingController` of every event.
@@ -453,14 +454,14 @@ impl Dedupe {
 /// The controllers' event publisher; cheap to clone.
 #[derive(Clone)]
 pub struct Events {
-    recorder: Recorder,
+    sink: Arc<Sink>,
     dedupe: Arc<Mutex<Dedupe>>,
 }
 
 impl Events {
     pub fn new(client: kube::Client) -> Self {
         let reporter = Reporter::from(REPORTER);
-        Self { recorder: Recorder::new(client, reporter), dedupe: Arc::new(Mutex::new(Dedupe::default())) }
+        Self { sink: Arc::new(Sink::new(client, reporter)), dedupe: Arc::new(Mutex::new(Dedupe::default())) }
     }
 
     fn admit(&self, ev: &Event, reference: &ObjectReference) -> bool {
@@ -473,7 +474,7 @@ impl Events {
         if !self.admit(&ev, &reference) {
             return;
         }
-        if let Err(error) = self.recorder.publish(&ev, &reference).await {
+        if let Err(error) = self.sink.publish(&ev, &reference).await {
             tracing::warn!(
                 reason = %ev.reason,
                 kind = reference.kind.as_deref().unwrap_or(""),

@@ -19,7 +19,8 @@
 //! - `context`: [`Shared`] (client, index, cloud provider), [`Settings`], [`ControllerError`].
 //! - `writes`: every write guarded by what its writer read, and what a conflict means for it.
 //! - `watch`: one `watcher()` stream per kind into the shared index; pod triggers for provisioning.
-//! - `events`: the Kubernetes Events the controllers emit (pure builders, a publisher that never fails).
+//! - `events`: the Kubernetes Events the controllers emit (pure builders, a publisher that never fails);
+//!   `events_sink` writes them, folding repeats into one Event's series in a bounded table.
 //! - `metrics`: the cluster-state gauges computed from the index at scrape time, the labels the
 //!   counters take from NodeClaims and Nodes, and readiness for the health server.
 //! - `start`: the Azure provider (with its catalog) and settings built from the validated operator settings.
@@ -28,6 +29,7 @@
 pub mod context;
 pub mod disruption;
 pub mod events;
+pub mod events_sink;
 pub mod leading;
 pub mod metrics;
 mod metrics_nodes;
