@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::metrics::{resource_type, resource_value, Catalog};
+use super::metrics_series::Series;
 use crate::model::instancetype::CapacityType;
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE};
 use crate::model::resources::{parse_resource_quantity, Resources, PODS};
@@ -32,19 +33,19 @@ fn node_values(node: &NodeRecord, managed: bool) -> Vec<String> {
 }
 
 /// Every per-node gauge and the cluster's utilization, rebuilt.
-pub fn nodes(m: &Metrics, cluster: &Cluster, now: Timestamp) {
+pub fn nodes(m: &Metrics, cluster: &Cluster, series: &mut Series, now: Timestamp) {
     let c = &m.cluster;
-    let per_resource = [
+    let mut per_resource = [
         &c.allocatable,
         &c.total_pod_requests,
         &c.total_pod_limits,
         &c.total_daemon_requests,
         &c.total_daemon_limits,
         &c.system_overhead,
-    ];
-    for gauge in per_resource.iter().chain([&&c.current_lifetime, &&c.utilization]) {
-        gauge.reset();
-    }
+    ]
+    .map(|gauge| series.start(gauge));
+    let mut lifetime = series.start(&c.current_lifetime);
+    c.utilization.reset();
     let mut allocatable_total = Resources::new();
     let mut requested_total = Resources::new();
     for (node, claim) in cluster.nodes() {
@@ -67,22 +68,25 @@ pub fn nodes(m: &Metrics, cluster: &Cluster, now: Timestamp) {
             overhead.set(name, amount - allocatable.get(name));
         }
         let lists = [allocatable, &requests, &limits, &daemon_requests, &daemon_limits, &overhead];
-        for (i, (gauge, list)) in per_resource.iter().zip(lists).enumerate() {
+        for (i, (gauge, list)) in per_resource.iter_mut().zip(lists).enumerate() {
             // The pods' requests and limits (1 to 4) carry the solver's `pods` count, not a resource.
             let pod_sums = (1..=4).contains(&i);
             for (name, amount) in list.iter().filter(|(name, _)| !(pod_sums && *name == PODS)) {
                 let kind = resource_type(name);
                 let mut labels: Vec<&str> = values.iter().map(String::as_str).collect();
                 labels.push(&kind);
-                gauge.with_label_values(&labels).set(resource_value(name, amount));
+                gauge.set(&labels, resource_value(name, amount));
             }
         }
         if let Some(created) = node.created {
             let age = now.duration_since(created).as_secs_f64().max(0.0);
-            c.current_lifetime.with_label_values(&values).set(age);
+            lifetime.set(&values.iter().map(String::as_str).collect::<Vec<_>>(), age);
         }
         allocatable_total.add_assign(allocatable);
         requested_total.add_assign(&requests);
+    }
+    for rebuilt in per_resource.into_iter().chain([lifetime]) {
+        series.finish(rebuilt);
     }
     for (name, allocatable) in allocatable_total.iter() {
         if allocatable == 0 {

@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use super::metrics_series::Series;
 use crate::model::labels::{
     LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
 };
@@ -165,41 +166,39 @@ fn state_values(cluster: &Cluster, pod: &PodRecord) -> [String; 13] {
 }
 
 /// `karpenter_pods_state` and the pod timing gauges, rebuilt at `now`.
-pub fn pods(m: &Metrics, cluster: &Cluster, tracker: &mut PodTracker, now: Timestamp) {
+pub fn pods(m: &Metrics, cluster: &Cluster, tracker: &mut PodTracker, series: &mut Series, now: Timestamp) {
     tracker.retain(cluster);
     let c = &m.cluster;
-    let timing = [
-        &c.unstarted,
-        &c.unbound,
-        &c.provisioning_unstarted,
-        &c.provisioning_unbound,
-        &c.scheduling_undecided,
-    ];
-    for gauge in timing.iter().chain([&&c.pods_state]) {
-        gauge.reset();
-    }
+    let mut pods_state = series.start(&c.pods_state);
+    let mut unstarted = series.start(&c.unstarted);
+    let mut unbound = series.start(&c.unbound);
+    let mut provisioning_unstarted = series.start(&c.provisioning_unstarted);
+    let mut provisioning_unbound = series.start(&c.provisioning_unbound);
+    let mut scheduling_undecided = series.start(&c.scheduling_undecided);
     for pod in cluster.pods() {
-        c.pods_state.with_label_values(&state_values(cluster, pod)).set(1.0);
+        let state = state_values(cluster, pod);
+        pods_state.set(&state.each_ref().map(String::as_str), 1.0);
         let key = pod.pod.id();
         let id = [pod.pod.name.as_str(), pod.pod.namespace.as_str()];
         let since = |at: Timestamp| seconds(at, now).max(0.0);
         let pending = pod.phase == PodPhase::Pending;
         let schedulable = tracker.schedulable.get(&key).copied();
-        let unstarted = pending || (tracker.pending.contains(&key) && !pod.ready && !pod.phase.is_terminal());
-        if unstarted {
+        let not_started =
+            pending || (tracker.pending.contains(&key) && !pod.ready && !pod.phase.is_terminal());
+        if not_started {
             if let Some(created) = pod.created {
-                c.unstarted.with_label_values(&id).set(since(created));
+                unstarted.set(&id, since(created));
             }
             if let Some(at) = schedulable {
-                c.provisioning_unstarted.with_label_values(&id).set(since(at));
+                provisioning_unstarted.set(&id, since(at));
             }
         }
         if pending && !pod.scheduled {
             if let Some(created) = pod.created {
-                c.unbound.with_label_values(&id).set(since(created));
+                unbound.set(&id, since(created));
             }
             if let Some(at) = schedulable {
-                c.provisioning_unbound.with_label_values(&id).set(since(at));
+                provisioning_unbound.set(&id, since(at));
             }
         }
         let undecided = !tracker.decided.contains_key(&key)
@@ -207,7 +206,12 @@ pub fn pods(m: &Metrics, cluster: &Cluster, tracker: &mut PodTracker, now: Times
             && pod.pod.node_name.is_none()
             && !pod.phase.is_terminal();
         if let Some(ack) = tracker.ack.get(&key).filter(|_| undecided) {
-            c.scheduling_undecided.with_label_values(&id).set(since(*ack));
+            scheduling_undecided.set(&id, since(*ack));
         }
+    }
+    for rebuilt in
+        [pods_state, unstarted, unbound, provisioning_unstarted, provisioning_unbound, scheduling_undecided]
+    {
+        series.finish(rebuilt);
     }
 }

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use super::metrics_series::{Rebuild, Series};
 use crate::apis::conditions::{Condition, ConditionStatus};
 use crate::disruption::repair::NodeCondition;
 use crate::operator::metrics::status::{self, Family, Kind};
@@ -211,24 +212,38 @@ pub fn object_observed(
 }
 
 /// Rebuilds the status gauges and records the transitions and terminations since the last refresh.
-pub fn status_conditions(m: &Metrics, cluster: &Cluster, tracker: &mut StatusTracker, now: Timestamp) {
-    for family in m.status.kinds.values().chain([&m.status.deprecated]) {
-        for gauge in [&family.count, &family.current_status, &family.termination_current] {
-            gauge.reset();
-        }
-    }
+pub fn status_conditions(
+    m: &Metrics,
+    cluster: &Cluster,
+    tracker: &mut StatusTracker,
+    series: &mut Series,
+    now: Timestamp,
+) {
+    // Each family's count, current status and termination gauges, rebuilt in place.
+    let mut rebuilds: Vec<(&Family, [Rebuild<'_>; 3])> = m
+        .status
+        .kinds
+        .values()
+        .chain([&m.status.deprecated])
+        .map(|f| (f, [&f.count, &f.current_status, &f.termination_current].map(|g| series.start(g))))
+        .collect();
     let mut previous = std::mem::take(&mut tracker.seen);
     for (kind, name, object) in objects(cluster) {
         for (family, extra) in families(m, &kind, &object.labels) {
+            let Some((_, [count, current_status, termination_current])) =
+                rebuilds.iter_mut().find(|(f, _)| std::ptr::eq(*f, family))
+            else {
+                continue;
+            };
             for (type_, c) in &object.conditions {
                 let labels = with(&["", &name, type_, &c.status, &c.reason], &extra);
-                family.count.with_label_values(&labels).set(1.0);
+                count.set(&labels, 1.0);
                 let current = c.since.map_or(0.0, |since| seconds(since, now));
-                family.current_status.with_label_values(&labels).set(current);
+                current_status.set(&labels, current);
             }
             if let Some(deleted) = object.deleted_at {
                 let labels = with(&["", &name], &extra);
-                family.termination_current.with_label_values(&labels).set(seconds(deleted, now));
+                termination_current.set(&labels, seconds(deleted, now));
             }
         }
         let key = (kind.name, name);
@@ -236,6 +251,9 @@ pub fn status_conditions(m: &Metrics, cluster: &Cluster, tracker: &mut StatusTra
             tracker.seen.insert(key.clone(), before);
         }
         transitions(m, tracker, kind, &key.1, object, true);
+    }
+    for rebuilt in rebuilds.into_iter().flat_map(|(_, r)| r) {
+        series.finish(rebuilt);
     }
     // What was seen deleting and is gone now has terminated.
     for ((kind_name, _), gone) in previous {
