@@ -24,16 +24,8 @@ CACHE_KEY="karpenter-provider-azure-${VERSION}_$(content_hash "$SRC_DIR/main.go"
 KEY_DIR="$(cache_dir aks-bootstrap)/$CACHE_KEY"
 BIN="$KEY_DIR/aks-bootstrap"
 
-build_binary() {
-  local t0
-  t0=$(date +%s)
-  log "building the helper against $MODULE@$VERSION (the first build downloads modules; minutes) ..."
-  (cd "$SRC_DIR" && nice -n "${AKS_BOOTSTRAP_BUILD_NICE:-10}" go build -mod=readonly -trimpath \
-    -o "$KEY_DIR/.aks-bootstrap.tmp" .) >"$KEY_DIR/build.log" 2>&1 ||
-    die "go build failed; see $KEY_DIR/build.log"
-  mv -f "$KEY_DIR/.aks-bootstrap.tmp" "$BIN"
-  log "built $BIN in $(($(date +%s) - t0))s"
-}
+BUILD_NICE="${AKS_BOOTSTRAP_BUILD_NICE:-10}"
+build_binary() { go_build_helper "$SRC_DIR" "$KEY_DIR" "$BIN" "$MODULE@$VERSION"; }
 
 cmd_build() { locked_build "$KEY_DIR" "$BIN" build_binary; }
 

@@ -25,7 +25,7 @@ LOG_PREFIX=upstream-bench
 source "$HACK_DIR/lib.sh"
 
 MODULE=sigs.k8s.io/karpenter
-PKG=sigs.k8s.io/karpenter/pkg/controllers/provisioning/scheduling
+PKG_DIR=pkg/controllers/provisioning/scheduling
 OVERLAY_FILE=zz_dump_test.go
 # test_performance: upstream's benchmark file (the helpers we call); upstream_bench_dump: our file.
 TAGS=test_performance,upstream_bench_dump
@@ -41,38 +41,9 @@ BIN="$KEY_DIR/scheduling.test"
 # ---------------------------------------------------------------------------------------------
 cmd_build() { locked_build "$KEY_DIR" "$BIN" build_binary; }
 
+BUILD_NICE="${UPSTREAM_BENCH_BUILD_NICE:-10}"
 build_binary() {
-  local log_file="$KEY_DIR/build.log" dir src t0 t1
-  t0=$(date +%s)
-  log "building upstream $MODULE@$VERSION scheduling benchmark (first build takes minutes) ..."
-  : >"$log_file"
-  # The module as the proxy serves it (go verifies it against go.sum).
-  dir="$(cd "$UB_DIR" && go mod download -json "$MODULE@$VERSION" 2>>"$log_file" |
-    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
-  [[ -d "$dir" ]] || die "go mod download $MODULE@$VERSION failed; see $log_file"
-  # go refuses overlays beneath GOMODCACHE, so build from a copy outside it (in the cache, never in
-  # the repository), selected by a replace in a private copy of our go.mod (-modfile).
-  src="$KEY_DIR/src/karpenter"
-  rm -rf "$KEY_DIR/src"
-  mkdir -p "$KEY_DIR/src"
-  cp -R "$dir" "$src"
-  chmod -R u+w "$src"
-  cp "$UB_DIR/go.mod" "$KEY_DIR/build.mod"
-  cp "$UB_DIR/go.sum" "$KEY_DIR/build.sum"
-  go mod edit -replace="$MODULE@$VERSION=$src" "$KEY_DIR/build.mod"
-  # Snapshot the overlay source that the key was computed from.
-  cp "$UB_DIR/$OVERLAY_FILE" "$KEY_DIR/$OVERLAY_FILE"
-  printf '{"Replace": {"%s/pkg/controllers/provisioning/scheduling/%s": "%s/%s"}}\n' \
-    "$src" "$OVERLAY_FILE" "$KEY_DIR" "$OVERLAY_FILE" >"$KEY_DIR/overlay.json"
-  (
-    cd "$UB_DIR"
-    nice -n "${UPSTREAM_BENCH_BUILD_NICE:-10}" go test -c -mod=readonly -modfile="$KEY_DIR/build.mod" \
-      -trimpath -tags="$TAGS" -overlay="$KEY_DIR/overlay.json" -o "$KEY_DIR/.scheduling.test.tmp" "$PKG"
-  ) >>"$log_file" 2>&1 || die "go test -c failed; see $log_file"
-  mv -f "$KEY_DIR/.scheduling.test.tmp" "$BIN"
-  t1=$(date +%s)
-  printf '%s scheduling.test %ss\n' "$(date -u +%FT%TZ)" "$((t1 - t0))" >>"$KEY_DIR/build-times.txt"
-  log "built $BIN in $((t1 - t0))s"
+  go_test_build_with_overlay "$UB_DIR" "$KEY_DIR" "$BIN" "$MODULE" "$VERSION" "$PKG_DIR" "$TAGS" "$OVERLAY_FILE"
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,6 @@ source "$HACK_DIR/lib.sh"
 
 MODULE=sigs.k8s.io/karpenter
 PKG_DIR=pkg/controllers/provisioning/scheduling
-PKG="$MODULE/$PKG_DIR"
 OVERLAY_FILES=(zz_dump_test.go zz_disruption_test.go)
 # test_performance: upstream's benchmark file (makeDiversePods); the other two: our files.
 TAGS=test_performance,upstream_bench_dump,upstream_disruption_bench
@@ -44,37 +43,9 @@ BIN="$KEY_DIR/scheduling.test"
 
 cmd_build() { locked_build "$KEY_DIR" "$BIN" build_binary; }
 
+BUILD_NICE="${UPSTREAM_BENCH_BUILD_NICE:-10}"
 build_binary() {
-  local log_file="$KEY_DIR/build.log" dir src t0 t1 f replace=""
-  t0=$(date +%s)
-  log "building upstream $MODULE@$VERSION scheduling test package with the disruption run (first build takes minutes) ..."
-  : >"$log_file"
-  dir="$(cd "$UB_DIR" && go mod download -json "$MODULE@$VERSION" 2>>"$log_file" |
-    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
-  [[ -d "$dir" ]] || die "go mod download $MODULE@$VERSION failed; see $log_file"
-  # go refuses overlays beneath GOMODCACHE: build from a copy (see hack/upstream-bench.sh).
-  src="$KEY_DIR/src/karpenter"
-  rm -rf "$KEY_DIR/src"
-  mkdir -p "$KEY_DIR/src"
-  cp -R "$dir" "$src"
-  chmod -R u+w "$src"
-  cp "$UB_DIR/go.mod" "$KEY_DIR/build.mod"
-  cp "$UB_DIR/go.sum" "$KEY_DIR/build.sum"
-  go mod edit -replace="$MODULE@$VERSION=$src" "$KEY_DIR/build.mod"
-  for f in "${OVERLAY_FILES[@]}"; do
-    cp "$UB_DIR/$f" "$KEY_DIR/$f"
-    replace+="${replace:+, }\"$src/$PKG_DIR/$f\": \"$KEY_DIR/$f\""
-  done
-  printf '{"Replace": {%s}}\n' "$replace" >"$KEY_DIR/overlay.json"
-  (
-    cd "$UB_DIR"
-    nice -n "${UPSTREAM_BENCH_BUILD_NICE:-10}" go test -c -mod=readonly -modfile="$KEY_DIR/build.mod" \
-      -trimpath -tags="$TAGS" -overlay="$KEY_DIR/overlay.json" -o "$KEY_DIR/.scheduling.test.tmp" "$PKG"
-  ) >>"$log_file" 2>&1 || die "go test -c failed; see $log_file"
-  mv -f "$KEY_DIR/.scheduling.test.tmp" "$BIN"
-  t1=$(date +%s)
-  printf '%s scheduling.test %ss\n' "$(date -u +%FT%TZ)" "$((t1 - t0))" >>"$KEY_DIR/build-times.txt"
-  log "built $BIN in $((t1 - t0))s"
+  go_test_build_with_overlay "$UB_DIR" "$KEY_DIR" "$BIN" "$MODULE" "$VERSION" "$PKG_DIR" "$TAGS" "${OVERLAY_FILES[@]}"
 }
 
 # The API server envtest starts: KUBEBUILDER_ASSETS, else the e2e control plane's binaries.

@@ -26,18 +26,8 @@ CACHE_KEY="karpenter-${VERSION}_$(content_hash "$SRC_DIR/main.go" "$SRC_DIR/go.m
 KEY_DIR="$(cache_dir upstream-oracle)/$CACHE_KEY"
 BIN="$KEY_DIR/upstream-oracle"
 
-build_binary() {
-  local t0 t1
-  t0=$(date +%s)
-  log "building the helper against $MODULE@$VERSION (the first build downloads modules; minutes) ..."
-  (cd "$SRC_DIR" && nice -n "${UPSTREAM_ORACLE_BUILD_NICE:-10}" go build -mod=readonly -trimpath \
-    -o "$KEY_DIR/.upstream-oracle.tmp" .) >"$KEY_DIR/build.log" 2>&1 ||
-    die "go build failed; see $KEY_DIR/build.log"
-  mv -f "$KEY_DIR/.upstream-oracle.tmp" "$BIN"
-  t1=$(date +%s)
-  printf '%s upstream-oracle %ss\n' "$(date -u +%FT%TZ)" "$((t1 - t0))" >>"$KEY_DIR/build-times.txt"
-  log "built $BIN in $((t1 - t0))s"
-}
+BUILD_NICE="${UPSTREAM_ORACLE_BUILD_NICE:-10}"
+build_binary() { go_build_helper "$SRC_DIR" "$KEY_DIR" "$BIN" "$MODULE@$VERSION"; }
 
 cmd_build() { locked_build "$KEY_DIR" "$BIN" build_binary; }
 

@@ -32,7 +32,7 @@ const SLACK: Duration = Duration::from_secs(1);
 
 /// How long after the `failures`-th failure in a row the watcher has surely reported the next one if
 /// it still fails: the longest backoff with jitter, then a retry that fails at the connect timeout.
-pub fn retry_window(failures: u32) -> Duration {
+fn retry_window(failures: u32) -> Duration {
     let doublings = failures.saturating_sub(1).min(16);
     let backoff = BACKOFF_FIRST.saturating_mul(1 << doublings).min(BACKOFF_MAX);
     backoff * 2 + CONNECT_TIMEOUT + SLACK

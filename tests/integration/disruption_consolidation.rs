@@ -261,6 +261,32 @@ fn a_long_run_of_nearly_empty_nodes_is_found_behind_nodes_that_cannot_move() {
     // so the value order puts the pinned ones (first by name) in every prefix and each prefix fails.
     // The drain order (disruption per dollar) puts the 27 first, and the binary search grows the
     // prefix past the halving sizes (32, 16) to all 27, whose pods fit on the nodes that stay.
+    let s = pinned_and_nearly_empty_nodes();
+    let d = decided_with(&s, &any_saving());
+    let c = &d.commands[0];
+    assert_eq!(c.method, Method::MultiNodeConsolidation, "{c:#?}");
+    assert_eq!(c.candidates.len(), 27, "every nearly empty node, none pinned: {:?}", c.candidates);
+    assert!(c.candidates.iter().all(|n| n.starts_with('n')), "{:?}", c.candidates);
+    assert!(c.replacements.is_empty(), "their pods fit on the nodes that stay: {c:#?}");
+    assert_command_valid(&s, c, now());
+}
+
+#[test]
+fn a_prefix_both_orders_share_is_solved_once_and_counts_once_against_the_budget() {
+    // Both orders start from all 32 candidates: the value order's solve of them fails and spends
+    // the one multi-node solve each order has. The drain order finds that set judged already, so
+    // its one solve goes to its next size, 16 nearly empty nodes, which works.
+    let s = pinned_and_nearly_empty_nodes();
+    let d = decided_with(&s, &Options { max_multi_node_solves: 1, ..any_saving() });
+    let c = &d.commands[0];
+    assert_eq!(c.method, Method::MultiNodeConsolidation, "{c:#?}");
+    assert_eq!(c.candidates.len(), 16, "{:?}", c.candidates);
+    assert!(c.candidates.iter().all(|n| n.starts_with('n')), "{:?}", c.candidates);
+    assert_command_valid(&s, c, now());
+}
+
+/// Five nodes whose two pods each are pinned to them by hostname, and 27 nodes with one small pod.
+fn pinned_and_nearly_empty_nodes() -> Snapshot {
     use karpenter_azure::model::labels::LABEL_HOSTNAME;
     use karpenter_azure::model::Requirement;
     let mut s = cluster();
@@ -291,11 +317,5 @@ fn a_long_run_of_nearly_empty_nodes_is_found_behind_nodes_that_cannot_move() {
             vec![workload(&format!("p{i:02}"), 300)],
         );
     }
-    let d = decided_with(&s, &any_saving());
-    let c = &d.commands[0];
-    assert_eq!(c.method, Method::MultiNodeConsolidation, "{c:#?}");
-    assert_eq!(c.candidates.len(), 27, "every nearly empty node, none pinned: {:?}", c.candidates);
-    assert!(c.candidates.iter().all(|n| n.starts_with('n')), "{:?}", c.candidates);
-    assert!(c.replacements.is_empty(), "their pods fit on the nodes that stay: {c:#?}");
-    assert_command_valid(&s, c, now());
+    s
 }

@@ -271,43 +271,52 @@ struct Judged<'a> {
     seen: BTreeMap<Vec<usize>, Option<Evaluation>>,
 }
 
+/// A judged move, and whether judging it took a solve (a set judged before takes none).
+struct Verdict {
+    evaluation: Option<Evaluation>,
+    solved: bool,
+}
+
 impl Judged<'_> {
     /// The move removing `nodes`, if it passes every rule; solved once per set of nodes.
-    fn judge(&mut self, nodes: &[usize]) -> Result<Option<Evaluation>, Cancelled> {
+    fn judge(&mut self, nodes: &[usize]) -> Result<Verdict, Cancelled> {
         let mut key = nodes.to_vec();
         key.sort_unstable();
         if let Some(judged) = self.seen.get(&key) {
-            return Ok(judged.clone());
+            return Ok(Verdict { evaluation: judged.clone(), solved: false });
         }
         let judged = evaluate(self.snapshot, nodes, self.lambdas, self.now, self.options, self.cancel)?.ok();
         self.seen.insert(key, judged.clone());
-        Ok(judged)
+        Ok(Verdict { evaluation: judged, solved: true })
     }
 }
 
 /// The best move among prefixes of `order` within `solves` solves. Sizes halve from the whole order
 /// until one is worth taking; a binary search then grows it toward the smallest size that failed
 /// (upstream `firstNConsolidationOption` binary-searches the prefix the same way). The prefix of the
-/// highest value wins.
+/// highest value wins. A prefix another order already judged costs no solve of the budget.
 fn best_prefix(
     judged: &mut Judged<'_>,
     order: &[usize],
     solves: usize,
 ) -> Result<Option<Evaluation>, Cancelled> {
     let mut best: Option<Evaluation> = None;
+    let solves_left = std::cell::Cell::new(solves);
     let mut works_at = |size: usize, best: &mut Option<Evaluation>| -> Result<bool, Cancelled> {
-        let Some(eval) = judged.judge(&order[..size])? else { return Ok(false) };
+        let verdict = judged.judge(&order[..size])?;
+        if verdict.solved {
+            solves_left.set(solves_left.get() - 1);
+        }
+        let Some(eval) = verdict.evaluation else { return Ok(false) };
         if best.as_ref().is_none_or(|b| eval.value() > b.value()) {
             *best = Some(eval);
         }
         Ok(true)
     };
-    let mut solves_left = solves;
     // The largest size known to work and the smallest known to fail.
     let (mut works, mut fails) = (0, order.len() + 1);
     let mut size = order.len();
-    while size >= 2 && solves_left > 0 {
-        solves_left -= 1;
+    while size >= 2 && solves_left.get() > 0 {
         if works_at(size, &mut best)? {
             works = size;
             break;
@@ -318,8 +327,7 @@ fn best_prefix(
     if works == 0 {
         return Ok(None);
     }
-    while fails - works > 1 && solves_left > 0 {
-        solves_left -= 1;
+    while fails - works > 1 && solves_left.get() > 0 {
         let size = works + (fails - works) / 2;
         if works_at(size, &mut best)? {
             works = size;
