@@ -8,7 +8,7 @@
 //! a PDB moved, budgets recounted, consolidation saving money, the post-command cluster judged feasible
 //! by the independent checker) and must never raise the cluster's $/h or lose a pod.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -17,6 +17,7 @@ use karpenter_azure::apis::nodepool::ConsolidationPolicy;
 use karpenter_azure::bench::{nodepool, upstream_instance_types, upstream_pods, UPSTREAM_ZONES};
 use karpenter_azure::bench_disruption::SplitMix;
 use karpenter_azure::disruption::applied::{managed_node, price, to_fixpoint, workload_pod, MAX_PASSES};
+use karpenter_azure::disruption::simulate::{outcome, outcome_on_base, running_base, Replace};
 use karpenter_azure::disruption::{Budget, Options, Pdb, PoolPolicy, Snapshot};
 use karpenter_azure::model::requirements::{Requirement, Requirements};
 use karpenter_azure::model::CapacityType;
@@ -176,6 +177,32 @@ proptest! {
             prop_assert!(w[1] <= w[0] + 1e-9, "a pass raised $/h: {prices:?}");
         }
         prop_assert!(counts.iter().all(|&c| c == case.pods), "pods lost or added: {counts:?} of {}", case.pods);
+    }
+}
+
+proptest! {
+    #![proptest_config(proptest_config::config(24))]
+
+    /// A pass reads the running pods once ([`running_base`]) and solves each removal on that base: it
+    /// must place the pods exactly as a solve of the input listing them does.
+    #[test]
+    fn a_solve_on_the_pass_base_places_pods_as_the_solve_of_the_listed_input(
+        pods in 40usize..140,
+        max_vcpus in 2usize..9,
+        shape in prop::sample::select(vec![Shape::Uniform, Shape::ZoneDrained, Shape::Fragmented, Shape::SpotMixed]),
+        seed in any::<u64>(),
+        removals in prop::collection::vec(prop::collection::btree_set(0usize..64, 0..6), 1..5),
+        replace in prop::sample::select(vec![Replace::Any, Replace::SpotOnly, Replace::Never]),
+    ) {
+        let case = shaped(pods, max_vcpus, shape, false, seed, ConsolidationPolicy::WhenEmptyOrUnderutilized, "100%", false);
+        let snapshot = &case.snapshot;
+        let base = running_base(snapshot, now());
+        for removed in removals {
+            let removed: BTreeSet<usize> = removed.into_iter().filter(|&i| i < snapshot.nodes.len()).collect();
+            let (listed, _, _) = outcome(snapshot, &removed, now(), replace, &|| false).unwrap();
+            let on_base = outcome_on_base(snapshot, &base, &removed, now(), replace, &|| false).unwrap();
+            prop_assert_eq!(format!("{listed:?}"), format!("{on_base:?}"), "removing {:?}", removed);
+        }
     }
 }
 

@@ -27,11 +27,11 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::apis::nodepool::DisruptionReason;
 use crate::model::CapacityType;
-use crate::scheduling::{Cancelled, ShouldCancel};
+use crate::scheduling::{Cancelled, RunningBase, ShouldCancel};
 
 use super::command::{BlockReason, Command, Method};
 use super::cost::node_disruption_cost;
-use super::simulate::{outcome, Outcome, Replace};
+use super::simulate::{outcome, outcome_on_base, running_base, Outcome, Replace};
 use super::snapshot::Snapshot;
 use super::Options;
 use crate::apis::nodepool::ConsolidationPolicy;
@@ -126,10 +126,45 @@ pub fn evaluate(
 ) -> Result<Result<Evaluation, BlockReason>, Cancelled> {
     let replace = replace_mode(snapshot, nodes, options);
     let removed: BTreeSet<usize> = nodes.iter().copied().collect();
-    let (mut outcome, _, _) = outcome(snapshot, &removed, now, replace, cancel)?;
-    Ok(judge(snapshot, nodes, lambdas, replace, &mut outcome).map(|(savings, disruption, required)| {
-        Evaluation { nodes: nodes.to_vec(), outcome, savings, disruption, required }
-    }))
+    let (outcome, _, _) = outcome(snapshot, &removed, now, replace, cancel)?;
+    Ok(judged(snapshot, nodes, lambdas, replace, outcome))
+}
+
+/// [`evaluate`] on the pass's base of running pods ([`running_base`]).
+fn evaluate_on_base(
+    pass: &Pass<'_>,
+    nodes: &[usize],
+    cancel: &dyn ShouldCancel,
+) -> Result<Result<Evaluation, BlockReason>, Cancelled> {
+    let replace = replace_mode(pass.snapshot, nodes, pass.options);
+    let removed: BTreeSet<usize> = nodes.iter().copied().collect();
+    let outcome = outcome_on_base(pass.snapshot, &pass.base, &removed, pass.now, replace, cancel)?;
+    Ok(judged(pass.snapshot, nodes, pass.lambdas, replace, outcome))
+}
+
+/// What one consolidation pass judges every move against.
+struct Pass<'a> {
+    snapshot: &'a Snapshot,
+    base: RunningBase,
+    lambdas: &'a BTreeMap<String, f64>,
+    now: Timestamp,
+    options: &'a Options,
+}
+
+fn judged(
+    snapshot: &Snapshot,
+    nodes: &[usize],
+    lambdas: &BTreeMap<String, f64>,
+    replace: Replace,
+    mut outcome: Outcome,
+) -> Result<Evaluation, BlockReason> {
+    judge(snapshot, nodes, lambdas, replace, &mut outcome).map(|(savings, disruption, required)| Evaluation {
+        nodes: nodes.to_vec(),
+        outcome,
+        savings,
+        disruption,
+        required,
+    })
 }
 
 /// The rules of a move, given its solve: `(savings, disruption, required)`.
@@ -263,10 +298,7 @@ fn prefix_orders(snapshot: &Snapshot, by_value: &[usize]) -> [Vec<usize>; 2] {
 /// Multi-node moves already judged in this pass, by their set of nodes: two orders share prefixes
 /// (the whole candidate list, for one), and a solve is the expensive part.
 struct Judged<'a> {
-    snapshot: &'a Snapshot,
-    lambdas: &'a BTreeMap<String, f64>,
-    now: Timestamp,
-    options: &'a Options,
+    pass: &'a Pass<'a>,
     cancel: &'a dyn ShouldCancel,
     seen: BTreeMap<Vec<usize>, Option<Evaluation>>,
 }
@@ -285,7 +317,7 @@ impl Judged<'_> {
         if let Some(judged) = self.seen.get(&key) {
             return Ok(Verdict { evaluation: judged.clone(), solved: false });
         }
-        let judged = evaluate(self.snapshot, nodes, self.lambdas, self.now, self.options, self.cancel)?.ok();
+        let judged = evaluate_on_base(self.pass, nodes, self.cancel)?.ok();
         self.seen.insert(key, judged.clone());
         Ok(Verdict { evaluation: judged, solved: true })
     }
@@ -375,8 +407,13 @@ pub fn consolidate(
     });
     let order: Vec<usize> = ordered.iter().map(|(i, _)| *i).collect();
 
+    if order.is_empty() {
+        return Ok((None, blocked));
+    }
+    // Every solve below reads the running pods from one base.
+    let pass = Pass { snapshot, base: running_base(snapshot, now), lambdas: &lambdas, now, options };
     let mut best: Option<Evaluation> = None;
-    let mut judged = Judged { snapshot, lambdas: &lambdas, now, options, cancel, seen: BTreeMap::new() };
+    let mut judged = Judged { pass: &pass, cancel, seen: BTreeMap::new() };
     for prefixes in prefix_orders(snapshot, &order) {
         if let Some(eval) = best_prefix(&mut judged, &prefixes, options.max_multi_node_solves)? {
             if best.as_ref().is_none_or(|b| eval.value() > b.value()) {
@@ -398,7 +435,7 @@ pub fn consolidate(
             blocked.insert(i, BlockReason::Deferred);
             continue;
         }
-        match evaluate(snapshot, &[i], &lambdas, now, options, cancel)? {
+        match evaluate_on_base(&pass, &[i], cancel)? {
             Ok(eval) => {
                 for &j in order.iter().filter(|&&j| j != i) {
                     blocked.entry(j).or_insert(BlockReason::Deferred);

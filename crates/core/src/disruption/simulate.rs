@@ -18,7 +18,8 @@ use crate::model::requirements::Requirement;
 use crate::model::resources::{Resources, NODES};
 use crate::model::CapacityType;
 use crate::scheduling::{
-    place_with_cancel, Cancelled, ExistingNode, NewNodeClaim, Plan, PodId, ShouldCancel, SolveInput,
+    place_with_base, place_with_cancel, Cancelled, ExistingNode, NewNodeClaim, Plan, PodId, RunningBase,
+    ShouldCancel, SolveInput,
 };
 
 use super::candidates::{destination_open, pool_of};
@@ -60,6 +61,32 @@ pub fn input_without(
     now: Timestamp,
     replace: Replace,
 ) -> SolveInput {
+    input_of(snapshot, removed, now, replace, Running::Listed)
+}
+
+/// Where a solve's input finds the running pods.
+#[derive(Clone, Copy, PartialEq)]
+enum Running {
+    /// In `SolveInput::running`.
+    Listed,
+    /// In the pass's [`RunningBase`]: `SolveInput::running` stays empty.
+    InBase,
+}
+
+/// What every solve of a pass at `now` shares: the running pods of every node, and every pod a
+/// solve may place (the pending pods and those of every node).
+pub fn running_base(snapshot: &Snapshot, now: Timestamp) -> RunningBase {
+    RunningBase::new(&input_without(snapshot, &BTreeSet::new(), now, Replace::Any))
+}
+
+fn input_of(
+    snapshot: &Snapshot,
+    removed: &BTreeSet<usize>,
+    now: Timestamp,
+    replace: Replace,
+    listed: Running,
+) -> SolveInput {
+    let listed = listed == Running::Listed;
     let mut pods = snapshot.pending.clone();
     let mut running = vec![];
     let mut nodes: Vec<ExistingNode> = vec![];
@@ -74,11 +101,15 @@ pub fn input_without(
             node.allocatable = used(n.pods.iter().map(|p| &p.pod.requests));
         }
         nodes.push(node);
-        running.extend(n.pods.iter().map(|p| p.pod.clone()));
+        if listed {
+            running.extend(n.pods.iter().map(|p| p.pod.clone()));
+        }
     }
     for u in &snapshot.unmanaged {
         nodes.push(u.node.clone());
-        running.extend(u.pods.iter().cloned());
+        if listed {
+            running.extend(u.pods.iter().cloned());
+        }
     }
     let nodepools = match replace {
         // The pools stay, at a limit of no more nodes: their zones and capacity types remain
@@ -159,6 +190,26 @@ pub fn outcome(
 ) -> Result<(Outcome, SolveInput, Plan), Cancelled> {
     let input = input_without(snapshot, removed, now, replace);
     let plan = place_with_cancel(&input, cancel)?;
+    Ok((read_outcome(snapshot, removed, &plan), input, plan))
+}
+
+/// [`outcome`] with the running pods read from the pass's `base` ([`running_base`] of the same
+/// snapshot and `now`) instead of from a copy of them in each solve's input.
+pub fn outcome_on_base(
+    snapshot: &Snapshot,
+    base: &RunningBase,
+    removed: &BTreeSet<usize>,
+    now: Timestamp,
+    replace: Replace,
+    cancel: &dyn ShouldCancel,
+) -> Result<Outcome, Cancelled> {
+    let input = input_of(snapshot, removed, now, replace, Running::InBase);
+    let plan = place_with_base(&input, base, cancel)?;
+    Ok(read_outcome(snapshot, removed, &plan))
+}
+
+/// The plan of a solve without `removed`, as the moves and replacements of their pods.
+fn read_outcome(snapshot: &Snapshot, removed: &BTreeSet<usize>, plan: &Plan) -> Outcome {
     let moved: BTreeSet<PodId> = removed
         .iter()
         .flat_map(|&i| snapshot.nodes[i].pods.iter().filter(|p| p.reschedulable()).map(|p| p.pod.id()))
@@ -185,5 +236,5 @@ pub fn outcome(
         .filter(|u| moved.contains(&u.pod))
         .map(|u| (u.pod.clone(), u.reason.clone()))
         .collect();
-    Ok((Outcome { replacements, moves, stranded }, input, plan))
+    Outcome { replacements, moves, stranded }
 }

@@ -3,6 +3,7 @@
 //! requirements algebra and resource vectors it works with are in `crate::model`.
 
 mod anchors;
+mod base;
 mod bound;
 mod cancel;
 mod claims;
@@ -35,10 +36,11 @@ mod topology;
 mod valuation;
 mod working;
 
+pub use base::RunningBase;
 pub use cancel::{Cancelled, ShouldCancel};
 pub use input::{
     ExistingNode, MinValuesPolicy, NodePoolInput, Pod, PodId, PreferencePolicy, SolveInput, SolveOptions,
 };
 pub use plan::{NewNodeClaim, Plan, Unschedulable};
-pub use solve::{place_with_cancel, solve, solve_with_cancel};
+pub use solve::{place_with_base, place_with_cancel, solve, solve_with_cancel};
 pub use static_claim::static_claim;

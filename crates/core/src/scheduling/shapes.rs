@@ -78,24 +78,53 @@ impl Selector {
     }
 }
 
+/// A hash of a selector's parts, the same whether they are owned or borrowed.
+fn fingerprint(namespaces: &[String], labels: &Requirements) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    namespaces.hash(&mut hasher);
+    labels.hash(&mut hasher);
+    hasher.finish()
+}
+
 /// Interns selectors, and the topology keys beyond the zone, hostname and capacity type that rules
 /// use (each becomes a [`Scope::Label`]).
-#[derive(Default, Debug)]
+#[derive(Clone, Default, Debug)]
 pub struct Selectors {
     pub list: Vec<Selector>,
-    index: HashMap<Selector, usize>,
+    /// Selectors by a hash of their parts, so that a lookup by reference clones nothing.
+    index: HashMap<u64, Vec<usize>>,
     /// The keys of the [`Scope::Label`] scopes, by index.
     pub label_keys: Vec<String>,
 }
 
 impl Selectors {
     pub fn intern(&mut self, selector: Selector) -> usize {
-        if let Some(&i) = self.index.get(&selector) {
+        if let Some(i) = self.find(&selector.namespaces, &selector.labels) {
             return i;
         }
-        self.list.push(selector.clone());
-        self.index.insert(selector, self.list.len() - 1);
-        self.list.len() - 1
+        let at = self.list.len();
+        self.index.entry(fingerprint(&selector.namespaces, &selector.labels)).or_default().push(at);
+        self.list.push(selector);
+        at
+    }
+
+    /// [`Self::intern`] by parts, cloning them only for a selector not seen before (nearly every pod
+    /// of a workload repeats its selectors).
+    pub fn intern_ref(&mut self, namespaces: &[String], labels: &Requirements) -> usize {
+        match self.find(namespaces, labels) {
+            Some(i) => i,
+            None => self.intern(Selector { namespaces: namespaces.to_vec(), labels: labels.clone() }),
+        }
+    }
+
+    /// The index of the selector with these parts, if it is interned.
+    pub fn find(&self, namespaces: &[String], labels: &Requirements) -> Option<usize> {
+        let candidates = self.index.get(&fingerprint(namespaces, labels))?;
+        candidates
+            .iter()
+            .copied()
+            .find(|&i| self.list[i].namespaces == namespaces && self.list[i].labels == *labels)
     }
 
     /// The selectors that select `pod`, ascending.
@@ -224,22 +253,19 @@ struct ShapeKey<'a> {
     volume_zones: &'a Option<Vec<String>>,
 }
 
-/// Label keys some selector looks at: only these make pods' labels matter for grouping.
-fn relevant_label_keys(input: &SolveInput) -> BTreeSet<String> {
+/// Label keys some selector of `pods` looks at: only these make pods' labels matter for grouping.
+pub(crate) fn relevant_label_keys<'a>(pods: impl Iterator<Item = &'a Pod>) -> BTreeSet<String> {
     let mut keys = BTreeSet::new();
-    let all = input.pods.iter().chain(&input.running);
-    for pod in all {
-        let terms = pod
-            .affinity
-            .iter()
-            .chain(&pod.anti_affinity)
-            .chain(pod.preferred_affinity.iter().map(|w| &w.term))
-            .chain(pod.preferred_anti_affinity.iter().map(|w| &w.term));
-        for t in terms {
-            keys.extend(t.selector.keys().map(str::to_string));
-        }
-        for s in &pod.topology_spread {
-            keys.extend(s.selector.keys().map(str::to_string));
+    for pod in pods {
+        let terms =
+            all_terms(pod).map(|t| &t.selector).chain(pod.topology_spread.iter().map(|s| &s.selector));
+        for selector in terms {
+            for key in selector.keys() {
+                // Most pods repeat a handful of keys: allocate only for a new one.
+                if !keys.contains(key) {
+                    keys.insert(key.to_string());
+                }
+            }
         }
     }
     keys
@@ -248,7 +274,35 @@ fn relevant_label_keys(input: &SolveInput) -> BTreeSet<String> {
 /// Groups the pending pods into shapes (in order of first appearance) and interns every selector
 /// their rules and the running pods' rules use.
 pub fn build_shapes(input: &SolveInput, dims: &Dims, selectors: &mut Selectors) -> Vec<Shape> {
-    let relevant = relevant_label_keys(input);
+    let relevant = relevant_label_keys(input.pods.iter().chain(&input.running));
+    intern_rules(input.pods.iter().chain(&input.running), selectors);
+    group_shapes(input, dims, &relevant, selectors)
+}
+
+/// Interns every selector and topology key the rules of `pods` use.
+pub(crate) fn intern_rules<'a>(pods: impl Iterator<Item = &'a Pod>, selectors: &mut Selectors) {
+    for pod in pods {
+        for t in all_terms(pod) {
+            selectors.intern_ref(&t.namespaces, &t.selector);
+        }
+        for s in &pod.topology_spread {
+            selectors.intern_ref(std::slice::from_ref(&pod.namespace), &s.selector);
+        }
+        let keys = pod.topology_spread.iter().map(|s| &s.topology_key);
+        for key in keys.chain(all_terms(pod).map(|t| &t.topology_key)) {
+            selectors.intern_key(key);
+        }
+    }
+}
+
+/// Groups the pending pods into shapes (in order of first appearance), with the selectors that
+/// select each; every selector a rule uses is interned already.
+pub(crate) fn group_shapes(
+    input: &SolveInput,
+    dims: &Dims,
+    relevant: &BTreeSet<String>,
+    selectors: &Selectors,
+) -> Vec<Shape> {
     let mut index: HashMap<ShapeKey, usize> = HashMap::new();
     let mut shapes: Vec<Shape> = vec![];
     for (i, pod) in input.pods.iter().enumerate() {
@@ -293,19 +347,6 @@ pub fn build_shapes(input: &SolveInput, dims: &Dims, selectors: &mut Selectors) 
             }
         }
     }
-    // Intern every selector the rules of pending and running pods use, then record matches.
-    for pod in input.pods.iter().chain(&input.running) {
-        for t in all_terms(pod) {
-            selectors.intern(Selector { namespaces: t.namespaces.clone(), labels: t.selector.clone() });
-        }
-        for s in &pod.topology_spread {
-            selectors.intern(spread_selector(pod, s));
-        }
-        let keys = pod.topology_spread.iter().map(|s| &s.topology_key);
-        for key in keys.chain(all_terms(pod).map(|t| &t.topology_key)) {
-            selectors.intern_key(key);
-        }
-    }
     for shape in &mut shapes {
         shape.matched_by = selectors.matching(&input.pods[shape.pods[0]]);
     }
@@ -318,10 +359,6 @@ fn all_terms(pod: &Pod) -> impl Iterator<Item = &PodAffinityTerm> {
         .chain(&pod.anti_affinity)
         .chain(pod.preferred_affinity.iter().map(|w| &w.term))
         .chain(pod.preferred_anti_affinity.iter().map(|w| &w.term))
-}
-
-fn spread_selector(pod: &Pod, spread: &TopologySpread) -> Selector {
-    Selector { namespaces: vec![pod.namespace.clone()], labels: spread.selector.clone() }
 }
 
 fn by_weight<T: Clone>(list: &[Weighted<T>]) -> Vec<T> {
@@ -359,19 +396,19 @@ impl Shape {
         if let Some(preferred) = preferred_nodes.get(dropped_nodes) {
             requirements = requirements.intersect(preferred);
         }
-        let find = |s: Selector| selectors.list.iter().position(|x| *x == s).expect("selectors are interned");
+        let find = |namespaces: &[String], labels: &Requirements| {
+            selectors.find(namespaces, labels).expect("selectors are interned")
+        };
         let mut rules = vec![];
         for t in pod.affinity.iter().chain(&preferred_affinity) {
             if let Some(scope) = selectors.scope_of(&t.topology_key) {
-                let selector =
-                    find(Selector { namespaces: t.namespaces.clone(), labels: t.selector.clone() });
+                let selector = find(&t.namespaces, &t.selector);
                 rules.push(Rule::Affinity { scope, selector, self_matching: t.selects(pod) });
             }
         }
         for t in pod.anti_affinity.iter().chain(&preferred_anti) {
             if let Some(scope) = selectors.scope_of(&t.topology_key) {
-                let selector =
-                    find(Selector { namespaces: t.namespaces.clone(), labels: t.selector.clone() });
+                let selector = find(&t.namespaces, &t.selector);
                 rules.push(Rule::AntiAffinity { scope, selector });
             }
         }
@@ -379,7 +416,7 @@ impl Shape {
             pod.topology_spread.iter().filter(|s| s.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule);
         for s in hard.chain(soft_spreads.into_iter().skip(dropped_spreads)) {
             if let Some(scope) = selectors.scope_of(&s.topology_key) {
-                let selector = find(spread_selector(pod, s));
+                let selector = find(std::slice::from_ref(&pod.namespace), &s.selector);
                 rules.push(Rule::Spread {
                     scope,
                     selector,

@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_ZONE};
 use crate::model::requirements::{Requirement, Requirements};
 use crate::model::selection::label_domains as label_domains_of_type;
+use crate::scheduling::base::RunningBase;
 use crate::scheduling::cancel::{Cancelled, ShouldCancel};
 use crate::scheduling::claims;
 use crate::scheduling::colgen;
@@ -65,14 +66,25 @@ pub fn solve(input: &SolveInput) -> Plan {
 /// [`solve`], stopped with [`Cancelled`] at the first safe point where `cancel` says so. While the hook
 /// says no, the plan is exactly [`solve`]'s: the hook is only asked, it changes nothing.
 pub fn solve_with_cancel(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
-    solve_steps(input, cancel, Bound::Certify)
+    solve_steps(input, cancel, Bound::Certify, None)
 }
 
 /// [`solve_with_cancel`] without the certified lower bound: the same placement, with
 /// `lower_bound_per_hour` 0. For callers that only ask where pods would go (every disruption move is
 /// such a question), since on a large cluster the bound costs several times the placement.
 pub fn place_with_cancel(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
-    solve_steps(input, cancel, Bound::Skip)
+    solve_steps(input, cancel, Bound::Skip, None)
+}
+
+/// [`place_with_cancel`] for an input whose running pods `base` holds: `input.running` is empty and
+/// the pods on `input.nodes` are the base's. The solves of a disruption pass share one base
+/// ([`crate::scheduling::base`]).
+pub fn place_with_base(
+    input: &SolveInput,
+    base: &RunningBase,
+    cancel: &dyn ShouldCancel,
+) -> Result<Plan, Cancelled> {
+    solve_steps(input, cancel, Bound::Skip, Some(base))
 }
 
 /// Whether a solve certifies its lower bound.
@@ -82,9 +94,17 @@ enum Bound {
     Skip,
 }
 
-fn solve_steps(input: &SolveInput, cancel: &dyn ShouldCancel, bound: Bound) -> Result<Plan, Cancelled> {
+fn solve_steps(
+    input: &SolveInput,
+    cancel: &dyn ShouldCancel,
+    bound: Bound,
+    base: Option<&RunningBase>,
+) -> Result<Plan, Cancelled> {
     // Step 1: the shapes, with the templates and the existing nodes, make the working state.
-    let mut solver = Solver::new(input, cancel);
+    let mut solver = match base {
+        Some(base) => Solver::with_base(input, base, cancel),
+        None => Solver::new(input, cancel),
+    };
     // Steps 2 to 5, round by round.
     let unschedulable = relaxation_rounds(&mut solver)?;
     // Step 6.

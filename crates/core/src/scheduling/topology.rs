@@ -119,11 +119,7 @@ impl Domains {
                 }
                 for t in &pod.anti_affinity {
                     if selectors.scope_of(&t.topology_key) == Some(scope) {
-                        let sel = crate::scheduling::shapes::Selector {
-                            namespaces: t.namespaces.clone(),
-                            labels: t.selector.clone(),
-                        };
-                        if let Some(s) = selectors.list.iter().position(|x| *x == sel) {
+                        if let Some(s) = selectors.find(&t.namespaces, &t.selector) {
                             *counts.repelling[s].entry(domain.clone()).or_default() += 1;
                         }
                     }
@@ -133,7 +129,32 @@ impl Domains {
         domains
     }
 
-    fn empty(selectors: &Selectors) -> Self {
+    /// Counts the running pods of one node whose domain in `scope` is `domain`: `matching[s]` of
+    /// them match selector `s`, and `repelling` holds `(selector, count)` for their anti-affinity
+    /// terms in that scope. The same counts as [`Self::from_running`] gives that node's pods.
+    pub(crate) fn add_node(
+        &mut self,
+        scope: Scope,
+        domain: &str,
+        matching: &[u32],
+        repelling: impl Iterator<Item = (usize, u32)>,
+    ) {
+        let counts = self.scope_mut(scope);
+        let add = |map: &mut BTreeMap<String, u32>, n: u32| match map.get_mut(domain) {
+            Some(c) => *c += n,
+            None => {
+                map.insert(domain.to_string(), n);
+            }
+        };
+        for (s, &n) in matching.iter().enumerate().filter(|(_, n)| **n > 0) {
+            add(&mut counts.matching[s], n);
+        }
+        for (s, n) in repelling {
+            add(&mut counts.repelling[s], n);
+        }
+    }
+
+    pub(crate) fn empty(selectors: &Selectors) -> Self {
         let n = selectors.list.len();
         let scopes = selectors.domain_scopes();
         Domains {

@@ -25,12 +25,15 @@ use std::ops::Range;
 use crate::model::labels::LABEL_HOSTNAME;
 use crate::model::requirements::Requirements;
 use crate::model::resources::NODES;
+use crate::scheduling::base::RunningBase;
 use crate::scheduling::bound::Bound;
 use crate::scheduling::cancel::{CancelLatch, Cancelled, ShouldCancel};
 use crate::scheduling::input::{SolveInput, Toleration};
 use crate::scheduling::node::{NodeState, PodTraits};
 use crate::scheduling::pack::{PackClass, Packer, Pattern};
-use crate::scheduling::shapes::{build_shapes, fits, Dims, Rule, Scope, Selector, Selectors, Shape};
+use crate::scheduling::shapes::{
+    build_shapes, fits, group_shapes, intern_rules, Dims, Rule, Scope, Selectors, Shape,
+};
 use crate::scheduling::templates::{self, OfferingDomains, Template};
 use crate::scheduling::topology::{Assignment, Domains, EligibleDomains};
 
@@ -139,18 +142,54 @@ impl<'a> Solver<'a> {
         let dims = Dims::for_input(input);
         let mut selectors = Selectors::default();
         let shapes = build_shapes(input, &dims, &mut selectors);
+        let domains = Domains::from_running(input, &selectors);
+        let mut solver = Self::assemble(input, dims, selectors, shapes, domains, cancel);
+        solver.init_existing();
+        solver
+    }
+
+    /// [`Self::new`] for an input whose running pods are those `base` holds on the input's nodes
+    /// (`input.running` is empty): the counting is the base's, done once for many solves.
+    pub fn with_base(input: &'a SolveInput, base: &RunningBase, cancel: &'a dyn ShouldCancel) -> Self {
+        debug_assert!(input.running.is_empty(), "the base holds the running pods");
+        let dims = Dims::for_input(input);
+        let selectors = base.selectors().clone();
+        debug_assert!(
+            {
+                let mut more = selectors.clone();
+                intern_rules(input.pods.iter(), &mut more);
+                (more.list.len(), more.label_keys.len()) == (selectors.list.len(), selectors.label_keys.len())
+            },
+            "the base was built from every pod a solve on it places"
+        );
+        let shapes = group_shapes(input, &dims, base.relevant(), &selectors);
+        let domains = base.domains(input, &selectors);
+        let mut solver = Self::assemble(input, dims, selectors, shapes, domains, cancel);
+        solver.init_existing_from(base);
+        solver
+    }
+
+    /// The working state before any existing node is added.
+    fn assemble(
+        input: &'a SolveInput,
+        dims: Dims,
+        selectors: Selectors,
+        shapes: Vec<Shape>,
+        mut domains: Domains,
+        cancel: &'a dyn ShouldCancel,
+    ) -> Self {
         let templates = templates::build(input, &dims);
         let offering_domains = OfferingDomains::new(&templates);
         let limit_use = templates.iter().map(|t| limit_use(input, t)).collect();
         let smallest_demand = vec![i64::MAX; dims.len()];
-        let mut domains = Domains::from_running(input, &selectors);
         for shape in &shapes {
             // With every preference given up, the spreads left are the DoNotSchedule ones: those the
             // pods they select must keep balanced.
             let pod = &input.pods[shape.pods[0]];
             domains.watch_spreads(&shape.effective(pod, shape.relaxable_steps, 0, &selectors).rules);
         }
-        let mut solver = Solver {
+        let matching_anywhere = vec![0; selectors.list.len()];
+        Solver {
             input,
             dims,
             selectors,
@@ -159,7 +198,7 @@ impl<'a> Solver<'a> {
             offering_domains,
             classes: vec![],
             slots: vec![],
-            matching_anywhere: vec![],
+            matching_anywhere,
             domains,
             remaining: input
                 .nodepools
@@ -174,10 +213,28 @@ impl<'a> Solver<'a> {
             compat_memo: RefCell::default(),
             bound_memo: RefCell::default(),
             cancel: CancelLatch::new(cancel),
-        };
-        solver.matching_anywhere = vec![0; solver.selectors.list.len()];
-        solver.init_existing();
-        solver
+        }
+    }
+
+    /// [`Self::init_existing`] from the base's counts of each node's running pods.
+    fn init_existing_from(&mut self, base: &RunningBase) {
+        let nsel = self.selectors.list.len();
+        for (i, node) in self.input.nodes.iter().enumerate() {
+            let allocatable = self.dims.vector(&node.allocatable);
+            let state = match base.node(&node.name) {
+                Some(running) => {
+                    for (anywhere, here) in self.matching_anywhere.iter_mut().zip(&running.state.matching) {
+                        *anywhere += here;
+                    }
+                    let used = self.dims.vector(&running.used);
+                    let mut state = running.state.clone();
+                    state.free = allocatable.iter().zip(&used).map(|(a, u)| a - u).collect();
+                    state
+                }
+                None => NodeState::empty(allocatable, nsel),
+            };
+            self.slots.push(Slot { existing: Some(i), template: None, mask: 0, state, classes: vec![] });
+        }
     }
 
     /// Existing nodes with what their running pods use and count.
@@ -201,10 +258,7 @@ impl<'a> Solver<'a> {
                 .anti_affinity
                 .iter()
                 .filter(|t| t.topology_key == LABEL_HOSTNAME)
-                .filter_map(|t| {
-                    let sel = Selector { namespaces: t.namespaces.clone(), labels: t.selector.clone() };
-                    self.selectors.list.iter().position(|x| *x == sel)
-                })
+                .filter_map(|t| self.selectors.find(&t.namespaces, &t.selector))
                 .map(|selector| Rule::AntiAffinity { scope: Scope::Hostname, selector })
                 .collect();
             let traits =
