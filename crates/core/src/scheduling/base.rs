@@ -12,7 +12,7 @@
 //! on the base places pods exactly where a solve of the same input with its running pods would,
 //! up to the order selectors are numbered in (which only breaks ties).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 use crate::model::labels::LABEL_HOSTNAME;
 use crate::model::resources::Resources;
@@ -69,15 +69,10 @@ impl RunningBase {
                 (n.name.clone(), base)
             })
             .collect();
-        // The pods of one workload share their namespace and labels, and so the selectors that
-        // select them: each set of labels is matched once.
-        let mut matched_by_labels: HashMap<(&str, &BTreeMap<String, String>), Vec<usize>> = HashMap::new();
+        let mut matcher = selectors.matcher();
         for pod in &full.running {
             let Some(node) = pod.node_name.as_deref().and_then(|n| nodes.get_mut(n)) else { continue };
-            let matched = matched_by_labels
-                .entry((pod.namespace.as_str(), &pod.labels))
-                .or_insert_with(|| selectors.matching(pod))
-                .clone();
+            let matched = matcher.matching(pod).to_vec();
             let mut hostname = vec![];
             for t in &pod.anti_affinity {
                 let Some(scope) = selectors.scope_of(&t.topology_key) else { continue };

@@ -5,7 +5,7 @@
 //! Twenty thousand pods usually come from a handful of workloads; grouping them into shapes first is
 //! what lets the solver reason about classes of identical pods instead of single pods.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZONE};
 use crate::model::requirements::Requirements;
@@ -78,6 +78,20 @@ impl Selector {
     }
 }
 
+/// The selectors that select pods, remembered by namespace and labels ([`Selectors::matcher`]).
+pub(crate) struct Matcher<'s, 'p> {
+    selectors: &'s Selectors,
+    seen: HashMap<(&'p str, &'p BTreeMap<String, String>), Vec<usize>>,
+}
+
+impl<'p> Matcher<'_, 'p> {
+    /// The selectors that select `pod`, ascending.
+    pub fn matching(&mut self, pod: &'p Pod) -> &[usize] {
+        let selectors = self.selectors;
+        self.seen.entry((pod.namespace.as_str(), &pod.labels)).or_insert_with(|| selectors.matching(pod))
+    }
+}
+
 /// A hash of a selector's parts, the same whether they are owned or borrowed.
 fn fingerprint(namespaces: &[String], labels: &Requirements) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -130,6 +144,12 @@ impl Selectors {
     /// The selectors that select `pod`, ascending.
     pub fn matching(&self, pod: &Pod) -> Vec<usize> {
         (0..self.list.len()).filter(|&i| self.list[i].selects(pod)).collect()
+    }
+
+    /// [`Self::matching`] for many pods, each namespace and set of labels matched once: the pods of
+    /// one workload share them.
+    pub(crate) fn matcher<'p>(&self) -> Matcher<'_, 'p> {
+        Matcher { selectors: self, seen: HashMap::new() }
     }
 
     /// The scope of a topology key, interning a key other than the three well-known ones.

@@ -108,13 +108,15 @@ impl Domains {
     pub fn from_running(input: &SolveInput, selectors: &Selectors) -> Self {
         let mut domains = Domains::empty(selectors);
         let nodes: BTreeMap<&str, &ExistingNode> = input.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let mut matcher = selectors.matcher();
+        let scopes = selectors.domain_scopes();
         for pod in &input.running {
             let Some(node) = pod.node_name.as_deref().and_then(|name| nodes.get(name)) else { continue };
-            let matched = selectors.matching(pod);
-            for scope in selectors.domain_scopes() {
+            let matched = matcher.matching(pod);
+            for &scope in &scopes {
                 let Some(domain) = node.labels.get(selectors.key_of(scope)) else { continue };
                 let counts = domains.scope_mut(scope);
-                for &s in &matched {
+                for &s in matched {
                     *counts.matching[s].entry(domain.clone()).or_default() += 1;
                 }
                 for t in &pod.anti_affinity {

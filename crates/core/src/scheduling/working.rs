@@ -248,8 +248,9 @@ impl<'a> Solver<'a> {
             .iter()
             .map(|n| NodeState::empty(self.dims.vector(&n.allocatable), nsel))
             .collect();
+        let mut matcher = self.selectors.matcher();
         for pod in &self.input.running {
-            let matched = self.selectors.matching(pod);
+            let matched = matcher.matching(pod).to_vec();
             for &s in &matched {
                 self.matching_anywhere[s] += 1;
             }
