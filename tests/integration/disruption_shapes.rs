@@ -178,10 +178,6 @@ proptest! {
         }
         prop_assert!(counts.iter().all(|&c| c == case.pods), "pods lost or added: {counts:?} of {}", case.pods);
     }
-}
-
-proptest! {
-    #![proptest_config(proptest_config::config(24))]
 
     /// A pass reads the running pods once ([`running_base`]) and solves each removal on that base: it
     /// must place the pods exactly as a solve of the input listing them does.
