@@ -176,7 +176,7 @@ pub fn upstream_pods(count: usize) -> Vec<Pod> {
 /// The upstream benchmark: 400 types, one pool, no existing nodes, `pods` diverse pods.
 pub fn upstream_input(pods: usize) -> SolveInput {
     SolveInput {
-        pods: upstream_pods(pods),
+        pods: upstream_pods(pods).into_iter().map(Arc::new).collect(),
         nodepools: vec![nodepool(upstream_instance_types(400))],
         options: SolveOptions { region: "test-region".into(), ..SolveOptions::default() },
         ..SolveInput::default()
@@ -287,7 +287,7 @@ const MIXED_GROUPS: &[Group] = &[
 /// a few GPU pods, a modest hostname anti-affinity group), one DaemonSet, the full eastus catalog.
 pub fn mixed_input(pods: usize) -> SolveInput {
     SolveInput {
-        pods: mixed_pods(pods),
+        pods: mixed_pods(pods).into_iter().map(Arc::new).collect(),
         nodepools: vec![nodepool(eastus_catalog())],
         daemonsets: vec![Pod {
             owner: Some("DaemonSet/log-agent".into()),

@@ -121,7 +121,7 @@ fn provisioned_cluster(
         pool.instance_types = std::sync::Arc::new(types);
     }
     let plan = solve(&input);
-    let by_id: BTreeMap<PodId, &Pod> = input.pods.iter().map(|p| (p.id(), p)).collect();
+    let by_id: BTreeMap<PodId, &Pod> = input.pods.iter().map(|p| (p.id(), p.as_ref())).collect();
     let launched = now.checked_sub(SignedDuration::from_hours(2)).expect("in range");
     let mut rng = SplitMix(SEED);
     let mut nodes = vec![];

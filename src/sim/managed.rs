@@ -11,6 +11,7 @@
 //!   `karpenter.sh/nodepool` label, are warnings.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
 
@@ -68,7 +69,7 @@ pub fn snapshot(
             message: e.message,
         });
     }
-    snapshot.pending.extend(scenario.expanded.iter().cloned());
+    snapshot.pending.extend(scenario.expanded.iter().cloned().map(Arc::new));
     let order = InputOrder::new(objects);
     snapshot.nodes.sort_by_key(|n| order.node(&n.node.name));
     snapshot.unmanaged.sort_by_key(|n| order.node(&n.node.name));

@@ -121,7 +121,7 @@ pub fn build(objects: &Objects, region: &str, catalog: &Catalog) -> Result<Scena
     input.pods.sort_by_key(|p| order.pod(p));
     input.running.sort_by_key(|p| order.pod(p));
     let expanded = expand_workloads(objects, &cluster)?;
-    input.pods.extend(expanded.iter().cloned());
+    input.pods.extend(expanded.iter().cloned().map(Arc::new));
     Ok(Scenario { input, warnings, cluster, expanded, types })
 }
 

@@ -230,7 +230,8 @@ pub(super) fn upstream_claims(
             ),
         ));
     };
-    let by_id: BTreeMap<String, &crate::scheduling::Pod> = input.pods.iter().map(|p| (p.id(), p)).collect();
+    let by_id: BTreeMap<String, &crate::scheduling::Pod> =
+        input.pods.iter().map(|p| (p.id(), p.as_ref())).collect();
     let mut nodeclaims = Vec::with_capacity(claims.len());
     for (i, c) in claims.iter().enumerate() {
         let capacity_type = match c.capacity_type.as_str() {

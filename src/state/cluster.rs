@@ -298,7 +298,7 @@ impl Cluster {
         self.invalid.remove(&(kind, key.to_string()));
         match kind {
             Kind::Pod => {
-                let node = self.pods.remove(key).and_then(|r| r.pod.node_name);
+                let node = self.pods.remove(key).and_then(|r| r.pod.node_name.clone());
                 if let Some(node) = node {
                     if let Some(keys) = self.pods_by_node.get_mut(&node) {
                         keys.remove(key);
@@ -373,6 +373,16 @@ impl Cluster {
     /// The zones the pod's persistent volumes allow, now; None when they do not constrain it.
     pub fn volume_zones(&self, pod: &PodRecord) -> Option<Vec<String>> {
         self.volumes.zones(&pod.pod.namespace, &pod.volume_claims)
+    }
+
+    /// The pod as the solver places it: with the zones its volumes allow now
+    /// ([`Cluster::volume_zones`]). Shared with the index unless those zones changed the pod.
+    pub fn with_volume_zones(&self, pod: &PodRecord) -> Arc<Pod> {
+        let volume_zones = self.volume_zones(pod);
+        if volume_zones == pod.pod.volume_zones {
+            return pod.pod.clone();
+        }
+        Arc::new(Pod { volume_zones, ..(*pod.pod).clone() })
     }
 
     /// The zones the volumes of `claims` (PersistentVolumeClaim names in `namespace`) allow, now; None

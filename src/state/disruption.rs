@@ -136,15 +136,18 @@ impl Cluster {
     /// hand): not DaemonSet or mirror pods, not terminal, not being deleted themselves. Provisioning
     /// plans capacity for them before they are evicted, as upstream's provisioner does for pods on
     /// deleting nodes, so an expired node's pods find room as soon as the drain lets them go.
-    pub fn pods_of_deleting_nodes(&self) -> Vec<crate::scheduling::Pod> {
+    pub fn pods_of_deleting_nodes(&self) -> Vec<Arc<crate::scheduling::Pod>> {
         self.nodes()
             .filter(|(node, claim)| node.deleting || claim.is_some_and(|c| c.deleting))
             .flat_map(|(node, _)| self.live_pods(node.name()))
             .filter(|p| !p.is_daemonset_pod() && !p.mirror)
-            .map(|p| crate::scheduling::Pod {
-                node_name: None,
-                volume_zones: self.volume_zones(p),
-                ..p.pod.clone()
+            .map(|p| {
+                let pod = crate::scheduling::Pod {
+                    node_name: None,
+                    volume_zones: self.volume_zones(p),
+                    ..(*p.pod).clone()
+                };
+                Arc::new(pod)
             })
             .collect()
     }
@@ -157,7 +160,7 @@ impl Cluster {
     /// The managed node for `claim` (and its Node once registered); `None` without a NodePool.
     fn managed(
         &self,
-        existing: ExistingNode,
+        existing: Arc<ExistingNode>,
         node: Option<&NodeRecord>,
         claim: &NodeClaimRecord,
         pools: &[PoolPolicy],

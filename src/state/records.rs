@@ -71,7 +71,7 @@ impl PodPhase {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PodRecord {
     /// `pod.node_name` is `spec.nodeName`; `pod.owner` is `Kind/name` of the controller.
-    pub pod: Pod,
+    pub pod: Arc<Pod>,
     pub phase: PodPhase,
     /// kube-scheduler found no node for it: `PodScheduled=False`, reason `Unschedulable`.
     pub unschedulable: bool,
@@ -149,7 +149,7 @@ impl PodRecord {
             c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
         });
         Ok(Self {
-            pod: from_k8s::from_pod(p, ctx)?,
+            pod: Arc::new(from_k8s::from_pod(p, ctx)?),
             phase: PodPhase::parse(status.and_then(|s| s.phase.as_deref())),
             unschedulable,
             nominated_node: status.and_then(|s| s.nominated_node_name.clone()).filter(|n| !n.is_empty()),
@@ -205,7 +205,7 @@ impl PodRecord {
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeRecord {
     /// Labels, taints (a cordoned node carries the unschedulable taint), allocatable, NodePool label.
-    pub node: ExistingNode,
+    pub node: Arc<ExistingNode>,
     pub provider_id: Option<String>,
     /// `metadata.uid`: deletes decided on the record are guarded by it.
     pub uid: Option<String>,
@@ -247,7 +247,7 @@ impl NodeRecord {
         let ready = is_ready(n);
         Ok(Self {
             initialized: node.labels.get(LABEL_INITIALIZED).is_some_and(|v| v == "true"),
-            node,
+            node: Arc::new(node),
             provider_id: n.spec.as_ref().and_then(|s| s.provider_id.clone()).filter(|p| !p.is_empty()),
             uid: n.metadata.uid.clone(),
             capacity: from_k8s::node_capacity(n)?,

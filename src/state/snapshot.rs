@@ -23,7 +23,7 @@ use crate::model::labels::{ANNOTATION_CAPACITY_OVERLAY_APPLIED, ANNOTATION_PRICE
 use crate::model::InstanceType;
 use crate::scheduling::from_k8s;
 use crate::scheduling::overlay::{PoolTypes, Rejection};
-use crate::scheduling::{ExistingNode, NodePoolInput, Pod, SolveInput, SolveOptions};
+use crate::scheduling::{ExistingNode, NodePoolInput, SolveInput, SolveOptions};
 
 use super::records::{is_ephemeral_taint, NodeClaimRecord, NodeRecord};
 use super::Cluster;
@@ -42,12 +42,12 @@ impl Cluster {
     /// [`Cluster::snapshot`] with the pools of [`Cluster::solver_pools`] already built: the static
     /// ones are left out here.
     pub(super) fn snapshot_with_pools(&self, pools: Vec<NodePoolInput>, options: SolveOptions) -> SolveInput {
-        let mut nodes: Vec<ExistingNode> = self
+        let mut nodes: Vec<Arc<ExistingNode>> = self
             .nodes()
             .filter(|(node, claim)| !node.deleting && !claim.is_some_and(|c| c.deleting))
             .map(|(node, claim)| existing_node(node, claim))
             .collect();
-        nodes.extend(self.in_flight_claims().map(NodeClaimRecord::in_flight_node));
+        nodes.extend(self.in_flight_claims().map(|c| Arc::new(c.in_flight_node())));
         let node_names: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
         let running = node_names
             .iter()
@@ -57,10 +57,7 @@ impl Cluster {
             .collect();
         let nodepools = pools.into_iter().filter(|p| p.replicas.is_none()).collect();
         SolveInput {
-            pods: self
-                .provisionable_pods()
-                .map(|p| Pod { volume_zones: self.volume_zones(p), ..p.pod.clone() })
-                .collect(),
+            pods: self.provisionable_pods().map(|p| self.with_volume_zones(p)).collect(),
             running,
             nodes,
             nodepools,
@@ -203,21 +200,25 @@ pub struct OverlaidCatalogs {
 /// `pkg/controllers/state/statenode.go`, `Initialized`): the two arrive on different watches, and a
 /// claim seen Initialized before its Node's update must not make the Node's old not-ready taint count,
 /// or provisioning would plan new nodes for pods about to land on it.
-fn existing_node(node: &NodeRecord, claim: Option<&NodeClaimRecord>) -> ExistingNode {
-    let mut out = node.node.clone();
-    if let Some(claim) = claim {
-        if out.nodepool.is_none() {
-            out.nodepool = claim.nodepool.clone();
-        }
-        if !(node.initialized && claim.initialized) {
-            let mut ignored: Vec<Taint> = claim.startup_taints.clone();
-            for t in node.node.taints.iter().filter(|t| is_ephemeral_taint(t)) {
-                if !ignored.contains(t) {
-                    ignored.push(t.clone());
-                }
-            }
-            out.startup_taints = ignored;
-        }
+fn existing_node(node: &NodeRecord, claim: Option<&NodeClaimRecord>) -> Arc<ExistingNode> {
+    let Some(claim) = claim else { return node.node.clone() };
+    let pool_from_claim = node.node.nodepool.is_none() && claim.nodepool.is_some();
+    let initialized = node.initialized && claim.initialized;
+    if !pool_from_claim && initialized {
+        return node.node.clone();
     }
-    out
+    let mut out = (*node.node).clone();
+    if pool_from_claim {
+        out.nodepool = claim.nodepool.clone();
+    }
+    if !initialized {
+        let mut ignored: Vec<Taint> = claim.startup_taints.clone();
+        for t in node.node.taints.iter().filter(|t| is_ephemeral_taint(t)) {
+            if !ignored.contains(t) {
+                ignored.push(t.clone());
+            }
+        }
+        out.startup_taints = ignored;
+    }
+    Arc::new(out)
 }

@@ -5,6 +5,7 @@
 use crate::support::disruption_fixtures as cluster;
 use crate::support::proptest_config;
 use crate::support::solver_fixtures as fixtures;
+use std::sync::Arc;
 
 use cluster::*;
 use fixtures::{instance_type, GI};
@@ -294,7 +295,7 @@ fn pinned_and_nearly_empty_nodes() -> Snapshot {
         let name = format!("a{i}");
         let pinned = |pod: &str| {
             let mut p = workload(pod, 1000);
-            p.pod.required_terms =
+            Arc::make_mut(&mut p.pod).required_terms =
                 vec![fixtures::requirements(&[Requirement::is_in(LABEL_HOSTNAME, [&*name])])];
             p
         };

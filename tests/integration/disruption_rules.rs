@@ -4,6 +4,7 @@
 //! goes through the independent post-command check.
 
 use crate::support::disruption_fixtures as cluster;
+use std::sync::Arc;
 
 use std::time::Duration;
 
@@ -29,7 +30,7 @@ fn candidate_rules_each_block_an_empty_node() {
     type Edit = fn(&mut Snapshot);
     let cases: Vec<(&str, Edit, BlockReason)> = vec![
         ("not initialized", |s| node(s, "n").initialized = None, BlockReason::NotInitialized),
-        ("in flight", |s| node(s, "n").node.in_flight = true, BlockReason::InFlight),
+        ("in flight", |s| Arc::make_mut(&mut node(s, "n").node).in_flight = true, BlockReason::InFlight),
         ("marked for deletion", |s| node(s, "n").marked_for_deletion = true, BlockReason::MarkedForDeletion),
         ("nominated", |s| node(s, "n").nominated = true, BlockReason::Nominated),
         ("node do-not-disrupt", |s| node(s, "n").do_not_disrupt = true, BlockReason::NodeDoNotDisrupt),
@@ -378,7 +379,7 @@ fn validation_rejects_a_command_once_its_world_changed() {
     for n in fuller.nodes.iter_mut() {
         n.pods.push(cluster::workload(&format!("late-{}", n.node.name), 3000));
         let name = n.node.name.clone();
-        n.pods.last_mut().unwrap().pod.node_name = Some(name);
+        Arc::make_mut(&mut n.pods.last_mut().unwrap().pod).node_name = Some(name);
     }
     let err = validate(&c, &fuller, now(), &opts).unwrap_err();
     assert_eq!(err.category(), "scheduling", "{err}");

@@ -9,6 +9,7 @@
 //! by the independent checker) and must never raise the cluster's $/h or lose a pod.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -76,14 +77,14 @@ fn shaped(
         }
     }
     let input = SolveInput {
-        pods: upstream_pods(pods),
+        pods: upstream_pods(pods).into_iter().map(Arc::new).collect(),
         nodepools: vec![nodepool(types)],
         options: SolveOptions { region: "test-region".into(), ..SolveOptions::default() },
         ..SolveInput::default()
     };
     let plan = solve(&input);
     assert!(plan.unschedulable.is_empty(), "upstream's pods fit upstream's types: {:?}", plan.unschedulable);
-    let by_id: BTreeMap<PodId, &Pod> = input.pods.iter().map(|p| (p.id(), p)).collect();
+    let by_id: BTreeMap<PodId, &Pod> = input.pods.iter().map(|p| (p.id(), p.as_ref())).collect();
     let launched = now().checked_sub(SignedDuration::from_hours(2)).unwrap();
     let mut rng = SplitMix(seed);
     let drained = UPSTREAM_ZONES[(seed % 3) as usize];
@@ -195,7 +196,7 @@ proptest! {
         let base = running_base(snapshot, now());
         for removed in removals {
             let removed: BTreeSet<usize> = removed.into_iter().filter(|&i| i < snapshot.nodes.len()).collect();
-            let (listed, _, _) = outcome(snapshot, &removed, now(), replace, &|| false).unwrap();
+            let listed = outcome(snapshot, &removed, now(), replace, &|| false).unwrap();
             let on_base = outcome_on_base(snapshot, &base, &removed, now(), replace, &|| false).unwrap();
             prop_assert_eq!(format!("{listed:?}"), format!("{on_base:?}"), "removing {:?}", removed);
         }

@@ -9,6 +9,7 @@ use karpenter_azure::disruption::static_pools::{decide, StaticAction};
 use karpenter_azure::disruption::{decide as decide_disruption, validate, BlockReason, Drifted, Options};
 use karpenter_azure::model::resources::Resources;
 use karpenter_azure::model::CapacityType::OnDemand;
+use std::sync::Arc;
 
 use crate::support::disruption_fixtures::*;
 
@@ -59,7 +60,7 @@ fn a_pool_at_its_count_needs_nothing_and_in_flight_claims_count() {
     let mut s = fixed(2);
     add_node(&mut s, "fixed", "a", "c2", OnDemand, vec![]);
     let b = add_node(&mut s, "fixed", "b", "c2", OnDemand, vec![]);
-    s.nodes[b].node.in_flight = true;
+    Arc::make_mut(&mut s.nodes[b].node).in_flight = true;
     assert!(decide(&s, now(), 60).is_empty());
 }
 
@@ -106,7 +107,7 @@ fn a_scale_down_removes_unlaunched_then_empty_then_cheapest_and_protected_last()
     add_node(&mut s, "fixed", "light", "c2", OnDemand, vec![workload("w3", 100)]);
     add_node(&mut s, "fixed", "empty", "c2", OnDemand, vec![daemon("ds")]);
     let pending = add_node(&mut s, "fixed", "pending", "c2", OnDemand, vec![]);
-    s.nodes[pending].node.in_flight = true;
+    Arc::make_mut(&mut s.nodes[pending].node).in_flight = true;
     let order = removed(&decide(&s, now(), 60));
     assert_eq!(order, ["pending-claim", "empty-claim", "light-claim", "busy-claim"], "protected stays");
 }

@@ -141,7 +141,7 @@ fn input(types: Vec<InstanceType>) -> SolveInput {
         p.required_terms.push(requirements(&[Requirement::is_in(LABEL_CAPACITY_TYPE, ["on-demand"])]));
     }
     all.extend(steady);
-    SolveInput { pods: all, nodepools: vec![pool], ..Default::default() }
+    SolveInput { pods: all.into_iter().map(Arc::new).collect(), nodepools: vec![pool], ..Default::default() }
 }
 
 /// Sum of the launched VMs' offering prices, and the count per capacity type.
@@ -217,10 +217,10 @@ async fn without_spot_prices_ties_go_to_spot_and_spread_over_zones() {
     let types = catalog(&PriceTable::static_for_region("eastus"));
     let mut input = input(types.clone());
     input.pods.retain(|p| p.name.starts_with("web-"));
-    input.pods.extend(pods("more", 40, 1000, 2 * GI));
+    input.pods.extend(pods("more", 40, 1000, 2 * GI).into_iter().map(Arc::new));
     // General-purpose D sizes, which Azure sells as spot (the cheapest sizes overall, burstable B, are not).
     for p in &mut input.pods {
-        p.required_terms.push(requirements(&[Requirement::is_in(LABEL_SKU_FAMILY, ["D"])]));
+        Arc::make_mut(p).required_terms.push(requirements(&[Requirement::is_in(LABEL_SKU_FAMILY, ["D"])]));
     }
     let (plan, launched) = plan_and_launch(&input, &types).await;
     let (total, mix) = summary(&launched, &types);

@@ -2,6 +2,7 @@
 //! builds a small input, solves it, asserts the specific outcome and runs the feasibility checker.
 
 use crate::support::solver_fixtures as fixtures;
+use std::sync::Arc;
 
 use fixtures::*;
 use karpenter_azure::model::labels::{LABEL_ARCH, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_ZONE};
@@ -184,15 +185,15 @@ fn zonal_self_affinity_keeps_pods_in_one_zone() {
 #[test]
 fn running_pods_anti_affinity_keeps_new_pods_away() {
     let mut input = input(vec![pod("p", "web", 500, GI)], vec![pool("default", general())]);
-    input.nodes.push(existing_node(
+    input.nodes.push(Arc::new(existing_node(
         "n1",
         "z-1",
         Resources::new().with(CPU, 8000).with(MEMORY, 32 * GI).with(PODS, 110),
-    ));
+    )));
     let mut guard = pod("guard", "guard", 500, GI);
     guard.node_name = Some("n1".into());
     guard.anti_affinity = vec![affinity_term("web", LABEL_HOSTNAME)];
-    input.running.push(guard);
+    input.running.push(Arc::new(guard));
     let plan = solved(&input);
     assert!(plan.existing.is_empty(), "{plan:#?}");
     assert!(claim_of(&plan, "default/p").is_some());
@@ -323,11 +324,11 @@ fn a_pod_too_big_for_any_type_names_the_nodepool() {
 #[test]
 fn existing_nodes_with_room_are_used_before_new_ones() {
     let mut input = input(pods("web", 2, 1000, GI), vec![pool("default", general())]);
-    input.nodes.push(existing_node(
+    input.nodes.push(Arc::new(existing_node(
         "n1",
         "z-1",
         Resources::new().with(CPU, 4000).with(MEMORY, 16 * GI).with(PODS, 110),
-    ));
+    )));
     let plan = solved(&input);
     assert!(plan.nodeclaims.is_empty(), "{plan:#?}");
     assert_eq!(plan.existing["n1"].len(), 2);
@@ -365,7 +366,7 @@ fn spot_is_chosen_when_cheaper_and_allowed() {
 fn planned_nodeclaims_never_take_the_name_of_a_node_or_a_reserved_name() {
     let mut input = input(pods("web", 3, 3000, GI), vec![pool("general", general())]);
     let full = Resources::new().with(CPU, 0).with(MEMORY, 0).with(PODS, 0);
-    input.nodes.push(existing_node("general-1", "z-1", full));
+    input.nodes.push(Arc::new(existing_node("general-1", "z-1", full)));
     input.options.reserved_names = std::sync::Arc::new(["general-2".to_string()].into());
     let plan = solved(&input);
     let names: Vec<&str> = plan.nodeclaims.iter().map(|c| c.name.as_str()).collect();

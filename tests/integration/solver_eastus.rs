@@ -48,7 +48,7 @@ fn pod(name: &str, cpu_m: i64, mem_mi: i64) -> Pod {
 #[test]
 fn packs_identical_pods_near_the_bound() {
     let input = SolveInput {
-        pods: (0..100).map(|i| pod(&format!("web-{i}"), 1000, 2048)).collect(),
+        pods: (0..100).map(|i| Arc::new(pod(&format!("web-{i}"), 1000, 2048))).collect(),
         nodepools: vec![eastus_pool("general", 0)],
         ..Default::default()
     };
@@ -65,7 +65,7 @@ fn packs_identical_pods_near_the_bound() {
 #[test]
 fn too_big_pods_are_explained() {
     let input = SolveInput {
-        pods: vec![pod("huge", 1000, 64 << 20)],
+        pods: vec![pod("huge", 1000, 64 << 20).into()],
         nodepools: vec![eastus_pool("general", 0)],
         ..Default::default()
     };

@@ -10,6 +10,7 @@
 
 use crate::support::proptest_config;
 use crate::support::solver_fixtures as fixtures;
+use std::sync::Arc;
 
 use std::sync::OnceLock;
 
@@ -160,11 +161,11 @@ fn build(s: &Scenario) -> SolveInput {
         if n == 1 {
             node.labels.insert(RACK.into(), "rack-a".into());
         }
-        input.nodes.push(node);
+        input.nodes.push(Arc::new(node));
         // A running pod of group 0, so topology counts start uneven.
         let mut running = pod(&format!("running-{n}"), "g0", 1000, 2 * GI);
         running.node_name = Some(name);
-        input.running.push(running);
+        input.running.push(Arc::new(running));
     }
     if s.daemonset {
         input.daemonsets.push(pod("agent", "agent", 100, 128 * MI));

@@ -7,6 +7,7 @@
 //! failure names the case number to reproduce.
 
 use crate::support::solver_fixtures as fixtures;
+use std::sync::Arc;
 
 use fixtures::*;
 use karpenter_azure::model::labels::LABEL_HOSTNAME;
@@ -106,7 +107,7 @@ fn random_input(rng: &mut Lcg) -> SolveInput {
 }
 
 /// Cheapest $/h of one node holding `block`, or None when no type fits or anti-affinity forbids it.
-fn node_price(types: &[InstanceType], pods: &[Pod], block: &[usize]) -> Option<f64> {
+fn node_price(types: &[InstanceType], pods: &[Arc<Pod>], block: &[usize]) -> Option<f64> {
     if block.iter().filter(|i| !pods[**i].anti_affinity.is_empty()).count() > 1 {
         return None;
     }
@@ -133,7 +134,7 @@ fn optimum(input: &SolveInput) -> f64 {
         blocks: usize,
         assignment: &mut Vec<usize>,
         types: &[InstanceType],
-        pods: &[Pod],
+        pods: &[Arc<Pod>],
         best: &mut f64,
     ) {
         if i == pods.len() {

@@ -6,6 +6,7 @@
 //! provisioner reports on the pod and leaves out for [`QUARANTINE`].
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::scheduling::{Plan, Pod, PodId, SolveInput};
@@ -24,25 +25,30 @@ pub fn solve_isolating(
     }
     let mut bad = vec![];
     find_bad(input, &input.pods, solve, &mut bad);
-    let good: Vec<Pod> = input.pods.iter().filter(|p| !bad.contains(&p.id())).cloned().collect();
+    let good: Vec<Arc<Pod>> = input.pods.iter().filter(|p| !bad.contains(&p.id())).cloned().collect();
     match try_solve(input, &good, solve) {
         Some(plan) => (Some(plan), bad),
         // It panics on something the pods share: all of them wait.
-        None => (None, input.pods.iter().map(Pod::id).collect()),
+        None => (None, input.pods.iter().map(|p| p.id()).collect()),
     }
 }
 
 /// The solve of `input` with only `pods` pending; None when it panics.
-fn try_solve(input: &SolveInput, pods: &[Pod], solve: &dyn Fn(&SolveInput) -> Plan) -> Option<Plan> {
+fn try_solve(input: &SolveInput, pods: &[Arc<Pod>], solve: &dyn Fn(&SolveInput) -> Plan) -> Option<Plan> {
     let batch = SolveInput { pods: pods.to_vec(), ..input.clone() };
     catch_unwind(AssertUnwindSafe(|| solve(&batch))).ok()
 }
 
 /// Adds to `bad` the pods of `pods` the solver panics on alone or within their half.
-fn find_bad(input: &SolveInput, pods: &[Pod], solve: &dyn Fn(&SolveInput) -> Plan, bad: &mut Vec<PodId>) {
+fn find_bad(
+    input: &SolveInput,
+    pods: &[Arc<Pod>],
+    solve: &dyn Fn(&SolveInput) -> Plan,
+    bad: &mut Vec<PodId>,
+) {
     if pods.len() <= 1 {
         if try_solve(input, pods, solve).is_none() {
-            bad.extend(pods.iter().map(Pod::id));
+            bad.extend(pods.iter().map(|p| p.id()));
         }
         return;
     }
@@ -61,7 +67,9 @@ mod tests {
     fn input(names: &[&str]) -> SolveInput {
         let pods = names
             .iter()
-            .map(|name| Pod { name: name.to_string(), namespace: "default".into(), ..Pod::default() })
+            .map(|name| {
+                Arc::new(Pod { name: name.to_string(), namespace: "default".into(), ..Pod::default() })
+            })
             .collect();
         SolveInput { pods, ..SolveInput::default() }
     }

@@ -260,7 +260,7 @@ fn scheduling_id() -> String {
 /// The pending pods by the zone they can run in (upstream `computeEffectiveZoneFromPod`, without the
 /// topology spread): the one zone their node affinity (a single required term with a zone `In`) and
 /// their volumes allow, `flexible` when several or no constraint, `none` when they allow none.
-fn effective_zones(pods: &[scheduling::Pod]) -> BTreeMap<String, usize> {
+fn effective_zones(pods: &[Arc<scheduling::Pod>]) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
     for pod in pods.iter().filter(|p| p.node_name.is_none()) {
         let affinity = match pod.required_terms.as_slice() {

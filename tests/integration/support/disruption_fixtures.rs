@@ -66,7 +66,7 @@ pub fn cluster() -> Snapshot {
 /// A workload pod bound nowhere yet (the node builder binds it).
 pub fn workload(name: &str, cpu_millis: i64) -> NodePod {
     NodePod {
-        pod: pod(name, "app", cpu_millis, GI),
+        pod: pod(name, "app", cpu_millis, GI).into(),
         priority: 0,
         deletion_cost: 0,
         do_not_disrupt: DoNotDisrupt::No,
@@ -112,12 +112,12 @@ pub fn add_node(
     let pods = pods
         .into_iter()
         .map(|mut p| {
-            p.pod.node_name = Some(name.into());
+            Arc::make_mut(&mut p.pod).node_name = Some(name.into());
             p
         })
         .collect();
     snapshot.nodes.push(ManagedNode {
-        node: ExistingNode {
+        node: Arc::new(ExistingNode {
             name: name.into(),
             labels,
             taints: vec![],
@@ -125,7 +125,7 @@ pub fn add_node(
             nodepool: Some(pool_name.into()),
             in_flight: false,
             startup_taints: vec![],
-        },
+        }),
         nodeclaim: format!("{name}-claim"),
         nodepool: pool_name.into(),
         instance_type: type_name.into(),
@@ -215,10 +215,10 @@ pub fn assert_command_valid(snapshot: &Snapshot, command: &Command, now: Timesta
     }
     // The post-command cluster, built from the snapshot without the disruption code.
     let gone: Vec<&str> = command.candidates.iter().map(String::as_str).collect();
-    let moved: Vec<Pod> = removed
+    let moved: Vec<Arc<Pod>> = removed
         .iter()
         .flat_map(|n| n.pods.iter().filter(|p| p.reschedulable()))
-        .map(|p| Pod { node_name: None, ..p.pod.clone() })
+        .map(|p| Arc::new(Pod { node_name: None, ..(*p.pod).clone() }))
         .collect();
     let staying = snapshot.nodes.iter().filter(|n| !gone.contains(&n.node.name.as_str()));
     let input = SolveInput {

@@ -214,7 +214,7 @@ pub fn existing_node(name: &str, zone: &str, allocatable: Resources) -> Existing
 }
 
 pub fn input(pods: Vec<Pod>, nodepools: Vec<NodePoolInput>) -> SolveInput {
-    SolveInput { pods, nodepools, ..SolveInput::default() }
+    SolveInput { pods: pods.into_iter().map(Arc::new).collect(), nodepools, ..SolveInput::default() }
 }
 
 /// Panics with every violation when the plan is not feasible for the input.

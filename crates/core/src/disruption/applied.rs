@@ -5,6 +5,7 @@
 //! under it). Pure: `now` is passed in, and the caller decides (and times) each pass.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -74,7 +75,7 @@ pub fn apply(snapshot: &mut Snapshot, command: &Command, pass: usize, now: Times
     for m in &command.moves {
         let to = rename.get(m.to.as_str()).cloned().unwrap_or_else(|| m.to.clone());
         let Some(mut pod) = moving.remove(&m.pod) else { continue };
-        pod.pod.node_name = Some(to.clone());
+        Arc::make_mut(&mut pod.pod).node_name = Some(to.clone());
         pod.started = Some(now);
         if let Some(node) = snapshot.nodes.iter_mut().find(|n| n.node.name == to) {
             node.pods.push(pod);
@@ -100,7 +101,7 @@ pub fn managed_node(
         })
         .collect();
     ManagedNode {
-        node: ExistingNode {
+        node: Arc::new(ExistingNode {
             name: name.into(),
             labels,
             taints: claim.taints.clone(),
@@ -108,7 +109,7 @@ pub fn managed_node(
             nodepool: Some(claim.nodepool.clone()),
             in_flight: false,
             startup_taints: vec![],
-        },
+        }),
         nodeclaim: name.into(),
         nodepool: claim.nodepool.clone(),
         instance_type: claim.instance_type.clone(),
@@ -131,7 +132,7 @@ pub fn managed_node(
 /// `pod` running on `node` since `started`, as a workload pod the disruption rules may move.
 pub fn workload_pod(pod: &Pod, node: &str, started: Timestamp) -> NodePod {
     NodePod {
-        pod: Pod { node_name: Some(node.into()), ..pod.clone() },
+        pod: Arc::new(Pod { node_name: Some(node.into()), ..pod.clone() }),
         priority: 0,
         deletion_cost: 0,
         do_not_disrupt: DoNotDisrupt::No,

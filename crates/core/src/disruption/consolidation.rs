@@ -126,7 +126,7 @@ pub fn evaluate(
 ) -> Result<Result<Evaluation, BlockReason>, Cancelled> {
     let replace = replace_mode(snapshot, nodes, options);
     let removed: BTreeSet<usize> = nodes.iter().copied().collect();
-    let (outcome, _, _) = outcome(snapshot, &removed, now, replace, cancel)?;
+    let outcome = outcome(snapshot, &removed, now, replace, cancel)?;
     Ok(judged(snapshot, nodes, lambdas, replace, outcome))
 }
 

@@ -29,7 +29,7 @@ mod tests {
 
     fn pod(deletion_cost: i32, priority: i32) -> NodePod {
         NodePod {
-            pod: Pod::default(),
+            pod: Pod::default().into(),
             priority,
             deletion_cost,
             do_not_disrupt: DoNotDisrupt::No,

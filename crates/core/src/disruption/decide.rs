@@ -94,11 +94,7 @@ pub fn repack_lower_bound(snapshot: &Snapshot, cancel: &dyn ShouldCancel) -> Res
 pub fn repack(snapshot: &Snapshot, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
     let mut pods = snapshot.pending.clone();
     for n in &snapshot.nodes {
-        pods.extend(n.pods.iter().filter(|p| p.reschedulable()).map(|p| {
-            let mut pod = p.pod.clone();
-            pod.node_name = None;
-            pod
-        }));
+        pods.extend(n.pods.iter().filter(|p| p.reschedulable()).map(|p| p.pod.clone()));
     }
     let input = SolveInput {
         pods,
@@ -217,7 +213,7 @@ fn drift(
             }
             None => {
                 let removed: BTreeSet<usize> = [i].into();
-                (outcome(snapshot, &removed, now, Replace::Any, cancel)?.0, false)
+                (outcome(snapshot, &removed, now, Replace::Any, cancel)?, false)
             }
         };
         if let Some(command) = drift_command(snapshot, i, &within[k + 1..], result, static_pool, blocked) {

@@ -8,7 +8,7 @@
 //! receive moved pods (uninitialized, inside their consolidateAfter window) stay in the input with no
 //! room to spare, so the pods on them still count for topology.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
@@ -89,18 +89,19 @@ fn input_of(
     let listed = listed == Running::Listed;
     let mut pods = snapshot.pending.clone();
     let mut running = vec![];
-    let mut nodes: Vec<ExistingNode> = vec![];
+    let mut nodes: Vec<Arc<ExistingNode>> = vec![];
     for (i, n) in snapshot.nodes.iter().enumerate() {
         let leaving = removed.contains(&i) || n.marked_for_deletion;
         if leaving {
-            pods.extend(n.pods.iter().filter(|p| p.reschedulable()).map(|p| unbound(&p.pod)));
+            pods.extend(n.pods.iter().filter(|p| p.reschedulable()).map(|p| p.pod.clone()));
             continue;
         }
-        let mut node = n.node.clone();
-        if !destination_open(pool_of(snapshot, n), n, now) {
-            node.allocatable = used(n.pods.iter().map(|p| &p.pod.requests));
+        if destination_open(pool_of(snapshot, n), n, now) {
+            nodes.push(n.node.clone());
+        } else {
+            let allocatable = used(n.pods.iter().map(|p| &p.pod.requests));
+            nodes.push(Arc::new(ExistingNode { allocatable, ..(*n.node).clone() }));
         }
-        nodes.push(node);
         if listed {
             running.extend(n.pods.iter().map(|p| p.pod.clone()));
         }
@@ -165,12 +166,6 @@ fn single(r: Requirement) -> crate::model::requirements::Requirements {
     out
 }
 
-fn unbound(pod: &crate::scheduling::Pod) -> crate::scheduling::Pod {
-    let mut p = pod.clone();
-    p.node_name = None;
-    p
-}
-
 fn used<'a>(requests: impl Iterator<Item = &'a Resources>) -> Resources {
     let mut total = Resources::new();
     for r in requests {
@@ -187,10 +182,10 @@ pub fn outcome(
     now: Timestamp,
     replace: Replace,
     cancel: &dyn ShouldCancel,
-) -> Result<(Outcome, SolveInput, Plan), Cancelled> {
+) -> Result<Outcome, Cancelled> {
     let input = input_without(snapshot, removed, now, replace);
     let plan = place_with_cancel(&input, cancel)?;
-    Ok((read_outcome(snapshot, removed, &plan), input, plan))
+    Ok(read_outcome(snapshot, removed, plan))
 }
 
 /// [`outcome`] with the running pods read from the pass's `base` ([`running_base`] of the same
@@ -205,36 +200,41 @@ pub fn outcome_on_base(
 ) -> Result<Outcome, Cancelled> {
     let input = input_of(snapshot, removed, now, replace, Running::InBase);
     let plan = place_with_base(&input, base, cancel)?;
-    Ok(read_outcome(snapshot, removed, &plan))
+    Ok(read_outcome(snapshot, removed, plan))
 }
 
 /// The plan of a solve without `removed`, as the moves and replacements of their pods.
-fn read_outcome(snapshot: &Snapshot, removed: &BTreeSet<usize>, plan: &Plan) -> Outcome {
-    let moved: BTreeSet<PodId> = removed
+fn read_outcome(snapshot: &Snapshot, removed: &BTreeSet<usize>, plan: Plan) -> Outcome {
+    let moved: HashSet<PodId> = removed
         .iter()
         .flat_map(|&i| snapshot.nodes[i].pods.iter().filter(|p| p.reschedulable()).map(|p| p.pod.id()))
         .collect();
     let mut moves = vec![];
-    for (node, placed) in &plan.existing {
+    for (node, placed) in plan.existing {
         moves.extend(
-            placed.iter().filter(|p| moved.contains(*p)).map(|p| Move { pod: p.clone(), to: node.clone() }),
+            placed.into_iter().filter(|p| moved.contains(p)).map(|pod| Move { pod, to: node.clone() }),
         );
     }
     let mut replacements = vec![];
-    for claim in &plan.nodeclaims {
-        let here: Vec<&PodId> = claim.pods.iter().filter(|p| moved.contains(*p)).collect();
-        if here.is_empty() {
-            continue;
+    for claim in plan.nodeclaims {
+        let before = moves.len();
+        moves.extend(
+            claim
+                .pods
+                .iter()
+                .filter(|p| moved.contains(*p))
+                .map(|p| Move { pod: p.clone(), to: claim.name.clone() }),
+        );
+        if moves.len() > before {
+            replacements.push(claim);
         }
-        moves.extend(here.into_iter().map(|p| Move { pod: p.clone(), to: claim.name.clone() }));
-        replacements.push(claim.clone());
     }
     moves.sort();
     let stranded: Vec<(PodId, String)> = plan
         .unschedulable
-        .iter()
+        .into_iter()
         .filter(|u| moved.contains(&u.pod))
-        .map(|u| (u.pod.clone(), u.reason.clone()))
+        .map(|u| (u.pod, u.reason))
         .collect();
     Outcome { replacements, moves, stranded }
 }

@@ -5,6 +5,7 @@
 //! simulator from manifests; nothing here reads the clock, `now` is passed to every decision.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -28,7 +29,7 @@ pub struct Snapshot {
     /// Nodes Karpenter does not manage: destinations for moved pods, never candidates.
     pub unmanaged: Vec<UnmanagedNode>,
     /// Pods waiting for a node: a command must not take the room they need.
-    pub pending: Vec<Pod>,
+    pub pending: Vec<Arc<Pod>>,
     pub pdbs: Vec<Pdb>,
     pub nodepools: Vec<PoolPolicy>,
     /// DaemonSet pod templates: each replacement pays for those that would land on it.
@@ -41,7 +42,7 @@ pub struct Snapshot {
 #[derive(Clone, Debug)]
 pub struct ManagedNode {
     /// The node as the solver sees it (name, labels, taints, allocatable, pool, in flight).
-    pub node: ExistingNode,
+    pub node: Arc<ExistingNode>,
     pub nodeclaim: String,
     pub nodepool: String,
     pub instance_type: String,
@@ -83,7 +84,7 @@ pub struct Drifted {
 /// A pod bound to a managed node, with what disruption needs beyond the solver's view.
 #[derive(Clone, Debug)]
 pub struct NodePod {
-    pub pod: Pod,
+    pub pod: Arc<Pod>,
     pub priority: i32,
     /// `controller.kubernetes.io/pod-deletion-cost`.
     pub deletion_cost: i32,
@@ -163,8 +164,8 @@ impl DoNotDisrupt {
 /// A node Karpenter does not manage and the pods on it.
 #[derive(Clone, Debug)]
 pub struct UnmanagedNode {
-    pub node: ExistingNode,
-    pub pods: Vec<Pod>,
+    pub node: Arc<ExistingNode>,
+    pub pods: Vec<Arc<Pod>>,
 }
 
 /// A PodDisruptionBudget with its current allowance.

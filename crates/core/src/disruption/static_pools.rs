@@ -18,6 +18,7 @@
 //! drifted node within the Drifted budget, and only while no scale-down is pending.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -181,7 +182,7 @@ pub fn drift_outcome(
 ) -> Result<Outcome, Cancelled> {
     let mut with = snapshot.clone();
     with.unmanaged.push(UnmanagedNode {
-        node: ExistingNode {
+        node: Arc::new(ExistingNode {
             name: claim.name.clone(),
             labels: claim.labels.clone(),
             taints: claim.taints.clone(),
@@ -189,10 +190,10 @@ pub fn drift_outcome(
             nodepool: Some(claim.nodepool.clone()),
             in_flight: true,
             startup_taints: claim.startup_taints.clone(),
-        },
+        }),
         pods: vec![],
     });
-    let (mut result, _, _) = outcome(&with, &BTreeSet::from([i]), now, Replace::Any, cancel)?;
+    let mut result = outcome(&with, &BTreeSet::from([i]), now, Replace::Any, cancel)?;
     result.replacements.insert(0, claim.clone());
     Ok(result)
 }

@@ -62,7 +62,7 @@ pub fn validate(
     let result = match static_replacement {
         Some(Err(detail)) => return Err(Invalid::Unschedulable { detail }),
         Some(Ok(claim)) => static_pools::drift_outcome(snapshot, indices[0], &claim, now, &|| false),
-        None => outcome(snapshot, &removed, now, replace, &|| false).map(|(result, _, _)| result),
+        None => outcome(snapshot, &removed, now, replace, &|| false),
     }
     .expect("never cancelled");
     if let Some((pod, why)) = result.stranded.first() {

@@ -13,6 +13,7 @@
 //! up to the order selectors are numbered in (which only breaks ties).
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::model::labels::LABEL_HOSTNAME;
 use crate::model::resources::Resources;
@@ -48,8 +49,8 @@ impl RunningBase {
     /// `nodes`. A solve on the base must place only pods of `full` and keep only nodes of `full`.
     pub fn new(full: &SolveInput) -> Self {
         let mut selectors = Selectors::default();
-        intern_rules(full.pods.iter().chain(&full.running), &mut selectors);
-        let relevant = relevant_label_keys(full.pods.iter().chain(&full.running));
+        intern_rules(full.pods.iter().chain(&full.running).map(Arc::as_ref), &mut selectors);
+        let relevant = relevant_label_keys(full.pods.iter().chain(&full.running).map(Arc::as_ref));
         let nsel = selectors.list.len();
         let scopes = selectors.domain_scopes();
         let mut nodes: HashMap<String, NodeBase> = full

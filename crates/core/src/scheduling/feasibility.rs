@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 
 use crate::apis::Taint;
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_ZONE};
@@ -121,7 +122,7 @@ impl<'a> Checker<'a> {
     }
 
     fn pending(&self, id: &str) -> Option<&'a Pod> {
-        self.input.pods.iter().find(|p| p.id() == id)
+        self.input.pods.iter().find(|p| p.id() == id).map(Arc::as_ref)
     }
 
     fn pool(&self, name: &str) -> Option<&'a NodePoolInput> {
@@ -146,6 +147,7 @@ impl<'a> Checker<'a> {
                     .running
                     .iter()
                     .filter(|p| p.node_name.as_deref() == Some(&node.name))
+                    .map(Arc::as_ref)
                     .collect(),
                 placed: placed.filter_map(|id| self.pending(id)).collect(),
                 daemons: vec![],
@@ -246,7 +248,7 @@ impl<'a> Checker<'a> {
         for id in listed {
             *seen.entry(id.as_str()).or_default() += 1;
         }
-        let pending: BTreeSet<PodId> = self.input.pods.iter().map(Pod::id).collect();
+        let pending: BTreeSet<PodId> = self.input.pods.iter().map(|p| p.id()).collect();
         for id in &pending {
             match seen.get(id.as_str()).copied().unwrap_or(0) {
                 1 => {}

@@ -72,7 +72,11 @@ fn pod(name: &str, cpu: i64) -> Pod {
 }
 
 fn input(pods: Vec<Pod>) -> SolveInput {
-    SolveInput { pods, nodepools: vec![pool()], ..SolveInput::default() }
+    SolveInput {
+        pods: pods.into_iter().map(Arc::new).collect(),
+        nodepools: vec![pool()],
+        ..SolveInput::default()
+    }
 }
 
 /// A correct claim for `pods` on `type_name` in `zone`, built from the input.
@@ -85,7 +89,7 @@ fn claim(input: &SolveInput, n: usize, type_name: &str, zone: &str, pods: &[&str
     requirements.add(Requirement::is_in(LABEL_ZONE, [zone]));
     requirements.add(Requirement::is_in(LABEL_CAPACITY_TYPE, ["on-demand"]));
     let placed: Vec<&Pod> =
-        pods.iter().map(|id| input.pods.iter().find(|p| p.name == *id).unwrap()).collect();
+        pods.iter().map(|id| input.pods.iter().find(|p| p.name == *id).unwrap().as_ref()).collect();
     let daemons: Vec<&Pod> = input.daemonsets.iter().collect();
     let daemon_overhead = sum_requests(&daemons);
     NewNodeClaim {
@@ -162,7 +166,7 @@ fn capacity() {
 #[test]
 fn existing_node_capacity_counts_running_pods() {
     let mut input = input(vec![pod("p1", 1000)]);
-    input.nodes.push(ExistingNode {
+    input.nodes.push(Arc::new(ExistingNode {
         name: "n1".into(),
         labels: BTreeMap::new(),
         taints: vec![],
@@ -170,8 +174,8 @@ fn existing_node_capacity_counts_running_pods() {
         nodepool: None,
         in_flight: false,
         startup_taints: vec![],
-    });
-    input.running.push(Pod { node_name: Some("n1".into()), ..pod("r1", 1500) });
+    }));
+    input.running.push(Arc::new(Pod { node_name: Some("n1".into()), ..pod("r1", 1500) }));
     let plan = Plan { existing: [("n1".to_string(), vec!["ns/p1".to_string()])].into(), ..Plan::default() };
     assert_breaks(&input, &plan, Rule::Capacity);
 }
@@ -244,7 +248,7 @@ fn taints() {
     };
     input.nodepools[0].taints = vec![taint];
     assert_breaks(&input, &plan(vec![claim(&input, 1, "small", "a", &["p1"])]), Rule::Taints);
-    input.pods[0].tolerations = vec![Toleration {
+    Arc::make_mut(&mut input.pods[0]).tolerations = vec![Toleration {
         key: Some("dedicated".into()),
         operator: TolerationOperator::Exists,
         value: None,
@@ -303,7 +307,7 @@ fn anti_affinity_both_directions() {
 
     // A running pod's anti-affinity keeps a new pod it selects off its node.
     let mut inverse = self::input(vec![pod("p1", 100)]);
-    inverse.nodes.push(ExistingNode {
+    inverse.nodes.push(Arc::new(ExistingNode {
         name: "n1".into(),
         labels: BTreeMap::new(),
         taints: vec![],
@@ -311,8 +315,8 @@ fn anti_affinity_both_directions() {
         nodepool: None,
         in_flight: false,
         startup_taints: vec![],
-    });
-    inverse.running.push(Pod { node_name: Some("n1".into()), ..hostname_anti_affinity("r1") });
+    }));
+    inverse.running.push(Arc::new(Pod { node_name: Some("n1".into()), ..hostname_anti_affinity("r1") }));
     let plan = Plan { existing: [("n1".to_string(), vec!["ns/p1".to_string()])].into(), ..Plan::default() };
     assert_breaks(&inverse, &plan, Rule::PodAntiAffinity);
 }

@@ -186,14 +186,15 @@ pub struct NodePoolInput {
     pub replicas: Option<i64>,
 }
 
-/// Everything one solve needs.
+/// Everything one solve needs. Pods and nodes are shared (`Arc`) with the cluster's index and
+/// between the solves of one disruption pass, so building an input copies none of them.
 #[derive(Clone, Debug, Default)]
 pub struct SolveInput {
-    /// Pods to place.
-    pub pods: Vec<Pod>,
+    /// Pods to place. Their `node_name` is not read: a pod of a node being removed keeps its own.
+    pub pods: Vec<Arc<Pod>>,
     /// Pods already bound to nodes: they use capacity and count for topology.
-    pub running: Vec<Pod>,
-    pub nodes: Vec<ExistingNode>,
+    pub running: Vec<Arc<Pod>>,
+    pub nodes: Vec<Arc<ExistingNode>>,
     pub nodepools: Vec<NodePoolInput>,
     /// DaemonSet pod templates: each new node pays for those that would land on it.
     pub daemonsets: Vec<Pod>,

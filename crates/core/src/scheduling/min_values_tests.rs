@@ -22,7 +22,12 @@ fn input(min_values: u32, policy: MinValuesPolicy) -> SolveInput {
         [Requirement::exists(LABEL_INSTANCE_TYPE).with_min_values(Some(min_values))],
     );
     let options = SolveOptions { min_values_policy: policy, ..SolveOptions::default() };
-    SolveInput { pods: vec![pod("web", 1500, GI)], nodepools: vec![pool], options, ..Default::default() }
+    SolveInput {
+        pods: vec![pod("web", 1500, GI).into()],
+        nodepools: vec![pool],
+        options,
+        ..Default::default()
+    }
 }
 
 fn planned_min_values(input: &SolveInput) -> Option<u32> {

@@ -13,7 +13,8 @@ fn planned_size(policy: PreferencePolicy) -> String {
     preferred.add(Requirement::is_in(LABEL_INSTANCE_TYPE, ["preferred"]));
     let pod = Pod { preferred_terms: vec![Weighted { weight: 100, term: preferred }], ..pod("web", 500, GI) };
     let options = SolveOptions { preference_policy: policy, ..SolveOptions::default() };
-    let plan = solve(&SolveInput { pods: vec![pod], nodepools: vec![pool], options, ..Default::default() });
+    let plan =
+        solve(&SolveInput { pods: vec![pod.into()], nodepools: vec![pool], options, ..Default::default() });
     assert_eq!(plan.nodeclaims.len(), 1, "{plan:?}");
     plan.nodeclaims[0].instance_type.clone()
 }

@@ -6,6 +6,7 @@
 //! what lets the solver reason about classes of identical pods instead of single pods.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZONE};
 use crate::model::requirements::Requirements;
@@ -24,7 +25,7 @@ impl Dims {
     /// cpu, memory and pods always; then every other resource some pod requests, sorted.
     pub fn for_input(input: &SolveInput) -> Dims {
         let mut extra = BTreeSet::new();
-        for pod in input.pods.iter().chain(&input.daemonsets) {
+        for pod in input.pods.iter().map(Arc::as_ref).chain(&input.daemonsets) {
             for (name, amount) in pod.requests.iter() {
                 if amount > 0 && ![CPU, MEMORY, PODS].contains(&name) {
                     extra.insert(name.to_string());
@@ -294,8 +295,8 @@ pub(crate) fn relevant_label_keys<'a>(pods: impl Iterator<Item = &'a Pod>) -> BT
 /// Groups the pending pods into shapes (in order of first appearance) and interns every selector
 /// their rules and the running pods' rules use.
 pub fn build_shapes(input: &SolveInput, dims: &Dims, selectors: &mut Selectors) -> Vec<Shape> {
-    let relevant = relevant_label_keys(input.pods.iter().chain(&input.running));
-    intern_rules(input.pods.iter().chain(&input.running), selectors);
+    let relevant = relevant_label_keys(input.pods.iter().chain(&input.running).map(Arc::as_ref));
+    intern_rules(input.pods.iter().chain(&input.running).map(Arc::as_ref), selectors);
     group_shapes(input, dims, &relevant, selectors)
 }
 

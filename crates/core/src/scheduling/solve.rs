@@ -361,19 +361,29 @@ fn eligible_domains(solver: &Solver, requirements: &Requirements, masks: &[u32])
     let mut zones = std::collections::BTreeSet::new();
     let mut capacity_types = std::collections::BTreeSet::new();
     let mut pairs = std::collections::BTreeSet::new();
+    // A node whose (zone, capacity type) is already eligible adds nothing: on a large cluster most
+    // nodes share a handful of pairs, so most skip matching their labels.
+    let mut known: std::collections::HashSet<(&str, &str)> = std::collections::HashSet::new();
     for (zone, capacity_type) in solver.offering_domains().reached(masks) {
         zones.insert(zone.clone());
         capacity_types.insert(capacity_type.clone());
         pairs.insert((zone.clone(), capacity_type.clone()));
+        known.insert((zone, capacity_type));
     }
     for n in &solver.input().nodes {
+        let zone = n.labels.get(LABEL_ZONE);
+        let capacity_type = n.labels.get(LABEL_CAPACITY_TYPE);
+        if let (Some(z), Some(c)) = (zone, capacity_type) {
+            if known.contains(&(z.as_str(), c.as_str())) {
+                continue;
+            }
+        }
         if requirements.matches(&n.labels) {
-            let zone = n.labels.get(LABEL_ZONE);
-            let capacity_type = n.labels.get(LABEL_CAPACITY_TYPE);
             zones.extend(zone.cloned());
             capacity_types.extend(capacity_type.cloned());
             if let (Some(z), Some(c)) = (zone, capacity_type) {
                 pairs.insert((z.clone(), c.clone()));
+                known.insert((z, c));
             }
         }
     }

@@ -2,6 +2,7 @@
 //! exactly [`solve`]'s.
 
 use std::cell::Cell;
+use std::sync::Arc;
 
 use crate::scheduling::test_support::{instance_type_in, pod, pool, GI};
 use crate::scheduling::{solve, solve_with_cancel, Cancelled, Pod, SolveInput};
@@ -22,7 +23,7 @@ fn input() -> SolveInput {
     let mut pods: Vec<Pod> = (0..25).map(|i| pod(&format!("web-{i}"), 700, GI)).collect();
     pods.extend((0..9).map(|i| pod(&format!("db-{i}"), 1500, 6 * GI)));
     pods.push(pod("huge", 64_000, GI));
-    SolveInput { pods, nodepools: vec![pool], ..Default::default() }
+    SolveInput { pods: pods.into_iter().map(Arc::new).collect(), nodepools: vec![pool], ..Default::default() }
 }
 
 #[test]

@@ -107,7 +107,8 @@ impl Domains {
     /// Counts the running pods by the domains of their nodes in every scope.
     pub fn from_running(input: &SolveInput, selectors: &Selectors) -> Self {
         let mut domains = Domains::empty(selectors);
-        let nodes: BTreeMap<&str, &ExistingNode> = input.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let nodes: BTreeMap<&str, &ExistingNode> =
+            input.nodes.iter().map(|n| (n.name.as_str(), n.as_ref())).collect();
         let mut matcher = selectors.matcher();
         let scopes = selectors.domain_scopes();
         for pod in &input.running {

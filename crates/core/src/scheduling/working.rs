@@ -21,6 +21,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::sync::Arc;
 
 use crate::model::labels::LABEL_HOSTNAME;
 use crate::model::requirements::Requirements;
@@ -157,7 +158,7 @@ impl<'a> Solver<'a> {
         debug_assert!(
             {
                 let mut more = selectors.clone();
-                intern_rules(input.pods.iter(), &mut more);
+                intern_rules(input.pods.iter().map(Arc::as_ref), &mut more);
                 (more.list.len(), more.label_keys.len()) == (selectors.list.len(), selectors.label_keys.len())
             },
             "the base was built from every pod a solve on it places"
