@@ -361,30 +361,32 @@ fn eligible_domains(solver: &Solver, requirements: &Requirements, masks: &[u32])
     let mut zones = std::collections::BTreeSet::new();
     let mut capacity_types = std::collections::BTreeSet::new();
     let mut pairs = std::collections::BTreeSet::new();
-    // A node whose (zone, capacity type) is already eligible adds nothing: on a large cluster most
-    // nodes share a handful of pairs, so most skip matching their labels.
-    let mut known: std::collections::HashSet<(&str, &str)> = std::collections::HashSet::new();
     for (zone, capacity_type) in solver.offering_domains().reached(masks) {
         zones.insert(zone.clone());
         capacity_types.insert(capacity_type.clone());
         pairs.insert((zone.clone(), capacity_type.clone()));
-        known.insert((zone, capacity_type));
     }
-    for n in &solver.input().nodes {
-        let zone = n.labels.get(LABEL_ZONE);
-        let capacity_type = n.labels.get(LABEL_CAPACITY_TYPE);
-        if let (Some(z), Some(c)) = (zone, capacity_type) {
-            if known.contains(&(z.as_str(), c.as_str())) {
-                continue;
+    let nodes = &solver.input().nodes;
+    let admits = |key: &str, value: &str| requirements.get(key).is_none_or(|r| r.admits(Some(value)));
+    for group in solver.nodes_by_pair() {
+        let mut matching = group.nodes.iter().map(|&i| &nodes[i]).filter(|n| requirements.matches(&n.labels));
+        let Some((zone, capacity_type)) = group.pair else {
+            for n in matching {
+                zones.extend(n.labels.get(LABEL_ZONE).cloned());
+                capacity_types.extend(n.labels.get(LABEL_CAPACITY_TYPE).cloned());
             }
+            continue;
+        };
+        // A pair already reached gains nothing from its nodes; one the requirements exclude has no
+        // node that matches.
+        let pair = (zone.to_string(), capacity_type.to_string());
+        if pairs.contains(&pair) || !admits(LABEL_ZONE, zone) || !admits(LABEL_CAPACITY_TYPE, capacity_type) {
+            continue;
         }
-        if requirements.matches(&n.labels) {
-            zones.extend(zone.cloned());
-            capacity_types.extend(capacity_type.cloned());
-            if let (Some(z), Some(c)) = (zone, capacity_type) {
-                pairs.insert((z.clone(), c.clone()));
-                known.insert((z, c));
-            }
+        if matching.next().is_some() {
+            zones.insert(pair.0.clone());
+            capacity_types.insert(pair.1.clone());
+            pairs.insert(pair);
         }
     }
     EligibleDomains {

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::model::labels::LABEL_HOSTNAME;
+use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZONE};
 use crate::model::requirements::Requirements;
 use crate::model::resources::NODES;
 use crate::scheduling::base::RunningBase;
@@ -101,6 +101,33 @@ type MasksForTolerations = (Vec<Toleration>, Vec<u32>);
 /// What a resource bound depends on besides the classes: existing free capacity, and pods per class.
 pub(crate) type BoundKey = (Vec<i64>, Vec<(usize, u64)>);
 
+/// The input's nodes of one (zone, capacity type), by index; `pair` is `None` for the nodes that lack
+/// either label. Which domains a class reaches through existing nodes is asked per class, and a large
+/// cluster's nodes share a handful of pairs, so grouping them once per solve lets a class skip every
+/// node of a pair it already reaches or whose zone or capacity type it excludes.
+pub(crate) struct NodesByPair<'a> {
+    pub pair: Option<(&'a str, &'a str)>,
+    pub nodes: Vec<usize>,
+}
+
+impl<'a> NodesByPair<'a> {
+    fn group(input: &'a SolveInput) -> Vec<Self> {
+        let mut index: HashMap<Option<(&'a str, &'a str)>, usize> = HashMap::new();
+        let mut groups: Vec<Self> = vec![];
+        for (i, node) in input.nodes.iter().enumerate() {
+            let zone = node.labels.get(LABEL_ZONE);
+            let capacity_type = node.labels.get(LABEL_CAPACITY_TYPE);
+            let pair = zone.zip(capacity_type).map(|(z, c)| (z.as_str(), c.as_str()));
+            let g = *index.entry(pair).or_insert_with(|| {
+                groups.push(NodesByPair { pair, nodes: vec![] });
+                groups.len() - 1
+            });
+            groups[g].nodes.push(i);
+        }
+        groups
+    }
+}
+
 /// The solver's working state across relaxation rounds.
 pub(crate) struct Solver<'a> {
     input: &'a SolveInput,
@@ -109,6 +136,7 @@ pub(crate) struct Solver<'a> {
     shapes: Vec<Shape>,
     templates: Vec<Template>,
     offering_domains: OfferingDomains,
+    nodes_by_pair: Vec<NodesByPair<'a>>,
     classes: Vec<Class>,
     slots: Vec<Slot>,
     /// Pods matching each selector anywhere (for hostname affinity bootstrapping).
@@ -181,6 +209,7 @@ impl<'a> Solver<'a> {
     ) -> Self {
         let templates = templates::build(input, &dims);
         let offering_domains = OfferingDomains::new(&templates);
+        let nodes_by_pair = NodesByPair::group(input);
         let limit_use = templates.iter().map(|t| limit_use(input, t)).collect();
         let smallest_demand = vec![i64::MAX; dims.len()];
         for shape in &shapes {
@@ -197,6 +226,7 @@ impl<'a> Solver<'a> {
             shapes,
             templates,
             offering_domains,
+            nodes_by_pair,
             classes: vec![],
             slots: vec![],
             matching_anywhere,
@@ -307,6 +337,11 @@ impl<'a> Solver<'a> {
     /// The (zone, capacity type) pairs the templates sell, by offering.
     pub fn offering_domains(&self) -> &OfferingDomains {
         &self.offering_domains
+    }
+
+    /// The input's nodes grouped by their zone and capacity type.
+    pub fn nodes_by_pair(&self) -> &[NodesByPair<'a>] {
+        &self.nodes_by_pair
     }
 
     pub fn classes(&self) -> &[Class] {
