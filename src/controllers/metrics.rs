@@ -164,7 +164,7 @@ pub fn refresh(
 
     super::metrics_nodes::nodes(m, cluster, &mut state.series, now);
     super::metrics_nodes::nodepools(m, cluster, catalog, &mut state.cost_errors);
-    super::metrics_pods::pods(m, cluster, &mut state.pods, &mut state.series, now);
+    super::metrics_pods::pods(m, cluster, &mut state.pods, now);
     super::metrics_status::status_conditions(m, cluster, &mut state.status, &mut state.series, now);
 }
 

@@ -17,7 +17,6 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::metrics_series::Series;
 use crate::model::labels::{
     LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
 };
@@ -166,15 +165,15 @@ fn state_values(cluster: &Cluster, pod: &PodRecord) -> [String; 13] {
 }
 
 /// `karpenter_pods_state` and the pod timing gauges, rebuilt at `now`.
-pub fn pods(m: &Metrics, cluster: &Cluster, tracker: &mut PodTracker, series: &mut Series, now: Timestamp) {
+pub fn pods(m: &Metrics, cluster: &Cluster, tracker: &mut PodTracker, now: Timestamp) {
     tracker.retain(cluster);
     let c = &m.cluster;
-    let mut pods_state = series.start(&c.pods_state);
-    let mut unstarted = series.start(&c.unstarted);
-    let mut unbound = series.start(&c.unbound);
-    let mut provisioning_unstarted = series.start(&c.provisioning_unstarted);
-    let mut provisioning_unbound = series.start(&c.provisioning_unbound);
-    let mut scheduling_undecided = series.start(&c.scheduling_undecided);
+    let mut pods_state = c.pods_state.rebuild();
+    let mut unstarted = c.unstarted.rebuild();
+    let mut unbound = c.unbound.rebuild();
+    let mut provisioning_unstarted = c.provisioning_unstarted.rebuild();
+    let mut provisioning_unbound = c.provisioning_unbound.rebuild();
+    let mut scheduling_undecided = c.scheduling_undecided.rebuild();
     for pod in cluster.pods() {
         let state = state_values(cluster, pod);
         pods_state.set(&state.each_ref().map(String::as_str), 1.0);
@@ -212,6 +211,6 @@ pub fn pods(m: &Metrics, cluster: &Cluster, tracker: &mut PodTracker, series: &m
     for rebuilt in
         [pods_state, unstarted, unbound, provisioning_unstarted, provisioning_unbound, scheduling_undecided]
     {
-        series.finish(rebuilt);
+        rebuilt.finish();
     }
 }

@@ -27,12 +27,13 @@ use std::sync::LazyLock;
 pub use super::metrics_cluster::{node_label_keys, node_labels, ClusterMetrics, POD_LABELS};
 pub use super::metrics_disruption::{consolidation_type, decision, DisruptionMetrics};
 pub use super::metrics_lifecycle::LifecycleMetrics;
+pub use super::metrics_rebuilt::{Rebuild, RebuiltGauge};
 pub use super::metrics_registry::{Doc, Origin, Type};
 pub use super::metrics_runtime::{RuntimeMetrics, Work};
 pub use super::metrics_scheduler::SchedulerMetrics;
 pub use super::metrics_status::StatusMetrics;
 
-use prometheus::{Encoder, Registry, TextEncoder};
+use prometheus::{Registry, TextEncoder};
 
 use super::metrics_registry::{LeaderOnly, Registrar};
 
@@ -113,6 +114,8 @@ pub struct Metrics {
     registry: Registry,
     docs: Vec<Doc>,
     leader_only: LeaderOnly,
+    /// The per-object families kept outside the registry, sorted by name.
+    rebuilt: Vec<RebuiltGauge>,
     /// NodeClaims and Nodes created, disrupted, terminated; drains and evictions.
     pub lifecycle: LifecycleMetrics,
     /// Scheduling, cloud-provider calls, VM creates, the latest plan.
@@ -137,15 +140,35 @@ impl Metrics {
         let disruption = DisruptionMetrics::register(&r);
         let status = StatusMetrics::register(&r);
         let runtime = RuntimeMetrics::register(&r);
-        let (registry, docs, leader_only) = r.finish();
-        Metrics { registry, docs, leader_only, lifecycle, scheduler, cluster, disruption, status, runtime }
+        let (registry, docs, leader_only, rebuilt) = r.finish();
+        Metrics {
+            registry,
+            docs,
+            leader_only,
+            rebuilt,
+            lifecycle,
+            scheduler,
+            cluster,
+            disruption,
+            status,
+            runtime,
+        }
     }
 
     /// Every metric with at least one series, in the Prometheus text format.
+    /// The registry's families and the rebuilt ones are merged in name order, as the registry orders
+    /// its own.
     pub fn render(&self) -> Result<String, prometheus::Error> {
-        let mut out = Vec::new();
-        TextEncoder::new().encode(&self.registry.gather(), &mut out)?;
-        String::from_utf8(out).map_err(|e| prometheus::Error::Msg(e.to_string()))
+        let mut out = String::new();
+        let mut rebuilt = self.rebuilt.iter().peekable();
+        for family in self.registry.gather() {
+            while let Some(gauge) = rebuilt.next_if(|g| g.name() < family.name()) {
+                gauge.render(&mut out);
+            }
+            TextEncoder::new().encode_utf8(std::slice::from_ref(&family), &mut out)?;
+        }
+        rebuilt.for_each(|gauge| gauge.render(&mut out));
+        Ok(out)
     }
 
     /// What each registered metric is, in registration order.

@@ -6,6 +6,7 @@
 use prometheus::{GaugeVec, HistogramVec, IntCounterVec};
 
 use super::metrics::DURATION_BUCKETS;
+use super::metrics_rebuilt::RebuiltGauge;
 use super::metrics_registry::{Origin, Registrar};
 use super::metrics_summary::{SummaryVec, OBJECTIVES};
 use crate::model::labels::{LABEL_AKS_CLUSTER, WELL_KNOWN_LABELS};
@@ -75,15 +76,16 @@ pub struct ClusterMetrics {
     pub nodepools_cost: GaugeVec,
     /// `karpenter_nodepools_cost_tracker_errors_total{nodepool}`.
     pub cost_tracker_errors: IntCounterVec,
-    /// `karpenter_pods_state{name, namespace, owner, node, ...}`: 1 per pod.
-    pub pods_state: GaugeVec,
+    /// `karpenter_pods_state{name, namespace, owner, node, ...}`: 1 per pod, kept compact
+    /// ([`RebuiltGauge`]) as the pod timings below.
+    pub pods_state: RebuiltGauge,
     /// `karpenter_pods_{unstarted,unbound,provisioning_unstarted,provisioning_unbound,
     /// provisioning_scheduling_undecided}_time_seconds{name, namespace}`.
-    pub unstarted: GaugeVec,
-    pub unbound: GaugeVec,
-    pub provisioning_unstarted: GaugeVec,
-    pub provisioning_unbound: GaugeVec,
-    pub scheduling_undecided: GaugeVec,
+    pub unstarted: RebuiltGauge,
+    pub unbound: RebuiltGauge,
+    pub provisioning_unstarted: RebuiltGauge,
+    pub provisioning_unbound: RebuiltGauge,
+    pub scheduling_undecided: RebuiltGauge,
     /// `karpenter_pods_startup_duration_seconds` (a summary, as upstream).
     pub startup_duration: SummaryVec,
     pub bound_duration: HistogramVec,
@@ -115,7 +117,7 @@ impl ClusterMetrics {
                 .origin(POD)
                 .recorded(when, &["refresh"])
                 .leader_only()
-                .gauge()
+                .rebuilt_gauge()
         };
         let pod_duration = |name: &str, help: &str, when: &str| {
             r.def(name, help, &[]).origin(POD).recorded(when, &["pod_observed"]).histogram(DURATION_BUCKETS)
@@ -219,7 +221,7 @@ impl ClusterMetrics {
                 .origin(POD)
                 .recorded("from the index, on the leader: 1 per pod", &["refresh"])
                 .leader_only()
-                .gauge(),
+                .rebuilt_gauge(),
             unstarted: pod_time(
                 "karpenter_pods_unstarted_time_seconds",
                 "The time from pod creation until the pod is running.",

@@ -14,6 +14,7 @@ use std::sync::Mutex;
 use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
+use super::metrics_rebuilt::RebuiltGauge;
 use super::metrics_summary::SummaryVec;
 
 /// The Prometheus type of a metric.
@@ -103,6 +104,12 @@ macro_rules! clear_by_reset {
 }
 clear_by_reset!(GaugeVec, IntGaugeVec, HistogramVec, IntCounterVec, SummaryVec);
 
+impl Clear for RebuiltGauge {
+    fn clear(&self) {
+        RebuiltGauge::clear(self);
+    }
+}
+
 /// The leader-only metrics, to clear on a replica that does not lead.
 #[derive(Default)]
 pub struct LeaderOnly(Vec<Box<dyn Clear>>);
@@ -119,6 +126,8 @@ pub struct Registrar {
     registry: Registry,
     docs: Mutex<Vec<Doc>>,
     leader_only: Mutex<LeaderOnly>,
+    /// The families rendered beside the registry ([`Def::rebuilt_gauge`]).
+    rebuilt: Mutex<Vec<RebuiltGauge>>,
 }
 
 /// One metric being defined.
@@ -155,10 +164,13 @@ impl Registrar {
         self.docs.lock().unwrap_or_else(|p| p.into_inner()).extend(docs);
     }
 
-    pub fn finish(self) -> (Registry, Vec<Doc>, LeaderOnly) {
+    /// The registry, the docs, the leader-only metrics, and the rebuilt families sorted by name.
+    pub fn finish(self) -> (Registry, Vec<Doc>, LeaderOnly, Vec<RebuiltGauge>) {
         let docs = self.docs.into_inner().unwrap_or_else(|p| p.into_inner());
         let leader_only = self.leader_only.into_inner().unwrap_or_else(|p| p.into_inner());
-        (self.registry, docs, leader_only)
+        let mut rebuilt = self.rebuilt.into_inner().unwrap_or_else(|p| p.into_inner());
+        rebuilt.sort_by(|a, b| a.name().cmp(b.name()));
+        (self.registry, docs, leader_only, rebuilt)
     }
 }
 
@@ -208,6 +220,23 @@ impl<'r> Def<'r> {
     pub fn gauge(self) -> GaugeVec {
         let metric = GaugeVec::new(self.opts(), &self.labels()).expect("a valid metric definition");
         self.register(Type::Gauge, metric)
+    }
+
+    /// A gauge family with a series per object, rebuilt whole at each refresh and kept compact
+    /// ([`RebuiltGauge`]); rendered beside the registry, in name order with its families.
+    pub fn rebuilt_gauge(mut self) -> RebuiltGauge {
+        self.doc.kind = Type::Gauge;
+        let gauge = RebuiltGauge::new(&self.doc.name, &self.doc.help, &self.labels());
+        let mut rebuilt = self.r.rebuilt.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(rebuilt.iter().all(|g| g.name() != gauge.name()), "metric names are unique");
+        rebuilt.push(gauge.clone());
+        drop(rebuilt);
+        if self.doc.leader_only {
+            let mut leader_only = self.r.leader_only.lock().unwrap_or_else(|p| p.into_inner());
+            leader_only.0.push(Box::new(gauge.clone()));
+        }
+        self.r.docs.lock().unwrap_or_else(|p| p.into_inner()).push(self.doc);
+        gauge
     }
 
     pub fn int_gauge(self) -> IntGaugeVec {

@@ -61,7 +61,9 @@ fn leader_only_gauges_have_no_series_after_a_clear() {
     let m = Metrics::new();
     m.cluster.synced.with_label_values(&[] as &[&str]).set(1.0);
     let pod = ["web-1", "ns", "", "", "false", "", "", "", "", "", "Pending", "false", "false"];
-    m.cluster.pods_state.with_label_values(&pod).set(1.0);
+    let mut pods_state = m.cluster.pods_state.rebuild();
+    pods_state.set(&pod, 1.0);
+    pods_state.finish();
     m.disruption.eligible_nodes.with_label_values(&["drifted"]).set(2.0);
     m.scheduling_started(controller::PROVISIONER, "run-1", 3);
     m.nodeclaim_created("general");

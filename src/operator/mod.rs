@@ -10,6 +10,7 @@ pub mod metrics;
 mod metrics_cluster;
 mod metrics_disruption;
 mod metrics_lifecycle;
+mod metrics_rebuilt;
 mod metrics_registry;
 mod metrics_runtime;
 mod metrics_scheduler;
