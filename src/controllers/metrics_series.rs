@@ -1,10 +1,11 @@
-//! Rebuilding a gauge family from the index in place: a refresh sets the series it still has and
-//! removes only the ones it no longer writes.
+//! Rebuilding a `GaugeVec` family from the index in place (the per-node and per-object status gauges):
+//! a refresh sets the series it still has and removes only the ones it no longer writes.
 //!
 //! Dropping the family (`reset`) and writing it again made every refresh (every
 //! [`super::metrics::REFRESH_INTERVAL`] and every scrape) allocate each series anew: its label pairs, its
-//! descriptor, its atomic. With 10,000 pods that is tens of thousands of series several times a
-//! minute. A series the refresh writes again is found by its label values without allocating.
+//! descriptor, its atomic. A series the refresh writes again is found by its label values without
+//! allocating. The per-pod gauges, far more numerous, are not `GaugeVec`s at all: see
+//! [`crate::operator::metrics::RebuiltGauge`].
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};

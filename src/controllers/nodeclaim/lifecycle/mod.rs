@@ -30,8 +30,8 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -56,7 +56,12 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
     let claims: Api<NodeClaim> = Api::all(shared.client.clone());
     let nodes: Api<Node> = Api::all(shared.client.clone());
     let mapper = shared.clone();
-    Controller::new(claims, watcher::Config::default())
+    // The controller's store holds every claim while it runs. managedFields is most of a claim's size
+    // (a JSON tree per field manager) and no step reads it, so the store keeps the claims without it.
+    let (reader, writer) = reflector::store();
+    let claims =
+        watcher(claims, watcher::Config::default()).modify(|claim| claim.metadata.managed_fields = None);
+    Controller::for_stream(reflector::reflector(writer, claims).applied_objects(), reader)
         .watches(nodes, watcher::Config::default(), move |node: Node| {
             claim_of_node(&mapper, &node).map(|name| ObjectRef::new(&name))
         })
