@@ -162,7 +162,7 @@ pub fn refresh(
         c.unreadable_objects.with_label_values(&[kind]).set(n);
     }
 
-    super::metrics_nodes::nodes(m, cluster, &mut state.series, now);
+    super::metrics_nodes::nodes(m, cluster, now);
     super::metrics_nodes::nodepools(m, cluster, catalog, &mut state.cost_errors);
     super::metrics_pods::pods(m, cluster, &mut state.pods, now);
     super::metrics_status::status_conditions(m, cluster, &mut state.status, &mut state.series, now);

@@ -14,7 +14,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::metrics::{resource_type, resource_value, Catalog};
-use super::metrics_series::Series;
 use crate::model::instancetype::CapacityType;
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE};
 use crate::model::resources::{parse_resource_quantity, Resources, PODS};
@@ -33,7 +32,7 @@ fn node_values(node: &NodeRecord, managed: bool) -> Vec<String> {
 }
 
 /// Every per-node gauge and the cluster's utilization, rebuilt.
-pub fn nodes(m: &Metrics, cluster: &Cluster, series: &mut Series, now: Timestamp) {
+pub fn nodes(m: &Metrics, cluster: &Cluster, now: Timestamp) {
     let c = &m.cluster;
     let mut per_resource = [
         &c.allocatable,
@@ -43,8 +42,8 @@ pub fn nodes(m: &Metrics, cluster: &Cluster, series: &mut Series, now: Timestamp
         &c.total_daemon_limits,
         &c.system_overhead,
     ]
-    .map(|gauge| series.start(gauge));
-    let mut lifetime = series.start(&c.current_lifetime);
+    .map(|gauge| gauge.rebuild());
+    let mut lifetime = c.current_lifetime.rebuild();
     c.utilization.reset();
     let mut allocatable_total = Resources::new();
     let mut requested_total = Resources::new();
@@ -86,7 +85,7 @@ pub fn nodes(m: &Metrics, cluster: &Cluster, series: &mut Series, now: Timestamp
         requested_total.add_assign(&requests);
     }
     for rebuilt in per_resource.into_iter().chain([lifetime]) {
-        series.finish(rebuilt);
+        rebuilt.finish();
     }
     for (name, allocatable) in allocatable_total.iter() {
         if allocatable == 0 {

@@ -1,10 +1,10 @@
-//! Rebuilding a `GaugeVec` family from the index in place (the per-node and per-object status gauges):
+//! Rebuilding a `GaugeVec` family from the index in place (the status-condition gauges):
 //! a refresh sets the series it still has and removes only the ones it no longer writes.
 //!
 //! Dropping the family (`reset`) and writing it again made every refresh (every
 //! [`super::metrics::REFRESH_INTERVAL`] and every scrape) allocate each series anew: its label pairs, its
 //! descriptor, its atomic. A series the refresh writes again is found by its label values without
-//! allocating. The per-pod gauges, far more numerous, are not `GaugeVec`s at all: see
+//! allocating. The per-pod and per-node gauges, far more numerous, are not `GaugeVec`s at all: see
 //! [`crate::operator::metrics::RebuiltGauge`].
 
 use std::collections::HashMap;

@@ -57,15 +57,16 @@ pub fn node_labels() -> Vec<String> {
 
 pub struct ClusterMetrics {
     /// `karpenter_nodes_allocatable{<node labels>, resource_type}`, and the other per-node resource
-    /// gauges below: one series per Node and resource.
-    pub allocatable: GaugeVec,
-    pub total_pod_requests: GaugeVec,
-    pub total_pod_limits: GaugeVec,
-    pub total_daemon_requests: GaugeVec,
-    pub total_daemon_limits: GaugeVec,
-    pub system_overhead: GaugeVec,
+    /// gauges below: one series per Node and resource, each with some thirty labels, kept compact
+    /// ([`RebuiltGauge`]).
+    pub allocatable: RebuiltGauge,
+    pub total_pod_requests: RebuiltGauge,
+    pub total_pod_limits: RebuiltGauge,
+    pub total_daemon_requests: RebuiltGauge,
+    pub total_daemon_limits: RebuiltGauge,
+    pub system_overhead: RebuiltGauge,
     /// `karpenter_nodes_current_lifetime_seconds{<node labels>}`.
-    pub current_lifetime: GaugeVec,
+    pub current_lifetime: RebuiltGauge,
     /// `karpenter_cluster_utilization_percent{resource_type}`.
     pub utilization: GaugeVec,
     /// `karpenter_nodepools_usage{resource_type, nodepool}`.
@@ -110,7 +111,7 @@ impl ClusterMetrics {
                 .origin(NODE)
                 .recorded("from the index, on the leader: one series per Node and resource", &["refresh"])
                 .leader_only()
-                .gauge()
+                .rebuilt_gauge()
         };
         let pod_time = |name: &str, help: &str, when: &str| {
             r.def(name, help, &["name", "namespace"])
@@ -156,7 +157,7 @@ impl ClusterMetrics {
                 .origin(NODE)
                 .recorded("from the index, on the leader: one series per Node", &["refresh"])
                 .leader_only()
-                .gauge(),
+                .rebuilt_gauge(),
             utilization: r
                 .def(
                     "karpenter_cluster_utilization_percent",
