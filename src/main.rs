@@ -8,6 +8,9 @@ use karpenter_azure::catalog::OutputFormat;
 use karpenter_azure::sim::catalog_command::{self, CatalogArgs};
 
 /// Every allocation of the command, the controller included (see the dependency's note in Cargo.toml).
+/// The `system-allocator` feature leaves the C library's malloc in place, so a heap profiler that
+/// intercepts malloc (heaptrack) sees every allocation.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
