@@ -27,7 +27,7 @@ use std::sync::LazyLock;
 pub use super::metrics_cluster::{node_label_keys, node_labels, ClusterMetrics, POD_LABELS};
 pub use super::metrics_disruption::{consolidation_type, decision, DisruptionMetrics};
 pub use super::metrics_lifecycle::LifecycleMetrics;
-pub use super::metrics_rebuilt::{Rebuild, RebuiltGauge};
+pub use super::metrics_rebuilt::RebuiltGauge;
 pub use super::metrics_registry::{Doc, Origin, Type};
 pub use super::metrics_runtime::{RuntimeMetrics, Work};
 pub use super::metrics_scheduler::SchedulerMetrics;
