@@ -52,8 +52,6 @@ pub struct MetricsState {
     pub status: StatusTracker,
     /// NodeClaims already counted in `karpenter_nodepools_cost_tracker_errors_total`.
     pub cost_errors: std::collections::BTreeSet<String>,
-    /// The series of the gauges each refresh rebuilds.
-    pub series: super::metrics_series::Series,
 }
 
 /// The instance types of a NodePool, with its AKSNodeClass, as provisioning sees them.
@@ -165,7 +163,7 @@ pub fn refresh(
     super::metrics_nodes::nodes(m, cluster, now);
     super::metrics_nodes::nodepools(m, cluster, catalog, &mut state.cost_errors);
     super::metrics_pods::pods(m, cluster, &mut state.pods, now);
-    super::metrics_status::status_conditions(m, cluster, &mut state.status, &mut state.series, now);
+    super::metrics_status::status_conditions(m, cluster, &mut state.status, now);
 }
 
 /// The latest plan that launches anything: the $/hour of its new claims per NodePool and its lower

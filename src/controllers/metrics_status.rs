@@ -15,11 +15,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::metrics_series::{Rebuild, Series};
 use crate::apis::conditions::{Condition, ConditionStatus};
 use crate::disruption::repair::NodeCondition;
 use crate::operator::metrics::status::{self, Family, Kind};
 use crate::operator::metrics::Metrics;
+use crate::operator::metrics::RebuiltGauge;
 use crate::state::{Cluster, NodeClaimRecord, NodeRecord};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -212,20 +212,14 @@ pub fn object_observed(
 }
 
 /// Rebuilds the status gauges and records the transitions and terminations since the last refresh.
-pub fn status_conditions(
-    m: &Metrics,
-    cluster: &Cluster,
-    tracker: &mut StatusTracker,
-    series: &mut Series,
-    now: Timestamp,
-) {
-    // Each family's count, current status and termination gauges, rebuilt in place.
-    let mut rebuilds: Vec<(&Family, [Rebuild<'_>; 3])> = m
+pub fn status_conditions(m: &Metrics, cluster: &Cluster, tracker: &mut StatusTracker, now: Timestamp) {
+    // Each family's count, current status and termination gauges, rebuilt whole.
+    let mut rebuilds: Vec<_> = m
         .status
         .kinds
         .values()
         .chain([&m.status.deprecated])
-        .map(|f| (f, [&f.count, &f.current_status, &f.termination_current].map(|g| series.start(g))))
+        .map(|f| (f, [&f.count, &f.current_status, &f.termination_current].map(RebuiltGauge::rebuild)))
         .collect();
     let mut previous = std::mem::take(&mut tracker.seen);
     for (kind, name, object) in objects(cluster) {
@@ -253,7 +247,7 @@ pub fn status_conditions(
         transitions(m, tracker, kind, &key.1, object, true);
     }
     for rebuilt in rebuilds.into_iter().flat_map(|(_, r)| r) {
-        series.finish(rebuilt);
+        rebuilt.finish();
     }
     // What was seen deleting and is gone now has terminated.
     for ((kind_name, _), gone) in previous {

@@ -34,7 +34,6 @@ pub mod leading;
 pub mod metrics;
 mod metrics_nodes;
 pub mod metrics_pods;
-mod metrics_series;
 mod metrics_status;
 pub mod node;
 pub mod nodeclaim;

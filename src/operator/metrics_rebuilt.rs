@@ -1,6 +1,6 @@
 //! A gauge family rebuilt whole from the index at every refresh, one series per object (the per-pod
-//! gauges: `karpenter_pods_state` and the pod timings), kept as compact rows and written straight to
-//! the text format.
+//! gauges: `karpenter_pods_state` and the pod timings; the per-node gauges; the status-condition
+//! gauges), kept as compact rows and written straight to the text format.
 //!
 //! The `prometheus` crate's `GaugeVec` keeps, per series, its label pairs as protobuf messages, a copy
 //! of the family's descriptor and an atomic, and `gather` copies every series again into a

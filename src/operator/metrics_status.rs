@@ -15,8 +15,9 @@
 
 use std::collections::BTreeMap;
 
-use prometheus::{GaugeVec, HistogramVec, IntCounterVec};
+use prometheus::{HistogramVec, IntCounterVec};
 
+use super::metrics_rebuilt::RebuiltGauge;
 use super::metrics_registry::{exponential_buckets, Origin, Registrar, DEFAULT_BUCKETS};
 use crate::model::labels::{LABEL_AKS_NODE_CLASS, LABEL_INITIALIZED, LABEL_NODEPOOL};
 
@@ -82,13 +83,14 @@ pub fn prometheus_label(key: &str) -> String {
     key.replace(['/', '.', '-'], "_")
 }
 
-/// The six metrics of one kind (or the deprecated kind-less set).
+/// The six metrics of one kind (or the deprecated kind-less set). The three gauges have a series per
+/// object and are rebuilt whole at each refresh ([`RebuiltGauge`]).
 pub struct Family {
-    pub count: GaugeVec,
-    pub current_status: GaugeVec,
+    pub count: RebuiltGauge,
+    pub current_status: RebuiltGauge,
     pub transitions: IntCounterVec,
     pub transition_seconds: HistogramVec,
-    pub termination_current: GaugeVec,
+    pub termination_current: RebuiltGauge,
     pub termination_duration: HistogramVec,
 }
 
@@ -112,7 +114,7 @@ impl Family {
                 .origin(origin)
                 .recorded(per_object, by)
                 .leader_only()
-                .gauge(),
+                .rebuilt_gauge(),
             current_status: r
                 .def(
                     &name("status_condition_current_status_seconds"),
@@ -122,7 +124,7 @@ impl Family {
                 .origin(origin)
                 .recorded(per_object, by)
                 .leader_only()
-                .gauge(),
+                .rebuilt_gauge(),
             transitions: r
                 .def(
                     &name("status_condition_transitions_total"),
@@ -150,7 +152,7 @@ impl Family {
                 .origin(origin)
                 .recorded("on the leader, per object being deleted: seconds since its deletionTimestamp", by)
                 .leader_only()
-                .gauge(),
+                .rebuilt_gauge(),
             termination_duration: r
                 .def(
                     &name("termination_duration_seconds"),
