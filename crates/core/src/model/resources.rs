@@ -205,8 +205,47 @@ fn is_byte_sized(resource: &str) -> bool {
 }
 
 /// A vector of resource amounts in base units, keyed by resource name. Missing means zero.
+///
+/// Kept as a vector sorted by name: a pod's requests and limits name three or four resources, which a
+/// `BTreeMap` would hold in a node sized for eleven, each name on the heap. The names Kubernetes and
+/// the device plugins use are static strings; only other extended resources own theirs. Equality and
+/// order are the map's: by name, a resource set to zero is present.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Resources(BTreeMap<String, i64>);
+pub struct Resources(Vec<(Name, i64)>);
+
+/// A resource name: one of the well-known names, or an extended resource's own.
+#[derive(Debug, Clone)]
+struct Name(std::borrow::Cow<'static, str>);
+
+/// Names shared by every vector that holds them, instead of a copy each.
+const WELL_KNOWN: [&str; 7] = [CPU, MEMORY, EPHEMERAL_STORAGE, PODS, NODES, NVIDIA_GPU, AMD_GPU];
+
+impl Name {
+    fn new(name: &str) -> Name {
+        match WELL_KNOWN.iter().find(|known| **known == name) {
+            Some(known) => Name(std::borrow::Cow::Borrowed(known)),
+            None => Name(std::borrow::Cow::Owned(name.to_string())),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq for Name {
+    fn eq(&self, other: &Name) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Name {}
+
+impl std::hash::Hash for Name {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
 
 impl Resources {
     pub fn new() -> Self {
@@ -220,12 +259,31 @@ impl Resources {
     }
 
     pub fn set(&mut self, resource: &str, amount: i64) {
-        self.0.insert(resource.to_string(), amount);
+        *self.slot(resource, 0) = amount;
+    }
+
+    /// Where `resource` is, or where it would go.
+    fn position(&self, resource: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(name, _)| name.as_str().cmp(resource))
+    }
+
+    /// The amount of `resource`, inserted as `absent` first when the vector has none. Grows the
+    /// vector by one at a time: vectors hold a handful of resources and live as long as their pod.
+    fn slot(&mut self, resource: &str, absent: i64) -> &mut i64 {
+        let at = match self.position(resource) {
+            Ok(at) => at,
+            Err(at) => {
+                self.0.reserve_exact(1);
+                self.0.insert(at, (Name::new(resource), absent));
+                at
+            }
+        };
+        &mut self.0[at].1
     }
 
     /// The amount of `resource`; zero when absent.
     pub fn get(&self, resource: &str) -> i64 {
-        self.0.get(resource).copied().unwrap_or(0)
+        self.position(resource).map_or(0, |at| self.0[at].1)
     }
 
     pub fn cpu_millis(&self) -> i64 {
@@ -241,7 +299,7 @@ impl Resources {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.values().all(|v| *v == 0)
+        self.0.iter().all(|(_, v)| *v == 0)
     }
 
     /// Element-wise sum (saturating, so absurd inputs cannot wrap around).
@@ -252,18 +310,18 @@ impl Resources {
     }
 
     pub fn add_assign(&mut self, other: &Resources) {
-        for (name, amount) in &other.0 {
-            let slot = self.0.entry(name.clone()).or_insert(0);
-            *slot = slot.saturating_add(*amount);
+        for (name, amount) in other.iter() {
+            let slot = self.slot(name, 0);
+            *slot = slot.saturating_add(amount);
         }
     }
 
     /// Element-wise difference, floored at zero: what is left of `self` after `other` is taken.
     pub fn saturating_sub(&self, other: &Resources) -> Resources {
         let mut out = self.clone();
-        for (name, amount) in &other.0 {
-            let slot = out.0.entry(name.clone()).or_insert(0);
-            *slot = slot.saturating_sub(*amount).max(0);
+        for (name, amount) in other.iter() {
+            let slot = out.slot(name, 0);
+            *slot = slot.saturating_sub(amount).max(0);
         }
         out
     }
@@ -271,44 +329,49 @@ impl Resources {
     /// Element-wise maximum (e.g. init containers vs the sum of regular containers).
     pub fn max(&self, other: &Resources) -> Resources {
         let mut out = self.clone();
-        for (name, amount) in &other.0 {
-            let slot = out.0.entry(name.clone()).or_insert(*amount);
-            *slot = (*slot).max(*amount);
+        for (name, amount) in other.iter() {
+            let slot = out.slot(name, amount);
+            *slot = (*slot).max(amount);
         }
         out
     }
 
     /// True when every requested amount is at most what `available` has (absent counts as zero).
     pub fn fits(&self, available: &Resources) -> bool {
-        self.0.iter().all(|(name, amount)| *amount <= available.get(name))
+        self.iter().all(|(name, amount)| amount <= available.get(name))
     }
 
     /// The resources whose request exceeds what `available` has, in name order.
     pub fn exceeding(&self, available: &Resources) -> Vec<String> {
-        self.0
-            .iter()
-            .filter(|(name, amount)| **amount > available.get(name))
-            .map(|(name, _)| name.clone())
+        self.iter()
+            .filter(|(name, amount)| *amount > available.get(name))
+            .map(|(name, _)| name.to_string())
             .collect()
     }
 
     /// Parses a Kubernetes resource list (`{"cpu": "100m", "memory": "2Gi"}`).
     pub fn parse(list: &BTreeMap<String, String>) -> Result<Resources, ResourcesError> {
         list.iter()
-            .map(|(name, value)| Ok((name.clone(), parse_resource_quantity(name, value)?)))
-            .collect::<Result<BTreeMap<_, _>, _>>()
+            .map(|(name, value)| Ok((Name::new(name), parse_resource_quantity(name, value)?)))
+            .collect::<Result<Vec<_>, _>>()
             .map(Resources)
     }
 
     /// Formats back to quantity strings, one per resource.
     pub fn to_quantities(&self) -> BTreeMap<String, String> {
-        self.0.iter().map(|(name, amount)| (name.clone(), format_resource_quantity(name, *amount))).collect()
+        self.iter().map(|(name, amount)| (name.to_string(), format_resource_quantity(name, amount))).collect()
     }
 }
 
 impl FromIterator<(String, i64)> for Resources {
+    /// As a map collects: a name given twice keeps its last amount.
     fn from_iter<I: IntoIterator<Item = (String, i64)>>(iter: I) -> Self {
-        Resources(iter.into_iter().collect())
+        let mut out = Resources::new();
+        for (name, amount) in iter {
+            out.set(&name, amount);
+        }
+        out.0.shrink_to_fit();
+        out
     }
 }
 
