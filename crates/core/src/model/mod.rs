@@ -3,6 +3,7 @@
 //!
 //! - `labels`: well-known label keys, annotations, taints, finalizers, and which keys users may set.
 //! - `requirements`: the requirements algebra (node selector requirements as sets of label values).
+//! - `value_set`: the sorted set of values one requirement lists.
 //! - `resources`: exact resource vectors and Kubernetes quantity strings.
 //! - `instancetype`: instance types, their offerings, capacity types and node overhead.
 //! - `selection`: which instance types and offerings a set of requirements allows.
@@ -15,6 +16,7 @@ pub mod labels;
 pub mod requirements;
 pub mod resources;
 pub mod selection;
+mod value_set;
 
 pub use instancetype::{CapacityType, InstanceType, Offering, Overhead};
 pub use requirements::{Requirement, Requirements};

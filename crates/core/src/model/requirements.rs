@@ -24,6 +24,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::model::labels;
+use crate::model::value_set::ValueSet;
 
 /// A node selector operator, as in `corev1.NodeSelectorOperator`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
@@ -44,9 +45,9 @@ pub enum Operator {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Values {
     /// Exactly these values.
-    Only(BTreeSet<String>),
+    Only(ValueSet),
     /// Any value except these.
-    AllBut(BTreeSet<String>),
+    AllBut(ValueSet),
 }
 
 /// The set of allowed outcomes for one label key.
@@ -87,12 +88,12 @@ impl Requirement {
 
     /// `key Exists`.
     pub fn exists(key: &str) -> Self {
-        Self::with(key, Values::AllBut(BTreeSet::new()), false)
+        Self::with(key, Values::AllBut(ValueSet::new()), false)
     }
 
     /// `key DoesNotExist`.
     pub fn does_not_exist(key: &str) -> Self {
-        Self::with(key, Values::Only(BTreeSet::new()), true)
+        Self::with(key, Values::Only(ValueSet::new()), true)
     }
 
     /// `key Gt n`.
@@ -115,7 +116,7 @@ impl Requirement {
 
     /// No constraint at all: every value and ⊥.
     pub fn any(key: &str) -> Self {
-        Self::with(key, Values::AllBut(BTreeSet::new()), true)
+        Self::with(key, Values::AllBut(ValueSet::new()), true)
     }
 
     /// Every constructor comes here, so a deprecated alias of a well-known key is read as that key,
@@ -248,11 +249,11 @@ impl Requirement {
     pub fn intersect(&self, other: &Requirement) -> Requirement {
         assert_eq!(self.key, other.key, "requirements on different keys cannot be intersected");
         let values = match (&self.values, &other.values) {
-            (Values::Only(a), Values::Only(b)) => Values::Only(a.intersection(b).cloned().collect()),
+            (Values::Only(a), Values::Only(b)) => Values::Only(a.intersection(b)),
             (Values::Only(a), Values::AllBut(b)) | (Values::AllBut(b), Values::Only(a)) => {
-                Values::Only(a.difference(b).cloned().collect())
+                Values::Only(a.difference(b))
             }
-            (Values::AllBut(a), Values::AllBut(b)) => Values::AllBut(a.union(b).cloned().collect()),
+            (Values::AllBut(a), Values::AllBut(b)) => Values::AllBut(a.union(b)),
         };
         let mut out = Requirement {
             key: self.key.clone(),
@@ -371,7 +372,13 @@ impl Requirements {
         for (k, v) in labels {
             out.add(Requirement::is_in(k, [v.clone()]));
         }
+        out.shrink_to_fit();
         out
+    }
+
+    /// Drops the spare room `add` grows into, for a set kept as long as its pod or node is.
+    pub fn shrink_to_fit(&mut self) {
+        self.by_key.shrink_to_fit();
     }
 
     /// Adds a requirement, intersecting it with what is already known about its key.

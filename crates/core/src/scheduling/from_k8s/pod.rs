@@ -91,10 +91,15 @@ pub fn pod(src: &PodSource, ctx: &PodContext) -> Result<Pod, FromK8sError> {
     let node_affinity = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref());
     let required = required_terms(src.spec_field, spec.node_selector.as_ref(), node_affinity);
     let preferred = preferred_terms(src.spec_field, node_affinity);
-    let (required_terms, preferred_terms) = match node_name {
+    let (mut required_terms, mut preferred_terms) = match node_name {
         Some(_) => (required.unwrap_or_default(), preferred.unwrap_or_default()),
         None => (required?, preferred?),
     };
+    // The pod keeps these as long as it exists: without the room they were built with.
+    required_terms
+        .iter_mut()
+        .chain(preferred_terms.iter_mut().map(|w| &mut w.term))
+        .for_each(Requirements::shrink_to_fit);
     let affinity = spec.affinity.as_ref();
     let pod_affinity = affinity.and_then(|a| a.pod_affinity.as_ref());
     let pod_anti = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
@@ -298,7 +303,7 @@ fn preferred_terms(
 }
 
 fn tolerations(spec_field: &str, spec: &core::PodSpec) -> Result<Vec<Toleration>, FromK8sError> {
-    let mut out = vec![];
+    let mut out = Vec::with_capacity(spec.tolerations.as_ref().map_or(0, Vec::len));
     for (i, t) in spec.tolerations.iter().flatten().enumerate() {
         let field = format!("{spec_field}.tolerations[{i}]");
         let operator = match t.operator.as_deref().unwrap_or("") {
