@@ -501,6 +501,21 @@ mod tests {
     }
 
     #[test]
+    fn names_stay_sorted_and_equality_is_the_map_s() {
+        let built = Resources::new().with(PODS, 1).with("example.com/dongle", 2).with(CPU, 3).with(PODS, 4);
+        let names: Vec<&str> = built.iter().map(|(name, _)| name).collect();
+        assert_eq!(names, [CPU, "example.com/dongle", PODS]);
+        assert_eq!(built.get(PODS), 4, "the last set wins");
+        assert_eq!(built.get(MEMORY), 0);
+        // As with the map: a resource set to zero is present, so the vectors differ.
+        assert_ne!(Resources::new().with(CPU, 0), Resources::new());
+        assert!(Resources::new().with(CPU, 0).is_empty());
+        let collected: Resources =
+            [(PODS.to_string(), 1), (CPU.to_string(), 2), (PODS.to_string(), 5)].into_iter().collect();
+        assert_eq!(collected, Resources::new().with(CPU, 2).with(PODS, 5));
+    }
+
+    #[test]
     fn fits_treats_missing_as_zero() {
         let available = Resources::new().with(CPU, 2000).with(MEMORY, 1 << 30);
         assert!(Resources::new().with(CPU, 2000).fits(&available));
