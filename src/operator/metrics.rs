@@ -33,7 +33,7 @@ pub use super::metrics_runtime::{RuntimeMetrics, Work};
 pub use super::metrics_scheduler::SchedulerMetrics;
 pub use super::metrics_status::StatusMetrics;
 
-use prometheus::{Registry, TextEncoder};
+use prometheus::{Encoder, Registry, TextEncoder};
 
 use super::metrics_registry::{LeaderOnly, Registrar};
 
@@ -156,19 +156,28 @@ impl Metrics {
     }
 
     /// Every metric with at least one series, in the Prometheus text format.
-    /// The registry's families and the rebuilt ones are merged in name order, as the registry orders
-    /// its own.
     pub fn render(&self) -> Result<String, prometheus::Error> {
-        let mut out = String::new();
+        let mut out = Vec::new();
+        self.render_to(&mut out)?;
+        String::from_utf8(out).map_err(|err| prometheus::Error::Msg(format!("metrics text: {err}")))
+    }
+
+    /// Writes [`Metrics::render`]'s text to `out` as it goes, family by family, so a writer that
+    /// compresses never needs the whole text at once. The registry's families and the rebuilt ones
+    /// are merged in name order, as the registry orders its own.
+    pub fn render_to(&self, out: &mut impl std::io::Write) -> Result<(), prometheus::Error> {
+        let encoder = TextEncoder::new();
         let mut rebuilt = self.rebuilt.iter().peekable();
         for family in self.registry.gather() {
             while let Some(gauge) = rebuilt.next_if(|g| g.name() < family.name()) {
-                gauge.render(&mut out);
+                gauge.render(out)?;
             }
-            TextEncoder::new().encode_utf8(std::slice::from_ref(&family), &mut out)?;
+            encoder.encode(std::slice::from_ref(&family), out)?;
         }
-        rebuilt.for_each(|gauge| gauge.render(&mut out));
-        Ok(out)
+        for gauge in rebuilt {
+            gauge.render(out)?;
+        }
+        Ok(())
     }
 
     /// What each registered metric is, in registration order.

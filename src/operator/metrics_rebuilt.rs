@@ -13,7 +13,7 @@
 //! the text format requires; nothing when the family has no series.
 
 use std::collections::HashSet;
-use std::fmt::Write as _;
+use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A rebuilt gauge family; clones share the rows.
@@ -88,31 +88,31 @@ impl RebuiltGauge {
         self.len() == 0
     }
 
-    /// Appends the family in the text format; nothing when it has no series.
-    pub fn render(&self, out: &mut String) {
+    /// Writes the family in the text format; nothing when it has no series.
+    pub fn render(&self, out: &mut impl io::Write) -> io::Result<()> {
         let rows = self.lock();
         if rows.rows.is_empty() {
-            return;
+            return Ok(());
         }
         let family = &self.family;
         let name = &family.name;
         if !family.help.is_empty() {
-            let _ = writeln!(out, "# HELP {name} {}", escape(&family.help, false));
+            writeln!(out, "# HELP {name} {}", escape(&family.help, false))?;
         }
-        let _ = writeln!(out, "# TYPE {name} gauge");
+        writeln!(out, "# TYPE {name} gauge")?;
         for row in &rows.rows {
-            out.push_str(name);
+            out.write_all(name.as_bytes())?;
             let mut separator = '{';
             for (label, value) in family.names.iter().zip(row.labels.iter()) {
-                out.push(separator);
-                let _ = write!(out, "{label}=\"{}\"", escape(value, true));
+                write!(out, "{separator}{label}=\"{}\"", escape(value, true))?;
                 separator = ',';
             }
             if !family.names.is_empty() {
-                out.push('}');
+                out.write_all(b"}")?;
             }
-            let _ = writeln!(out, " {}", row.value);
+            writeln!(out, " {}", row.value)?;
         }
+        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, Rows> {
@@ -211,9 +211,9 @@ mod tests {
     }
 
     fn rendered(gauge: &RebuiltGauge) -> String {
-        let mut out = String::new();
-        gauge.render(&mut out);
-        out
+        let mut out = Vec::new();
+        gauge.render(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
     }
 
     #[test]

@@ -100,6 +100,63 @@ async fn metrics_refreshes_the_gauges_and_serves_the_text_format() {
     assert_eq!(stub.refreshes.load(Ordering::SeqCst), 2, "one refresh per scrape");
 }
 
+/// The family names a metrics text declares, in order.
+fn families(text: &str) -> Vec<&str> {
+    text.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next()).collect()
+}
+
+#[tokio::test]
+async fn metrics_are_gzipped_for_a_scraper_that_accepts_it() {
+    use std::io::Read;
+
+    let ports = serve(Arc::new(Stub::default())).await;
+    let url = format!("http://127.0.0.1:{}/metrics", ports.metrics);
+    let client = reqwest::Client::new();
+    let response = client.get(&url).header(ACCEPT_ENCODING, "gzip").send().await.expect("the server answers");
+    assert_eq!(response.status().as_u16(), 200);
+    let headers = response.headers().clone();
+    assert_eq!(headers.get(CONTENT_ENCODING).map(|v| v.to_str().unwrap()), Some("gzip"));
+    assert_eq!(headers.get(CONTENT_TYPE).map(|v| v.to_str().unwrap()), Some("text/plain; version=0.0.4"));
+    assert_eq!(headers.get(VARY).map(|v| v.to_str().unwrap()), Some("accept-encoding"));
+    let compressed = response.bytes().await.expect("a body");
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&compressed[..]).read_to_string(&mut text).expect("a gzip stream");
+    // The same families as the plain text (their values move between scrapes: process CPU, ...).
+    let (_, _, plain) = get(ports.metrics, "/metrics").await;
+    assert!(families(&text).contains(&"karpenter_voluntary_disruption_consolidation_timeouts_total"));
+    assert_eq!(families(&text), families(&plain));
+    assert!(compressed.len() < plain.len() / 2, "{} compressed of {}", compressed.len(), plain.len());
+
+    // Refused by q=0, or not named: plain text.
+    for accept in ["gzip;q=0", "br", "identity"] {
+        let response =
+            client.get(&url).header(ACCEPT_ENCODING, accept).send().await.expect("the server answers");
+        assert!(response.headers().get(CONTENT_ENCODING).is_none(), "{accept}");
+        assert!(response.text().await.unwrap().contains("# TYPE "), "{accept}");
+    }
+}
+
+#[test]
+fn accept_encoding_is_read_as_rfc_9110_says() {
+    let accepts = |values: &[&str]| {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(ACCEPT_ENCODING, value.parse().unwrap());
+        }
+        accepts_gzip(&headers)
+    };
+    assert!(accepts(&["gzip"]));
+    assert!(accepts(&["deflate, GZIP;q=0.5"]));
+    assert!(accepts(&["br", "gzip"]));
+    assert!(accepts(&["*"]));
+    assert!(accepts(&["gzip;q=1.0, identity;q=0"]));
+    assert!(!accepts(&[]));
+    assert!(!accepts(&["identity"]));
+    assert!(!accepts(&["gzip;q=0"]));
+    assert!(!accepts(&["gzip; q=0.000"]));
+    assert!(!accepts(&["x-gzip-like"]));
+}
+
 #[tokio::test]
 async fn unknown_paths_are_404_and_other_methods_405() {
     let stub = Arc::new(Stub::default());

@@ -87,11 +87,22 @@ pub fn sum(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f6
     (!matching.is_empty()).then(|| matching.iter().sum())
 }
 
-/// GET `url`: the status and the body.
+/// GET `url` as Prometheus scrapes, accepting gzip: the status and the body, decompressed when the
+/// server compressed it.
 pub async fn get(url: &str) -> Result<(u16, String), String> {
-    let response = reqwest::get(url).await.map_err(|err| format!("GET {url}: {err}"))?;
+    use std::io::Read;
+
+    let request = reqwest::Client::new().get(url).header(reqwest::header::ACCEPT_ENCODING, "gzip");
+    let response = request.send().await.map_err(|err| format!("GET {url}: {err}"))?;
     let status = response.status().as_u16();
-    let body = response.text().await.map_err(|err| format!("GET {url}: reading the body: {err}"))?;
+    let encoding = response.headers().get(reqwest::header::CONTENT_ENCODING).cloned();
+    let bytes = response.bytes().await.map_err(|err| format!("GET {url}: reading the body: {err}"))?;
+    let mut body = String::new();
+    match encoding {
+        Some(gzip) if gzip == "gzip" => flate2::read::GzDecoder::new(&bytes[..]).read_to_string(&mut body),
+        _ => (&bytes[..]).read_to_string(&mut body),
+    }
+    .map_err(|err| format!("GET {url}: decoding the body: {err}"))?;
     Ok((status, body))
 }
 
