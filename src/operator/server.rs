@@ -203,8 +203,8 @@ async fn metrics_endpoint(
     }
 }
 
-/// The metrics text, compressed when `gzip`. Fast compression: a scrape's text is repetitive (the same
-/// labels on every line), so even the fastest level shrinks it about tenfold.
+/// The metrics text, compressed when `gzip`. The fastest level: a scrape's text is repetitive (the same
+/// labels on every line), which even that level compresses well, and a scrape should stay cheap.
 fn render(gzip: bool) -> Result<Vec<u8>, prometheus::Error> {
     if !gzip {
         return metrics::get().render().map(String::into_bytes);
