@@ -207,7 +207,10 @@ async fn metrics_endpoint(
 /// labels on every line), which even that level compresses well, and a scrape should stay cheap.
 fn render(gzip: bool) -> Result<Vec<u8>, prometheus::Error> {
     if !gzip {
-        return metrics::get().render().map(String::into_bytes);
+        // Straight into the body's bytes: `Metrics::render` would check the whole text is UTF-8 again.
+        let mut out = Vec::new();
+        metrics::get().render_to(&mut out)?;
+        return Ok(out);
     }
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     metrics::get().render_to(&mut encoder)?;
