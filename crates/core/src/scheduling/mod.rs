@@ -8,6 +8,9 @@ mod bound;
 mod cancel;
 mod claims;
 mod colgen;
+mod downsize;
+#[cfg(test)]
+mod downsize_tests;
 mod explain;
 pub mod feasibility;
 pub mod from_k8s;

@@ -16,7 +16,8 @@
 //! 5. Pods that did not fit give up one more preference, in upstream's order, and go round again;
 //!    pods with nothing left to give up are reported with a reason ([`crate::scheduling::explain`]).
 //! 6. Pairs of new nodes are merged where one cheaper node holds both ([`crate::scheduling::improve`]);
-//!    the plan reports the larger of two certified lower bounds (the resource bound and the
+//!    single pods move, or trade places with smaller ones, between new nodes where that lets a node
+//!    take a cheaper size ([`crate::scheduling::downsize`]); the plan reports the larger of two certified lower bounds (the resource bound and the
 //!    configuration LP's, [`crate::scheduling::colgen`]); new nodes are right-sized and turned into
 //!    NodeClaims ([`crate::scheduling::claims`]).
 //!
@@ -36,6 +37,7 @@ use crate::scheduling::base::RunningBase;
 use crate::scheduling::cancel::{Cancelled, ShouldCancel};
 use crate::scheduling::claims;
 use crate::scheduling::colgen;
+use crate::scheduling::downsize;
 use crate::scheduling::explain;
 use crate::scheduling::improve;
 use crate::scheduling::input::{tolerates_all, PreferencePolicy, SolveInput};
@@ -109,6 +111,7 @@ fn solve_steps(
     let unschedulable = relaxation_rounds(&mut solver)?;
     // Step 6.
     improve::merge_nodes(&mut solver)?;
+    downsize::downsize_nodes(&mut solver)?;
     solver.check_cancel()?;
     let lower_bound_per_hour = match bound {
         Bound::Certify => certified_lower_bound(&solver),

@@ -596,6 +596,41 @@ impl<'a> Solver<'a> {
         emptied.template = None;
     }
 
+    /// Makes new slot `i` a node of template `t` with offering mask `mask`, keeping its pods.
+    pub fn resize_slot(&mut self, i: usize, t: usize, mask: u32) {
+        let state = self.state_for(&self.slots[i].classes, t);
+        let slot = &mut self.slots[i];
+        slot.template = Some(t);
+        slot.mask = mask;
+        slot.state = state;
+    }
+
+    /// Moves one pod of class `c` from new slot `from` to new slot `to`; `from` becomes a node of
+    /// template `t` with offering mask `mask`, or is left empty when that was its last pod.
+    pub fn move_pod(&mut self, from: usize, to: usize, c: usize, t: usize, mask: u32) {
+        let source = &mut self.slots[from];
+        if let Some(entry) = source.classes.iter_mut().find(|(k, _)| *k == c) {
+            entry.1 -= 1;
+        }
+        source.classes.retain(|(_, n)| *n > 0);
+        if source.classes.is_empty() {
+            source.template = None;
+            source.state.remove(&self.classes[c].traits, 1);
+        } else {
+            self.resize_slot(from, t, mask);
+        }
+        let traits = &self.classes[c].traits;
+        let target = &mut self.slots[to];
+        target.state.add(traits, 1);
+        if let Some(t) = target.template {
+            target.mask &= self.classes[c].masks[t];
+        }
+        match target.classes.iter_mut().find(|(k, _)| *k == c) {
+            Some(e) => e.1 += 1,
+            None => target.classes.push((c, 1)),
+        }
+    }
+
     /// Rebuilds a slot's node state for template `t` from its classes.
     pub(crate) fn state_for(&self, classes: &[(usize, u64)], t: usize) -> NodeState {
         let mut state = NodeState::empty(self.templates()[t].capacity.clone(), self.selectors().list.len());
