@@ -1,12 +1,17 @@
-//! Local search after merging: move single pods between new nodes so that one drops to a cheaper size.
+//! Local search after merging: move pods between new nodes so that one drops to a cheaper size.
 //!
 //! Sizes come in steps (a few vCPUs and GiB at a time), so a node whose pods need a little more than
 //! one size pays for the next. Greedy packing and pair merges leave many such nodes, each a fraction
 //! of a step over, next to nodes whose chosen size has room to spare. This pass first right-sizes
 //! every new node (the cheapest size of its pool that holds its pods, as the NodeClaim would get),
-//! then, node by node, looks for one pod whose leaving lets the node take a cheaper size, and for
-//! another new node whose size already has room for that pod. The receiving node keeps its size, so
-//! each move lowers the plan's price by the step the first node drops; moves repeat until none pays.
+//! then tries, node by node, three kinds of step, each lowering the plan's price by what the node
+//! saves, since every other node keeps its size and price:
+//! 1. one pod leaves for another new node whose size has room for it;
+//! 2. several pods leave together, each for a different node with room, where no one of them makes
+//!    the step alone;
+//! 3. one pod trades places with a smaller pod of another node whose size holds the difference.
+//!
+//! Steps repeat until none pays (or a few sweeps have passed).
 //!
 //! A move keeps every rule the packer keeps: the receiving node must be able to use the pod's
 //! offerings (so its zone, capacity type and other domain labels stay those the topology step gave
@@ -25,7 +30,7 @@ use crate::scheduling::working::Solver;
 /// shrank may now take a pod it could not).
 const MAX_SWEEPS: usize = 4;
 
-/// Right-sizes every new node, then moves pods between new nodes while a move lowers the price.
+/// Right-sizes every new node, then moves pods between new nodes while a step lowers the price.
 pub(crate) fn downsize_nodes(solver: &mut Solver) -> Result<(), Cancelled> {
     let by_price = templates_by_price(solver);
     let new_slots: Vec<usize> = (0..solver.slots().len()).filter(|&i| is_new_with_pods(solver, i)).collect();
@@ -39,23 +44,34 @@ pub(crate) fn downsize_nodes(solver: &mut Solver) -> Result<(), Cancelled> {
         }
     }
     let mut holders = Holders::new(solver, &new_slots);
+    let mut receivers = Receivers::new(solver, &new_slots);
     for _ in 0..MAX_SWEEPS {
         let mut changed = false;
         for &a in &new_slots {
             solver.check_cancel()?;
             loop {
-                if let Some(m) = best_move_from(solver, &by_price, a, &new_slots) {
+                if let Some(m) = best_move_from(solver, &by_price, a, &mut receivers) {
                     solver.move_pod(a, m.to, m.class, m.template, m.mask);
                     holders.moved(solver, m.class, a, m.to);
+                    receivers.refresh(solver, &[a, m.to]);
+                } else if let Some(chain) = chain_from(solver, &by_price, a, &mut receivers) {
+                    solver.move_pods(a, &chain.moves, chain.template, chain.mask);
+                    for &(c, to) in &chain.moves {
+                        holders.moved(solver, c, a, to);
+                        receivers.refresh(solver, &[to]);
+                    }
+                    receivers.refresh(solver, &[a]);
                 } else if let Some(s) = swap_from(solver, &by_price, a, &holders) {
                     let (t_b, mask_b) = (s.receiver_template, s.receiver_mask);
                     solver.move_pod(a, s.to, s.class, s.template, s.mask);
                     solver.move_pod(s.to, a, s.back, t_b, mask_b);
                     holders.moved(solver, s.class, a, s.to);
                     holders.moved(solver, s.back, s.to, a);
+                    receivers.refresh(solver, &[a, s.to]);
                 } else {
                     break;
                 }
+                receivers.changed();
                 changed = true;
             }
         }
@@ -115,7 +131,12 @@ struct Move {
 }
 
 /// The move off node `a` that saves the most, if any saves at all.
-fn best_move_from(solver: &Solver, by_price: &[Vec<usize>], a: usize, new_slots: &[usize]) -> Option<Move> {
+fn best_move_from(
+    solver: &Solver,
+    by_price: &[Vec<usize>],
+    a: usize,
+    receivers: &mut Receivers,
+) -> Option<Move> {
     let slot = &solver.slots()[a];
     let t_a = slot.template()?;
     let current = current_price(solver, a);
@@ -139,11 +160,103 @@ fn best_move_from(solver: &Solver, by_price: &[Vec<usize>], a: usize, new_slots:
         if saving <= 1e-9 || best.as_ref().is_some_and(|(s, _)| saving <= *s) {
             continue;
         }
-        if let Some(to) = receiver(solver, c, a, new_slots) {
+        if let Some(to) = receivers.find(solver, c, a, &[]) {
             best = Some((saving, Move { class: c, to, template, mask }));
         }
     }
     best.map(|(_, m)| m)
+}
+
+/// Several pods leave node `a`, each for another node (`(class, to)`, no node twice), and `a`
+/// becomes `template` with offering mask `mask`.
+struct Chain {
+    moves: Vec<(usize, usize)>,
+    template: usize,
+    mask: u32,
+}
+
+/// At most this many cheaper sizes, nearest first, are tried for a node that gives up several pods.
+const CHAIN_TARGETS: usize = 2;
+
+/// Pods that leave node `a` together, each for a different node whose size has room for it, so that
+/// `a` takes a cheaper size: no one of them makes the step alone. The pods are chosen greedily, the
+/// largest in the resource most over the cheaper size first, among those some node can take.
+fn chain_from(
+    solver: &Solver,
+    by_price: &[Vec<usize>],
+    a: usize,
+    receivers: &mut Receivers,
+) -> Option<Chain> {
+    let slot = &solver.slots()[a];
+    let t_a = slot.template()?;
+    let current = current_price(solver, a);
+    let demand = node_fit::total_demand(solver, slot.classes());
+    let pool = solver.templates()[t_a].pool;
+    let mut pods: Vec<usize> = vec![];
+    for &(c, n) in slot.classes() {
+        if may_leave(solver, a, c) {
+            pods.extend(std::iter::repeat_n(c, n as usize));
+        }
+    }
+    if pods.len() < 2 {
+        return None;
+    }
+    let movable = pods.iter().fold(vec![0i64; demand.len()], |mut sum, &c| {
+        sum.iter_mut().zip(&solver.classes()[c].traits.demand).for_each(|(s, d)| *s += d);
+        sum
+    });
+    let floor = |t: usize| solver.templates()[t].price(solver.templates()[t].full_mask());
+    let cheaper = by_price[pool].partition_point(|&t| floor(t) < current - 1e-9);
+    let targets = by_price[pool][..cheaper].iter().rev().filter(|&&t| within_limits(solver, t, t_a));
+    for &t in targets.take(CHAIN_TARGETS) {
+        let capacity = &solver.templates()[t].capacity;
+        let mut excess: Vec<i64> = demand.iter().zip(capacity).map(|(d, c)| d - c).collect();
+        // The pods that may leave must be able to cover the excess at all.
+        if excess.iter().zip(&movable).any(|(e, m)| e > m) {
+            continue;
+        }
+        // The resource the node is furthest over the cheaper size in, as a share of that size.
+        let Some(key) = (0..excess.len()).filter(|&d| excess[d] > 0 && capacity[d] > 0).max_by(|&x, &y| {
+            (excess[x] as f64 / capacity[x] as f64).total_cmp(&(excess[y] as f64 / capacity[y] as f64))
+        }) else {
+            continue;
+        };
+        let mut order = pods.clone();
+        order.sort_by_key(|&c| std::cmp::Reverse(solver.classes()[c].traits.demand[key]));
+        let mut moves: Vec<(usize, usize)> = vec![];
+        let mut taken: Vec<usize> = vec![];
+        for c in order {
+            if excess.iter().all(|e| *e <= 0) {
+                break;
+            }
+            let d = &solver.classes()[c].traits.demand;
+            if !excess.iter().zip(d).any(|(e, d)| *e > 0 && *d > 0) {
+                continue;
+            }
+            if let Some(to) = receivers.find(solver, c, a, &taken) {
+                moves.push((c, to));
+                taken.push(to);
+                excess.iter_mut().zip(d).for_each(|(e, d)| *e -= d);
+            }
+        }
+        if moves.len() < 2 || excess.iter().any(|e| *e > 0) {
+            continue;
+        }
+        let mut rest = slot.classes().to_vec();
+        for &(c, _) in &moves {
+            let entry = rest.iter_mut().find(|(k, _)| *k == c).expect("a moving pod is on the node");
+            entry.1 -= 1;
+        }
+        rest.retain(|(_, n)| *n > 0);
+        if !node_fit::rules_allow(solver, &rest) {
+            continue;
+        }
+        let mask = node_fit::joint_mask(solver, &rest, t);
+        if mask != 0 && solver.templates()[t].price(mask) < current - 1e-9 {
+            return Some(Chain { moves, template: t, mask });
+        }
+    }
+    None
 }
 
 /// Node `a` sends one pod of `class` to node `to` and takes one pod of class `back` from it: node `a`
@@ -296,46 +409,112 @@ fn may_leave(solver: &Solver, a: usize, c: usize) -> bool {
     })
 }
 
-/// The new node other than `from` that takes one pod of class `c` without a larger size, leaving
-/// the least room behind (so larger gaps stay open for larger pods); ties go to the lower index.
-fn receiver(solver: &Solver, c: usize, from: usize, new_slots: &[usize]) -> Option<usize> {
-    let class = &solver.classes()[c];
-    let mut best: Option<(i64, usize)> = None;
-    for &b in new_slots {
-        let slot = &solver.slots()[b];
-        let Some(t) = slot.template() else { continue };
-        if b == from || slot.classes().is_empty() || !fits(&class.traits.demand, &slot.state().free) {
-            continue;
-        }
-        // The node's price must not rise: the pod's offerings may leave out its cheapest one.
-        let mask = slot.mask() & class.masks[t];
-        let template = &solver.templates()[t];
-        if mask == 0 || template.price(mask) > template.price(slot.mask()) + 1e-9 {
-            continue;
-        }
-        if slot.state().max_addable(&class.traits, 1, |_| false) == 0 {
-            continue;
-        }
-        if !slot.classes().iter().all(|&(other, _)| other == c || solver.pair_ok(other, c)) {
-            continue;
-        }
-        let left = room_left(solver, t, &slot.state().free, &class.traits.demand);
-        if best.is_none_or(|(l, _)| left < l) {
-            best = Some((left, b));
-        }
-    }
-    best.map(|(_, b)| b)
+/// Finds the node that takes a moving pod, and remembers for each class that no node could since
+/// the last change to the plan: at the end of the search most nodes find no move, and each would
+/// otherwise read every node again for the same classes.
+struct Receivers<'s> {
+    new_slots: &'s [usize],
+    /// Every slot's free capacity, `dims` values per slot in one run of memory: most nodes are
+    /// refused on room alone, and this reads them without visiting each slot.
+    free: Vec<i64>,
+    dims: usize,
+    /// Each slot's price and the bit of the offering it is priced at: a pod whose offerings keep
+    /// that one leaves the price as it is, with no need to price the narrower mask.
+    price: Vec<(f64, u32)>,
+    /// The change count at which each class last found no node, if it has not found one since.
+    none_at: Vec<Option<u64>>,
+    changes: u64,
 }
 
-/// The room a node of template `t` keeps after taking `demand`, as the sum of its shares of the
-/// node's capacity in parts per million (so CPU and memory weigh alike).
-fn room_left(solver: &Solver, t: usize, free: &[i64], demand: &[i64]) -> i64 {
-    let capacity = &solver.templates()[t].capacity;
+impl<'s> Receivers<'s> {
+    fn new(solver: &Solver, new_slots: &'s [usize]) -> Self {
+        let dims = solver.dims().len();
+        let mut receivers = Receivers {
+            new_slots,
+            free: vec![0; solver.slots().len() * dims],
+            dims,
+            price: vec![(0.0, 0); solver.slots().len()],
+            none_at: vec![None; solver.classes().len()],
+            changes: 0,
+        };
+        receivers.refresh(solver, new_slots);
+        receivers
+    }
+
+    /// Copies the free capacity of `slots` after they changed.
+    fn refresh(&mut self, solver: &Solver, slots: &[usize]) {
+        for &i in slots {
+            let slot = &solver.slots()[i];
+            self.free[i * self.dims..(i + 1) * self.dims].copy_from_slice(&slot.state().free);
+            let cheapest = slot.template().and_then(|t| solver.templates()[t].cheapest(slot.mask()));
+            self.price[i] = cheapest.map_or((f64::INFINITY, 0), |(bit, offering)| (offering.price, 1 << bit));
+        }
+    }
+
+    /// A move, trade or chain was made: nodes have more or less room than before.
+    fn changed(&mut self) {
+        self.changes += 1;
+    }
+
+    /// The new node, other than `from` and those in `skip`, that takes one pod of class `c` without
+    /// a larger size, leaving the least room behind (so larger gaps stay open for larger pods); ties
+    /// go to the lower index. A class that found none since the last change finds none now: a node
+    /// refused with no node skipped is refused with some skipped too. (A search from another node
+    /// may miss the node the failed one came from; the pass is the poorer for it, never wrong.)
+    fn find(&mut self, solver: &Solver, c: usize, from: usize, skip: &[usize]) -> Option<usize> {
+        if self.none_at[c] == Some(self.changes) {
+            return None;
+        }
+        let found = self.scan(solver, c, from, skip);
+        if found.is_none() && skip.is_empty() {
+            self.none_at[c] = Some(self.changes);
+        }
+        found
+    }
+
+    fn scan(&self, solver: &Solver, c: usize, from: usize, skip: &[usize]) -> Option<usize> {
+        let class = &solver.classes()[c];
+        let mut best: Option<(f64, usize)> = None;
+        let demand = &class.traits.demand;
+        for &b in self.new_slots {
+            if b == from || !fits(demand, &self.free[b * self.dims..(b + 1) * self.dims]) {
+                continue;
+            }
+            let slot = &solver.slots()[b];
+            let Some(t) = slot.template() else { continue };
+            if slot.classes().is_empty() {
+                continue;
+            }
+            // The node's price must not rise: the pod's offerings may leave out its cheapest one.
+            let mask = slot.mask() & class.masks[t];
+            let template = &solver.templates()[t];
+            let (price, priced_at) = self.price[b];
+            if mask == 0 || (mask & priced_at == 0 && template.price(mask) > price + 1e-9) {
+                continue;
+            }
+            if skip.contains(&b) || slot.state().max_addable(&class.traits, 1, |_| false) == 0 {
+                continue;
+            }
+            if !slot.classes().iter().all(|&(other, _)| other == c || solver.pair_ok(other, c)) {
+                continue;
+            }
+            let left = room_left(&template.capacity, &slot.state().free, &class.traits.demand);
+            if best.is_none_or(|(l, _)| left < l) {
+                best = Some((left, b));
+            }
+        }
+        best.map(|(_, b)| b)
+    }
+}
+
+/// The room a node of `capacity` keeps after taking `demand`, as the sum of its shares of the
+/// node's capacity (so CPU and memory weigh alike).
+fn room_left(capacity: &[i64], free: &[i64], demand: &[i64]) -> f64 {
     free.iter()
         .zip(demand)
         .zip(capacity)
         .filter(|(_, c)| **c > 0)
-        .map(|((f, d), c)| ((f - d) as i128 * 1_000_000 / *c as i128) as i64)
+        .map(|((f, d), c)| (f - d) as f64 / *c as f64)
         .sum()
 }
 

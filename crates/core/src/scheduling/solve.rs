@@ -16,8 +16,8 @@
 //! 5. Pods that did not fit give up one more preference, in upstream's order, and go round again;
 //!    pods with nothing left to give up are reported with a reason ([`crate::scheduling::explain`]).
 //! 6. Pairs of new nodes are merged where one cheaper node holds both ([`crate::scheduling::improve`]);
-//!    single pods move, or trade places with smaller ones, between new nodes where that lets a node
-//!    take a cheaper size ([`crate::scheduling::downsize`]); the plan reports the larger of two certified lower bounds (the resource bound and the
+//!    pods move (one, or several together) or trade places with smaller ones between new nodes where
+//!    that lets a node take a cheaper size ([`crate::scheduling::downsize`]); the plan reports the larger of two certified lower bounds (the resource bound and the
 //!    configuration LP's, [`crate::scheduling::colgen`]); new nodes are right-sized and turned into
 //!    NodeClaims ([`crate::scheduling::claims`]).
 //!

@@ -608,26 +608,34 @@ impl<'a> Solver<'a> {
     /// Moves one pod of class `c` from new slot `from` to new slot `to`; `from` becomes a node of
     /// template `t` with offering mask `mask`, or is left empty when that was its last pod.
     pub fn move_pod(&mut self, from: usize, to: usize, c: usize, t: usize, mask: u32) {
-        let source = &mut self.slots[from];
-        if let Some(entry) = source.classes.iter_mut().find(|(k, _)| *k == c) {
-            entry.1 -= 1;
-        }
-        source.classes.retain(|(_, n)| *n > 0);
-        if source.classes.is_empty() {
-            source.template = None;
+        self.move_pods(from, &[(c, to)], t, mask);
+    }
+
+    /// Moves one pod of each `(class, to)` from new slot `from` to new slot `to`; `from` becomes a
+    /// node of template `t` with offering mask `mask`, or is left empty when no pod stays.
+    pub fn move_pods(&mut self, from: usize, moves: &[(usize, usize)], t: usize, mask: u32) {
+        for &(c, to) in moves {
+            let source = &mut self.slots[from];
+            if let Some(entry) = source.classes.iter_mut().find(|(k, _)| *k == c) {
+                entry.1 -= 1;
+            }
+            source.classes.retain(|(_, n)| *n > 0);
             source.state.remove(&self.classes[c].traits, 1);
+            let traits = &self.classes[c].traits;
+            let target = &mut self.slots[to];
+            target.state.add(traits, 1);
+            if let Some(t) = target.template {
+                target.mask &= self.classes[c].masks[t];
+            }
+            match target.classes.iter_mut().find(|(k, _)| *k == c) {
+                Some(e) => e.1 += 1,
+                None => target.classes.push((c, 1)),
+            }
+        }
+        if self.slots[from].classes.is_empty() {
+            self.slots[from].template = None;
         } else {
             self.resize_slot(from, t, mask);
-        }
-        let traits = &self.classes[c].traits;
-        let target = &mut self.slots[to];
-        target.state.add(traits, 1);
-        if let Some(t) = target.template {
-            target.mask &= self.classes[c].masks[t];
-        }
-        match target.classes.iter_mut().find(|(k, _)| *k == c) {
-            Some(e) => e.1 += 1,
-            None => target.classes.push((c, 1)),
         }
     }
 
