@@ -167,6 +167,10 @@ fn judged(
     })
 }
 
+/// A saving no larger than this is the rounding of two sums of the same prices, not a saving: a
+/// replacement that costs what the nodes cost must not pass for a cheaper one.
+const ROUNDING_PER_HOUR: f64 = 1e-9;
+
 /// The rules of a move, given its solve: `(savings, disruption, required)`.
 fn judge(
     snapshot: &Snapshot,
@@ -190,7 +194,7 @@ fn judge(
     }
     let price: f64 = nodes.iter().map(|&i| snapshot.nodes[i].price_per_hour).sum();
     let savings = price - outcome.replacement_price();
-    if savings <= 0.0 {
+    if savings <= ROUNDING_PER_HOUR {
         return Err(BlockReason::NoCheaperPlacement {
             detail: format!(
                 "replacements cost ${:.4}/h, the node(s) ${price:.4}/h",
