@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE};
 use crate::model::requirements::{Requirement, Requirements};
-use crate::model::resources::NODES;
 use crate::model::selection::offering_labels;
 use crate::model::{CapacityType, InstanceType, Offering};
 use crate::scheduling::input::{MinValuesPolicy, NodePoolInput};
@@ -62,9 +61,6 @@ pub(crate) fn build_plan(
 fn options(solver: &Solver, slot: &Slot) -> Vec<(usize, u32, f64)> {
     let chosen = slot.template().expect("new slots have a template");
     let pool = solver.templates()[chosen].pool;
-    let limits = solver.input().nodepools[pool].remaining.as_ref();
-    let chosen_capacity =
-        &solver.input().nodepools[pool].instance_types[solver.templates()[chosen].instance_type].capacity;
     if !node_fit::rules_allow(solver, slot.classes()) {
         return vec![];
     }
@@ -82,14 +78,8 @@ fn options(solver: &Solver, slot: &Slot) -> Vec<(usize, u32, f64)> {
             if mask == 0 {
                 return None;
             }
-            if let Some(limits) = limits {
-                let capacity = &solver.input().nodepools[pool].instance_types[tpl.instance_type].capacity;
-                if limits
-                    .iter()
-                    .any(|(name, _)| name != NODES && capacity.get(name) > chosen_capacity.get(name))
-                {
-                    return None;
-                }
+            if !node_fit::within_pool_limits(solver, t, chosen) {
+                return None;
             }
             Some((t, mask, tpl.price(mask)))
         })

@@ -19,7 +19,6 @@
 //! pod (hostname anti-affinity in both directions, hostname spread caps, host ports). Pods of a
 //! hostname affinity group, and pods such a group needs on their node, stay where they are.
 
-use crate::model::resources::NODES;
 use crate::scheduling::cancel::Cancelled;
 use crate::scheduling::node_fit;
 use crate::scheduling::shapes::{fits, Rule};
@@ -141,13 +140,11 @@ fn best_move_from(
     let t_a = slot.template()?;
     let current = current_price(solver, a);
     let mut best: Option<(f64, Move)> = None;
-    for (k, &(c, _)) in slot.classes().iter().enumerate() {
+    for &(c, _) in slot.classes() {
         if !may_leave(solver, a, c) {
             continue;
         }
-        let mut rest = slot.classes().to_vec();
-        rest[k].1 -= 1;
-        rest.retain(|(_, n)| *n > 0);
+        let rest = without(slot.classes(), &[c]);
         let (template, mask, price) = if rest.is_empty() {
             (t_a, 0, 0.0)
         } else {
@@ -207,7 +204,8 @@ fn chain_from(
     });
     let floor = |t: usize| solver.templates()[t].price(solver.templates()[t].full_mask());
     let cheaper = by_price[pool].partition_point(|&t| floor(t) < current - 1e-9);
-    let targets = by_price[pool][..cheaper].iter().rev().filter(|&&t| within_limits(solver, t, t_a));
+    let targets =
+        by_price[pool][..cheaper].iter().rev().filter(|&&t| node_fit::within_pool_limits(solver, t, t_a));
     for &t in targets.take(CHAIN_TARGETS) {
         let capacity = &solver.templates()[t].capacity;
         let mut excess: Vec<i64> = demand.iter().zip(capacity).map(|(d, c)| d - c).collect();
@@ -242,12 +240,8 @@ fn chain_from(
         if moves.len() < 2 || excess.iter().any(|e| *e > 0) {
             continue;
         }
-        let mut rest = slot.classes().to_vec();
-        for &(c, _) in &moves {
-            let entry = rest.iter_mut().find(|(k, _)| *k == c).expect("a moving pod is on the node");
-            entry.1 -= 1;
-        }
-        rest.retain(|(_, n)| *n > 0);
+        let leaving: Vec<usize> = moves.iter().map(|&(c, _)| c).collect();
+        let rest = without(slot.classes(), &leaving);
         if !node_fit::rules_allow(solver, &rest) {
             continue;
         }
@@ -285,13 +279,11 @@ fn swap_from(solver: &Solver, by_price: &[Vec<usize>], a: usize, holders: &Holde
         return None;
     }
     let current = current_price(solver, a);
-    for (k, &(p, _)) in slot.classes().iter().enumerate() {
+    for &(p, _) in slot.classes() {
         if !may_leave(solver, a, p) {
             continue;
         }
-        let mut rest = slot.classes().to_vec();
-        rest[k].1 -= 1;
-        rest.retain(|(_, n)| *n > 0);
+        let rest = without(slot.classes(), &[p]);
         let demand_rest = node_fit::total_demand(solver, &rest);
         for t in cheaper_sizes(solver, by_price, t_a, &demand_rest, current) {
             let room: Vec<i64> =
@@ -334,10 +326,7 @@ fn swap_with(
         // Whether `a` may take q at the cheaper size does not depend on the other node.
         let cheaper = |m: &u32| solver.templates()[t].price(*m) < current - 1e-9;
         mask_a.get_or_insert_with(|| takes_instead(solver, rest, q, t).filter(cheaper)).as_ref()?;
-        let mut rest_b = other.classes().to_vec();
-        let kq = rest_b.iter().position(|&(c, _)| c == q).expect("the node holds q");
-        rest_b[kq].1 -= 1;
-        rest_b.retain(|(_, n)| *n > 0);
+        let rest_b = without(other.classes(), &[q]);
         let Some(mask_b) = takes_instead(solver, &rest_b, p, t_b) else { continue };
         let template_b = &solver.templates()[t_b];
         if template_b.price(mask_b) > template_b.price(other.mask()) + 1e-9 {
@@ -372,7 +361,7 @@ fn cheaper_sizes(
         if tpl.price(tpl.full_mask()) >= current - 1e-9 || out.len() == SWAP_TARGETS {
             break;
         }
-        if fits(demand, &tpl.capacity) && within_limits(solver, candidate, t) {
+        if fits(demand, &tpl.capacity) && node_fit::within_pool_limits(solver, candidate, t) {
             out.push(candidate);
         }
     }
@@ -568,7 +557,7 @@ fn cheapest_fit(
         if !fits(&demand, &tpl.capacity) {
             continue;
         }
-        if !within_limits(solver, t, chosen) {
+        if !node_fit::within_pool_limits(solver, t, chosen) {
             continue;
         }
         let mask = node_fit::joint_mask(solver, classes, t);
@@ -583,15 +572,13 @@ fn cheapest_fit(
     best
 }
 
-/// Whether template `t` may replace template `chosen` of the same pool: a pool with limits takes no
-/// size larger than the node's own in any limited resource, so a smaller node never uses more of a
-/// limit.
-fn within_limits(solver: &Solver, t: usize, chosen: usize) -> bool {
-    let pool = solver.templates()[chosen].pool;
-    let Some(limits) = solver.input().nodepools[pool].remaining.as_ref() else { return true };
-    let capacity_of = |x: usize| {
-        let tpl = &solver.templates()[x];
-        &solver.input().nodepools[pool].instance_types[tpl.instance_type].capacity
-    };
-    limits.iter().all(|(name, _)| name == NODES || capacity_of(t).get(name) <= capacity_of(chosen).get(name))
+/// `classes` (with counts) less one pod of each class in `leaving`, which the node holds.
+fn without(classes: &[(usize, u64)], leaving: &[usize]) -> Vec<(usize, u64)> {
+    let mut rest = classes.to_vec();
+    for &c in leaving {
+        let entry = rest.iter_mut().find(|(k, _)| *k == c).expect("a leaving pod is on the node");
+        entry.1 -= 1;
+    }
+    rest.retain(|(_, n)| *n > 0);
+    rest
 }
