@@ -166,16 +166,15 @@ fn cost_of(cost: &[f64], column: usize) -> f64 {
 fn run(t: &mut [Vec<f64>], basis: &mut [usize], cost: &[f64], enterable: usize) -> Option<()> {
     let m = t.len();
     let rhs = t[0].len() - 1;
+    let mut in_basis = vec![false; rhs];
+    for &b in basis.iter() {
+        in_basis[b] = true;
+    }
+    let mut sums = [0.0; PRICING_BLOCK];
     for _ in 0..MAX_PIVOTS {
-        // Duals of the current basis, then the first column (Bland) with a negative reduced cost.
-        let entering = (0..enterable).find(|&j| {
-            if basis.contains(&j) {
-                return false;
-            }
-            let reduced = cost_of(cost, j) - (0..m).map(|r| cost_of(cost, basis[r]) * t[r][j]).sum::<f64>();
-            reduced < -EPS
-        });
-        let Some(j) = entering else { return Some(()) };
+        let Some(j) = entering_column(t, basis, &in_basis, cost, enterable, &mut sums) else {
+            return Some(());
+        };
         // Ratio test; ties broken by the smallest basis index (Bland).
         let mut leave: Option<(usize, f64)> = None;
         for r in 0..m {
@@ -194,7 +193,48 @@ fn run(t: &mut [Vec<f64>], basis: &mut [usize], cost: &[f64], enterable: usize) 
         }
         let (r, _) = leave?; // unbounded: cannot happen with non-negative costs, but never loop
         pivot(t, r, j);
+        in_basis[basis[r]] = false;
+        in_basis[j] = true;
         basis[r] = j;
+    }
+    None
+}
+
+/// Columns priced together in [`entering_column`].
+const PRICING_BLOCK: usize = 64;
+
+/// The first column (Bland's rule) among the first `enterable`, not in the basis, whose reduced cost
+/// `c_j − Σ_r c_B(r)·t[r][j]` is negative. Columns are priced a block at a time, reading the tableau
+/// along its rows rather than down each column, and rows whose basic column costs nothing are left
+/// out (their terms are zero). Each sum has the same non-zero terms in the same order as summing
+/// down the column, so the same column enters.
+fn entering_column(
+    t: &[Vec<f64>],
+    basis: &[usize],
+    in_basis: &[bool],
+    cost: &[f64],
+    enterable: usize,
+    sums: &mut [f64; PRICING_BLOCK],
+) -> Option<usize> {
+    let priced_rows: Vec<(f64, &[f64])> = basis
+        .iter()
+        .zip(t)
+        .map(|(&b, row)| (cost_of(cost, b), row.as_slice()))
+        .filter(|(c, _)| *c != 0.0)
+        .collect();
+    for start in (0..enterable).step_by(PRICING_BLOCK) {
+        let end = (start + PRICING_BLOCK).min(enterable);
+        let block = &mut sums[..end - start];
+        block.fill(0.0);
+        for (c, row) in &priced_rows {
+            for (sum, a) in block.iter_mut().zip(&row[start..end]) {
+                *sum += c * a;
+            }
+        }
+        let found = (start..end).find(|&j| !in_basis[j] && cost_of(cost, j) - block[j - start] < -EPS);
+        if found.is_some() {
+            return found;
+        }
     }
     None
 }
