@@ -398,35 +398,62 @@ fn may_leave(solver: &Solver, a: usize, c: usize) -> bool {
     })
 }
 
-/// Finds the node that takes a moving pod, and remembers for each class that no node could since
-/// the last change to the plan: at the end of the search most nodes find no move, and each would
-/// otherwise read every node again for the same classes.
-struct Receivers<'s> {
-    new_slots: &'s [usize],
-    /// Every slot's free capacity, `dims` values per slot in one run of memory: most nodes are
-    /// refused on room alone, and this reads them without visiting each slot.
+/// Finds the node that takes a moving pod. Each search reads every node that has room; to read
+/// fewer, it remembers for each class the last search's answer, and later searches read only the
+/// nodes changed since (see [`Receivers::find`]).
+struct Receivers {
+    /// Every slot's free capacity, `dims` values per slot in one run of memory.
     free: Vec<i64>,
     dims: usize,
+    /// Per dimension, the new slots as (free capacity, slot), ascending: a pod needs a node with
+    /// room in every dimension, so only the tail of one list, found by binary search, is read. The
+    /// list with the shortest tail is taken; most nodes are full and are never visited.
+    by_free: Vec<Vec<(i64, usize)>>,
     /// Each slot's price and the bit of the offering it is priced at: a pod whose offerings keep
     /// that one leaves the price as it is, with no need to price the narrower mask.
     price: Vec<(f64, u32)>,
-    /// The change count at which each class last found no node, if it has not found one since.
-    none_at: Vec<Option<u64>>,
+    /// Per class, the last search with nothing skipped.
+    last: Vec<Option<Search>>,
+    /// The slots refreshed, with the change count at the time, in order, and each slot's last
+    /// change count: after a search only these can have changed their answer for a class.
+    refreshed: Vec<(u64, usize)>,
+    refreshed_at: Vec<u64>,
     changes: u64,
 }
 
-impl<'s> Receivers<'s> {
-    fn new(solver: &Solver, new_slots: &'s [usize]) -> Self {
+/// A search for a node for one pod of a class, with no node skipped: the change count then, the
+/// node it was made from (the one node it did not read) and what it found (the room left, the node).
+#[derive(Clone, Copy)]
+struct Search {
+    at: u64,
+    from: usize,
+    found: Option<(f64, usize)>,
+}
+
+impl Receivers {
+    fn new(solver: &Solver, new_slots: &[usize]) -> Self {
         let dims = solver.dims().len();
         let mut receivers = Receivers {
-            new_slots,
             free: vec![0; solver.slots().len() * dims],
             dims,
+            by_free: vec![],
             price: vec![(0.0, 0); solver.slots().len()],
-            none_at: vec![None; solver.classes().len()],
+            last: vec![None; solver.classes().len()],
+            refreshed: vec![],
+            refreshed_at: vec![0; solver.slots().len()],
             changes: 0,
         };
         receivers.refresh(solver, new_slots);
+        receivers.by_free = (0..dims)
+            .map(|d| {
+                let mut list: Vec<(i64, usize)> =
+                    new_slots.iter().map(|&i| (receivers.free[i * dims + d], i)).collect();
+                list.sort_unstable();
+                list
+            })
+            .collect();
+        // Searches start at change 1, after the copies above.
+        receivers.changes = 1;
         receivers
     }
 
@@ -434,7 +461,20 @@ impl<'s> Receivers<'s> {
     fn refresh(&mut self, solver: &Solver, slots: &[usize]) {
         for &i in slots {
             let slot = &solver.slots()[i];
-            self.free[i * self.dims..(i + 1) * self.dims].copy_from_slice(&slot.state().free);
+            let free = &slot.state().free;
+            for (d, list) in self.by_free.iter_mut().enumerate() {
+                let (old, new) = (self.free[i * self.dims + d], free[d]);
+                if old != new {
+                    let at =
+                        list.binary_search(&(old, i)).expect("a new slot is listed by its free capacity");
+                    list.remove(at);
+                    let to = list.binary_search(&(new, i)).unwrap_or_else(|to| to);
+                    list.insert(to, (new, i));
+                }
+            }
+            self.free[i * self.dims..(i + 1) * self.dims].copy_from_slice(free);
+            self.refreshed.push((self.changes, i));
+            self.refreshed_at[i] = self.changes;
             let cheapest = slot.template().and_then(|t| solver.templates()[t].cheapest(slot.mask()));
             self.price[i] = cheapest.map_or((f64::INFINITY, 0), |(bit, offering)| (offering.price, 1 << bit));
         }
@@ -450,22 +490,61 @@ impl<'s> Receivers<'s> {
     /// go to the lower index. A class that found none since the last change finds none now: a node
     /// refused with no node skipped is refused with some skipped too. (A search from another node
     /// may miss the node the failed one came from; the pass is the poorer for it, never wrong.)
+    ///
+    /// A node that has not changed since the class's last search answers as it did then (its room,
+    /// size, offerings, price and pods are what they were; all refreshes of a change count come
+    /// after its searches). So a later search reads only the nodes refreshed since, and the node
+    /// that search was made from; of the others, none could take the pod if it found none, and
+    /// none beats what it found, when that node is unchanged and not excluded now. The answer is
+    /// the one reading every node would give.
     fn find(&mut self, solver: &Solver, c: usize, from: usize, skip: &[usize]) -> Option<usize> {
-        if self.none_at[c] == Some(self.changes) {
-            return None;
+        let excluded = |b: usize| b == from || skip.contains(&b);
+        let found = match self.last[c] {
+            Some(Search { at, found: None, .. }) if at == self.changes => return None,
+            Some(Search { at, from: last_from, found }) => {
+                let kept = found.filter(|&(_, b)| self.refreshed_at[b] < at && !excluded(b));
+                if found.is_none() || kept.is_some() {
+                    let since = self.refreshed.partition_point(|&(change, _)| change < at);
+                    let changed = self.refreshed[since..].iter().map(|&(_, b)| b);
+                    let fresh = self.best(solver, c, from, skip, changed.chain([last_from]));
+                    better(kept, fresh)
+                } else {
+                    self.best(solver, c, from, skip, self.with_room(&solver.classes()[c].traits.demand))
+                }
+            }
+            None => self.best(solver, c, from, skip, self.with_room(&solver.classes()[c].traits.demand)),
+        };
+        if skip.is_empty() {
+            self.last[c] = Some(Search { at: self.changes, from, found });
         }
-        let found = self.scan(solver, c, from, skip);
-        if found.is_none() && skip.is_empty() {
-            self.none_at[c] = Some(self.changes);
-        }
-        found
+        found.map(|(_, b)| b)
     }
 
-    fn scan(&self, solver: &Solver, c: usize, from: usize, skip: &[usize]) -> Option<usize> {
+    /// The new slots with at least `demand` free in the dimension where fewest have.
+    fn with_room(&self, demand: &[i64]) -> impl Iterator<Item = usize> + '_ {
+        self.by_free
+            .iter()
+            .zip(demand)
+            .map(|(list, &need)| &list[list.partition_point(|&(free, _)| free < need)..])
+            .min_by_key(|tail| tail.len())
+            .unwrap_or(&[])
+            .iter()
+            .map(|&(_, b)| b)
+    }
+
+    /// The best of `candidates` (as [`Receivers::find`] says), which may repeat.
+    fn best(
+        &self,
+        solver: &Solver,
+        c: usize,
+        from: usize,
+        skip: &[usize],
+        candidates: impl Iterator<Item = usize>,
+    ) -> Option<(f64, usize)> {
         let class = &solver.classes()[c];
         let mut best: Option<(f64, usize)> = None;
         let demand = &class.traits.demand;
-        for &b in self.new_slots {
+        for b in candidates {
             if b == from || !fits(demand, &self.free[b * self.dims..(b + 1) * self.dims]) {
                 continue;
             }
@@ -488,11 +567,20 @@ impl<'s> Receivers<'s> {
                 continue;
             }
             let left = room_left(&template.capacity, &slot.state().free, &class.traits.demand);
-            if best.is_none_or(|(l, _)| left < l) {
-                best = Some((left, b));
-            }
+            best = better(best, Some((left, b)));
         }
-        best.map(|(_, b)| b)
+        best
+    }
+}
+
+/// The node that leaves less room, or the lower index of two that leave the same.
+fn better(a: Option<(f64, usize)>, b: Option<(f64, usize)>) -> Option<(f64, usize)> {
+    match (a, b) {
+        (Some((la, a)), Some((lb, b))) => {
+            Some(if lb < la || (lb == la && b < a) { (lb, b) } else { (la, a) })
+        }
+        (a, None) => a,
+        (None, b) => b,
     }
 }
 
