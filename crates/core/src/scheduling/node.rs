@@ -81,7 +81,13 @@ impl NodeState {
     /// How many pods with these traits (up to `want`) can join. `bootstrap(selector)` says whether
     /// a self-matching pod may start a hostname affinity group here (no matching pod anywhere yet).
     pub fn max_addable(&self, pod: &PodTraits, want: u64, bootstrap: impl Fn(usize) -> bool) -> u64 {
-        let mut n = want.min(copies_that_fit(&pod.demand, &self.free));
+        let fit = if want == 1 {
+            // One copy needs no division: it fits when every resource it asks for has room.
+            u64::from(pod.demand.iter().zip(&self.free).all(|(need, have)| *need <= 0 || have >= need))
+        } else {
+            copies_that_fit(&pod.demand, &self.free)
+        };
+        let mut n = want.min(fit);
         if n == 0 {
             return 0;
         }
