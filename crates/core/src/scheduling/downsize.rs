@@ -421,13 +421,20 @@ struct Receivers {
     changes: u64,
 }
 
+/// At most this many of a search's best nodes are remembered: a search from a node that receives a
+/// pod, or that skips the nodes a chain already uses, can then often take the next one.
+const REMEMBERED: usize = 4;
+
 /// A search for a node for one pod of a class, with no node skipped: the change count then, the
-/// node it was made from (the one node it did not read) and what it found (the room left, the node).
-#[derive(Clone, Copy)]
+/// node it was made from (the one node it did not read), and the best nodes it found (room left,
+/// node), best first. Unless `complete`, every other node it read either refused the pod or ranks
+/// after the last of them; if `complete`, every other node it read refused the pod.
+#[derive(Clone)]
 struct Search {
     at: u64,
     from: usize,
-    found: Option<(f64, usize)>,
+    best: Vec<(f64, usize)>,
+    complete: bool,
 }
 
 impl Receivers {
@@ -494,30 +501,100 @@ impl Receivers {
     /// A node that has not changed since the class's last search answers as it did then (its room,
     /// size, offerings, price and pods are what they were; all refreshes of a change count come
     /// after its searches). So a later search reads only the nodes refreshed since, and the node
-    /// that search was made from; of the others, none could take the pod if it found none, and
-    /// none beats what it found, when that node is unchanged and not excluded now. The answer is
-    /// the one reading every node would give.
+    /// that search was made from; of the others, none could take the pod if that search found
+    /// none, and none beats the best it remembered that is unchanged and not excluded now. Only
+    /// when every node it remembered is excluded or changed are all nodes read again. The answer
+    /// is the one reading every node would give.
     fn find(&mut self, solver: &Solver, c: usize, from: usize, skip: &[usize]) -> Option<usize> {
-        let excluded = |b: usize| b == from || skip.contains(&b);
-        let found = match self.last[c] {
-            Some(Search { at, found: None, .. }) if at == self.changes => return None,
-            Some(Search { at, from: last_from, found }) => {
-                let kept = found.filter(|&(_, b)| self.refreshed_at[b] < at && !excluded(b));
-                if found.is_none() || kept.is_some() {
-                    let since = self.refreshed.partition_point(|&(change, _)| change < at);
-                    let changed = self.refreshed[since..].iter().map(|&(_, b)| b);
-                    let fresh = self.best(solver, c, from, skip, changed.chain([last_from]));
-                    better(kept, fresh)
-                } else {
-                    self.best(solver, c, from, skip, self.with_room(&solver.classes()[c].traits.demand))
+        if let Some(Search { at, best, complete: true, .. }) = &self.last[c] {
+            if *at == self.changes && best.is_empty() {
+                return None;
+            }
+        }
+        let known = self.last[c].as_ref().and_then(|last| self.since(solver, c, from, last));
+        let mut search = known.unwrap_or_else(|| self.read_all(solver, c, from, &[]));
+        let mut found = search.best.iter().find(|(_, b)| !skip.contains(b)).map(|&(_, b)| b);
+        if found.is_none() && !search.complete {
+            // Every node remembered is skipped, and nodes ranked after them are not known.
+            if skip.is_empty() {
+                search = self.read_all(solver, c, from, &[]);
+                found = search.best.first().map(|&(_, b)| b);
+            } else {
+                found = self.read_all(solver, c, from, skip).best.first().map(|&(_, b)| b);
+            }
+        }
+        debug_assert_eq!(
+            found,
+            self.read_all(solver, c, from, skip).best.first().map(|&(_, b)| b),
+            "a search from what an earlier one remembered finds what reading every node finds"
+        );
+        if skip.is_empty() {
+            self.last[c] = Some(search);
+        }
+        found
+    }
+
+    /// A search that reads every node with room for the pod, but `skip`.
+    fn read_all(&self, solver: &Solver, c: usize, from: usize, skip: &[usize]) -> Search {
+        let candidates: Vec<usize> =
+            self.with_room(&solver.classes()[c].traits.demand).filter(|b| !skip.contains(b)).collect();
+        self.ranked(solver, c, from, &candidates, vec![], true)
+    }
+
+    /// What a search from `from` finds now, from the class's last search: its remembered nodes
+    /// that have not changed since keep their rank, and only the nodes refreshed since and the one
+    /// it did not read are read. None when nothing it remembered can be used (a full read is due).
+    fn since(&self, solver: &Solver, c: usize, from: usize, last: &Search) -> Option<Search> {
+        let unchanged: Vec<(f64, usize)> =
+            last.best.iter().copied().filter(|&(_, b)| self.refreshed_at[b] < last.at && b != from).collect();
+        if unchanged.is_empty() && !last.complete {
+            return None;
+        }
+        let since = self.refreshed.partition_point(|&(change, _)| change < last.at);
+        let mut candidates: Vec<usize> = self.refreshed[since..].iter().map(|&(_, b)| b).collect();
+        candidates.push(last.from);
+        candidates.sort_unstable();
+        candidates.dedup();
+        // Nodes read again are ranked afresh, not from the old list.
+        let unchanged = unchanged.into_iter().filter(|(_, b)| candidates.binary_search(b).is_err()).collect();
+        let mut search = self.ranked(solver, c, from, &candidates, unchanged, last.complete);
+        if !last.complete {
+            // Nodes not read rank after the old list's last, so nothing after it is certain.
+            let bound = *last.best.last().expect("an incomplete search remembers its full list");
+            search.best.retain(|&entry| !ranks_before(bound, entry));
+            search.complete = false;
+        }
+        Some(search)
+    }
+
+    /// Ranks `candidates` (distinct) together with `known` entries (nodes not among them),
+    /// keeping the best [`REMEMBERED`]; complete when `all_known` says no node outside both could
+    /// take the pod and no more than [`REMEMBERED`] can.
+    fn ranked(
+        &self,
+        solver: &Solver,
+        c: usize,
+        from: usize,
+        candidates: &[usize],
+        known: Vec<(f64, usize)>,
+        all_known: bool,
+    ) -> Search {
+        let mut best = known;
+        best.sort_by(|&x, &y| order(x, y));
+        best.truncate(REMEMBERED);
+        let mut eligible = best.len();
+        for &b in candidates {
+            if let Some(left) = self.room_after(solver, c, from, b) {
+                eligible += 1;
+                let entry = (left, b);
+                if best.len() < REMEMBERED || best.last().is_some_and(|&last| ranks_before(entry, last)) {
+                    let at = best.partition_point(|&e| ranks_before(e, entry));
+                    best.insert(at, entry);
+                    best.truncate(REMEMBERED);
                 }
             }
-            None => self.best(solver, c, from, skip, self.with_room(&solver.classes()[c].traits.demand)),
-        };
-        if skip.is_empty() {
-            self.last[c] = Some(Search { at: self.changes, from, found });
         }
-        found.map(|(_, b)| b)
+        Search { at: self.changes, from, best, complete: all_known && eligible <= REMEMBERED }
     }
 
     /// The new slots with at least `demand` free in the dimension where fewest have.
@@ -532,56 +609,44 @@ impl Receivers {
             .map(|&(_, b)| b)
     }
 
-    /// The best of `candidates` (as [`Receivers::find`] says), which may repeat.
-    fn best(
-        &self,
-        solver: &Solver,
-        c: usize,
-        from: usize,
-        skip: &[usize],
-        candidates: impl Iterator<Item = usize>,
-    ) -> Option<(f64, usize)> {
+    /// The room node `b` keeps after taking one pod of class `c`, or None when it may not take it
+    /// (as [`Receivers::find`] says; `from` never takes it).
+    fn room_after(&self, solver: &Solver, c: usize, from: usize, b: usize) -> Option<f64> {
         let class = &solver.classes()[c];
-        let mut best: Option<(f64, usize)> = None;
         let demand = &class.traits.demand;
-        for b in candidates {
-            if b == from || !fits(demand, &self.free[b * self.dims..(b + 1) * self.dims]) {
-                continue;
-            }
-            let slot = &solver.slots()[b];
-            let Some(t) = slot.template() else { continue };
-            if slot.classes().is_empty() {
-                continue;
-            }
-            // The node's price must not rise: the pod's offerings may leave out its cheapest one.
-            let mask = slot.mask() & class.masks[t];
-            let template = &solver.templates()[t];
-            let (price, priced_at) = self.price[b];
-            if mask == 0 || (mask & priced_at == 0 && template.price(mask) > price + 1e-9) {
-                continue;
-            }
-            if skip.contains(&b) || slot.state().max_addable(&class.traits, 1, |_| false) == 0 {
-                continue;
-            }
-            if !slot.classes().iter().all(|&(other, _)| other == c || solver.pair_ok(other, c)) {
-                continue;
-            }
-            let left = room_left(&template.capacity, &slot.state().free, &class.traits.demand);
-            best = better(best, Some((left, b)));
+        if b == from || !fits(demand, &self.free[b * self.dims..(b + 1) * self.dims]) {
+            return None;
         }
-        best
+        let slot = &solver.slots()[b];
+        let t = slot.template()?;
+        if slot.classes().is_empty() {
+            return None;
+        }
+        // The node's price must not rise: the pod's offerings may leave out its cheapest one.
+        let mask = slot.mask() & class.masks[t];
+        let template = &solver.templates()[t];
+        let (price, priced_at) = self.price[b];
+        if mask == 0 || (mask & priced_at == 0 && template.price(mask) > price + 1e-9) {
+            return None;
+        }
+        if slot.state().max_addable(&class.traits, 1, |_| false) == 0 {
+            return None;
+        }
+        if !slot.classes().iter().all(|&(other, _)| other == c || solver.pair_ok(other, c)) {
+            return None;
+        }
+        Some(room_left(&template.capacity, &slot.state().free, demand))
     }
 }
 
-/// The node that leaves less room, or the lower index of two that leave the same.
-fn better(a: Option<(f64, usize)>, b: Option<(f64, usize)>) -> Option<(f64, usize)> {
-    match (a, b) {
-        (Some((la, a)), Some((lb, b))) => {
-            Some(if lb < la || (lb == la && b < a) { (lb, b) } else { (la, a) })
-        }
-        (a, None) => a,
-        (None, b) => b,
-    }
+/// Nodes by the room they keep, least first; ties go to the lower index.
+fn order(x: (f64, usize), y: (f64, usize)) -> std::cmp::Ordering {
+    x.0.partial_cmp(&y.0).unwrap_or(std::cmp::Ordering::Equal).then(x.1.cmp(&y.1))
+}
+
+/// Whether `x` ranks before `y`.
+fn ranks_before(x: (f64, usize), y: (f64, usize)) -> bool {
+    order(x, y) == std::cmp::Ordering::Less
 }
 
 /// The room a node of `capacity` keeps after taking `demand`, as the sum of its shares of the
