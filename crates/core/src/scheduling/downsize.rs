@@ -555,8 +555,8 @@ impl Receivers {
         candidates.push(last.from);
         candidates.sort_unstable();
         candidates.dedup();
-        // Nodes read again are ranked afresh, not from the old list.
-        let unchanged = unchanged.into_iter().filter(|(_, b)| candidates.binary_search(b).is_err()).collect();
+        // No unchanged node is read again: it was not refreshed since, and a search never lists the
+        // node it was made from.
         let mut search = self.ranked(solver, c, from, &candidates, unchanged, last.complete);
         if !last.complete {
             // Nodes not read rank after the old list's last, so nothing after it is certain.
