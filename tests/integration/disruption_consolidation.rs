@@ -85,13 +85,13 @@ fn a_marginal_replacement_is_not_worth_its_disruption_aws_7146() {
         other => panic!("{other:?}"),
     }
     assert!(reason_of(&d, "n0").to_string().contains("$0.0060/h"), "{}", reason_of(&d, "n0"));
-    // Threshold 0 restores upstream's "any saving": the churn comes back.
+    // Threshold 0 restores upstream's "any saving": the churn comes back, all four nodes at once
+    // (as many replacements as nodes, each the cheaper type) where upstream takes them one by one.
     let d = decided_with(&s, &any_saving());
     let c = &d.commands[0];
-    assert_eq!(
-        (c.method, c.candidates.len(), c.replacements[0].instance_type.as_str()),
-        (Method::SingleNodeConsolidation, 1, "d4b")
-    );
+    assert_eq!((c.method, c.candidates.len(), c.replacements.len()), (Method::MultiNodeConsolidation, 4, 4));
+    assert!(c.replacements.iter().all(|r| r.instance_type == "d4b"), "{c:#?}");
+    assert!((c.savings_per_hour - 0.024).abs() < 1e-9, "{c:#?}");
     // So does a pool with upstream's default policy, WhenEmptyOrUnderutilized, whatever the
     // threshold: only `Balanced` pools weigh savings against disruption, as upstream.
     s.nodepools[0].consolidation_policy = ConsolidationPolicy::WhenEmptyOrUnderutilized;
@@ -249,7 +249,7 @@ proptest! {
             }
             if c.reason == DisruptionReason::Underutilized {
                 prop_assert!(c.savings_per_hour > 0.0);
-                prop_assert!(c.replacements.len() <= 1 || c.replacements.len() < c.candidates.len());
+                prop_assert!(c.replacements.len() <= c.candidates.len().max(1));
             }
         }
         prop_assert_eq!(first.blocked.len() + seen.len(), s.nodes.len(), "every node is acted on or explained");
@@ -273,16 +273,57 @@ fn a_long_run_of_nearly_empty_nodes_is_found_behind_nodes_that_cannot_move() {
 }
 
 #[test]
-fn a_prefix_both_orders_share_is_solved_once_and_counts_once_against_the_budget() {
-    // Both orders start from all 32 candidates: the value order's solve of them fails and spends
+fn a_prefix_the_orders_share_is_solved_once_and_counts_once_against_the_budget() {
+    // Every order starts from all 32 candidates: the value order's solve of them fails and spends
     // the one multi-node solve each order has. The drain order finds that set judged already, so
-    // its one solve goes to its next size, 16 nearly empty nodes, which works.
+    // its one solve goes to its next size, 16 nearly empty nodes, which works. The overpaid order
+    // also puts the nearly empty nodes first, in the same order: both of its first sets are judged
+    // already, so its one solve grows the prefix to 24, which works too and saves more.
     let s = pinned_and_nearly_empty_nodes();
     let d = decided_with(&s, &Options { max_multi_node_solves: 1, ..any_saving() });
     let c = &d.commands[0];
     assert_eq!(c.method, Method::MultiNodeConsolidation, "{c:#?}");
-    assert_eq!(c.candidates.len(), 16, "{:?}", c.candidates);
+    assert_eq!(c.candidates.len(), 24, "{:?}", c.candidates);
     assert!(c.candidates.iter().all(|n| n.starts_with('n')), "{:?}", c.candidates);
+    assert_command_valid(&s, c, now());
+}
+
+#[test]
+fn a_budget_caps_how_many_nodes_a_move_takes_not_which() {
+    // A budget of two nodes. Four c8 nodes hold two pods each, pinned to them by hostname, and
+    // cost the most per unit of disruption, so spending the budget on candidates in that order
+    // would hand it to nodes that cannot move. Two c4 nodes hold one small pod each, which fits in
+    // the room the c8 nodes have left: the move that deletes both is within the budget.
+    use karpenter_azure::model::labels::LABEL_HOSTNAME;
+    use karpenter_azure::model::Requirement;
+    let mut s = Snapshot {
+        nodepools: vec![policy("general", general(), &[api_budget("2")])],
+        ..Snapshot::default()
+    };
+    for i in 0..4 {
+        let name = format!("a{i}");
+        let pinned = |pod: &str| {
+            let mut p = workload(pod, 3500);
+            Arc::make_mut(&mut p.pod).required_terms =
+                vec![fixtures::requirements(&[Requirement::is_in(LABEL_HOSTNAME, [&*name])])];
+            p
+        };
+        add_node(
+            &mut s,
+            "general",
+            &name,
+            "c8",
+            OnDemand,
+            vec![pinned(&format!("{name}-x")), pinned(&format!("{name}-y"))],
+        );
+    }
+    for i in 0..2 {
+        add_node(&mut s, "general", &format!("n{i}"), "c4", OnDemand, vec![workload(&format!("p{i}"), 1000)]);
+    }
+    let d = decided_with(&s, &any_saving());
+    let c = d.commands.first().unwrap_or_else(|| panic!("a move within the budget: {d:#?}"));
+    assert_eq!(c.candidates, vec!["n0", "n1"], "{c:#?}");
+    assert!(c.replacements.is_empty(), "{c:#?}");
     assert_command_valid(&s, c, now());
 }
 

@@ -16,6 +16,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::apis::nodepool::{Budget as ApiBudget, DisruptionReason};
 
+use super::command::BlockReason;
 use super::cron::Cron;
 use super::snapshot::Snapshot;
 
@@ -171,6 +172,40 @@ pub fn allowances(
             (pool.name.clone(), allowance)
         })
         .collect()
+}
+
+/// The nodes of `order` a move may take together, in order, while each one's pool has allowance
+/// left; and every other node, with the `Budget` reason naming the budget that stopped it. A node
+/// whose pool has no allowance (a pool missing from the snapshot) is in neither list.
+pub fn within(
+    snapshot: &Snapshot,
+    order: &[usize],
+    allowances: &BTreeMap<String, Allowance>,
+    reason: DisruptionReason,
+) -> (Vec<usize>, Vec<(usize, BlockReason)>) {
+    let mut remaining: BTreeMap<&str, Option<usize>> =
+        allowances.iter().map(|(pool, a)| (pool.as_str(), a.remaining)).collect();
+    let (mut taken, mut refused) = (vec![], vec![]);
+    for &i in order {
+        let pool = snapshot.nodes[i].nodepool.as_str();
+        match remaining.get_mut(pool) {
+            None => {}
+            Some(Some(0)) => refused.push((
+                i,
+                BlockReason::Budget {
+                    nodepool: pool.to_string(),
+                    reason,
+                    limited_by: allowances[pool].limited_by.clone().unwrap_or_default(),
+                },
+            )),
+            Some(Some(n)) => {
+                *n -= 1;
+                taken.push(i);
+            }
+            Some(None) => taken.push(i),
+        }
+    }
+    (taken, refused)
 }
 
 fn describe(index: usize, budget: &Budget) -> String {

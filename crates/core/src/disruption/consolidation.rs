@@ -4,7 +4,10 @@
 //! Upstream (`multinodeconsolidation.go`, `singlenodeconsolidation.go`) binary-searches a prefix of
 //! the first 100 candidates for an M→1 move under a 1-minute timeout and then tries single nodes under
 //! a 3-minute one, and takes any positive saving. Here:
-//! - a move may replace M nodes by K NodeClaims for any K < M (and, as upstream, by one when M = 1);
+//! - a move may replace M nodes by up to M NodeClaims (upstream: at most one): every move saves money,
+//!   so passes still end, and never adds nodes;
+//! - the budgets cap each move's nodes, not the candidates: every candidate of a pool with allowance
+//!   left may be in a move (upstream picks its batch within the budget first);
 //! - every move is priced by its net value: the saving in $/hour minus `λ × disruption cost`, where
 //!   each node's λ is its pool's price per unit of disruption scaled by the threshold,
 //!   `threshold × pool $/h ÷ pool disruption cost`. A move is worth taking when its value is not
@@ -12,9 +15,10 @@
 //!   savings share ÷ disruption share ≥ 1/k) summed over the move's nodes; threshold 0 takes any saving;
 //! - candidates are ordered by the best value a removal could have (price − λ × disruption), nodes
 //!   that could not pay for their disruption even if deleted outright are left out, and prefixes of
-//!   that order, and of the same candidates by disruption per dollar (at most 100, as upstream), are
-//!   searched as upstream searches its prefix (halving, then a binary search upward); the prefix with
-//!   the highest value wins;
+//!   that order, of the same candidates by disruption per dollar (at most 100, as upstream) and by
+//!   what they cost above their pods' resources at the pool's best rates, each cut to the budgets,
+//!   are searched as upstream searches its prefix (halving, then a binary search upward); the prefix
+//!   with the highest value wins;
 //! - single nodes are tried, in the same order, only when no multi-node move is worth it, as upstream.
 //!
 //! Spot-to-spot moves (every candidate spot) follow `designs/spot-consolidation.md`: off unless the
@@ -26,13 +30,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::apis::nodepool::DisruptionReason;
+use crate::model::resources::Resources;
 use crate::model::CapacityType;
 use crate::scheduling::{Cancelled, RunningBase, ShouldCancel};
 
+use super::budgets::{within, Allowance};
 use super::command::{BlockReason, Command, Method};
 use super::cost::node_disruption_cost;
 use super::simulate::{outcome, outcome_on_base, running_base, Outcome, Replace};
-use super::snapshot::Snapshot;
+use super::snapshot::{ManagedNode, Snapshot};
 use super::Options;
 use crate::apis::nodepool::ConsolidationPolicy;
 
@@ -187,7 +193,7 @@ fn judge(
     }
     let m = nodes.len();
     let k = outcome.replacements.len();
-    if !(k <= 1 || k < m) {
+    if k > m.max(1) {
         return Err(BlockReason::NoCheaperPlacement {
             detail: format!("{m} node(s) would need {k} replacements"),
         });
@@ -276,27 +282,82 @@ fn single_node_order(order: &[usize], solves: usize, now: Timestamp) -> Vec<usiz
 }
 
 /// How many candidates the drain order's prefixes take at most (upstream `multinodeconsolidation.go`
-/// clamps its batch to 100 "to save on computation"). The value order is not capped: replacing every
-/// candidate by fewer, cheaper nodes is the move upstream cannot make.
+/// clamps its batch to 100 "to save on computation"). The value and waste orders are not capped:
+/// replacing many candidates by fewer, cheaper nodes is the move upstream cannot make.
 pub const DRAIN_ORDER_CANDIDATES: usize = 100;
 
-/// The orders multi-node prefixes are taken from: `by_value` (the best value a removal could have,
-/// priciest net of disruption first), and at most [`DRAIN_ORDER_CANDIDATES`] of the same candidates
-/// by disruption per dollar, the cheapest to drain for what they cost first (upstream sorts its
-/// candidates by disruption cost). The second finds long runs of nearly empty nodes whose pods fit
-/// elsewhere; the first, the expensive nodes worth replacing.
-fn prefix_orders(snapshot: &Snapshot, by_value: &[usize]) -> [Vec<usize>; 2] {
-    let mut by_drain: Vec<(usize, f64)> = by_value
-        .iter()
-        .map(|&i| {
-            let n = &snapshot.nodes[i];
-            (i, node_disruption_cost(n) / n.price_per_hour.max(f64::MIN_POSITIVE))
-        })
-        .collect();
-    // Stable: equal ratios keep the value order.
-    by_drain.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let drain = by_drain.into_iter().map(|(i, _)| i).take(DRAIN_ORDER_CANDIDATES).collect();
-    [by_value.to_vec(), drain]
+/// The orders multi-node prefixes are taken from, each cut to what the budgets allow ([`within`]):
+/// - `by_value`: the best value a removal could have, priciest net of disruption first: the
+///   expensive nodes worth replacing;
+/// - by disruption per dollar, the cheapest to drain for what they cost first (upstream sorts its
+///   candidates by disruption cost), at most [`DRAIN_ORDER_CANDIDATES`]: long runs of nearly empty
+///   nodes whose pods fit elsewhere;
+/// - by what a node costs above its pods' share at the pool's best rates ([`Rates::overpaid`]),
+///   most first: the nodes a repack would gain the most from. Under a budget of a tenth of the pool
+///   the other two orders take the same nodes pass after pass; this one reaches the rest.
+fn prefix_orders(
+    snapshot: &Snapshot,
+    by_value: &[usize],
+    budgets: &BTreeMap<String, Allowance>,
+) -> [Vec<usize>; 3] {
+    let by = |key: &dyn Fn(usize) -> f64| {
+        let mut keyed: Vec<(usize, f64)> = by_value.iter().map(|&i| (i, key(i))).collect();
+        // Stable: equal keys keep the value order.
+        keyed.sort_by(|a, b| a.1.total_cmp(&b.1));
+        keyed.into_iter().map(|(i, _)| i).collect::<Vec<usize>>()
+    };
+    let drain = by(&|i| {
+        let n = &snapshot.nodes[i];
+        node_disruption_cost(n) / n.price_per_hour.max(f64::MIN_POSITIVE)
+    });
+    let rates = Rates::of(snapshot);
+    let overpaid = by(&|i| -rates.overpaid(&snapshot.nodes[i]));
+    let cut = |order: &[usize]| within(snapshot, order, budgets, DisruptionReason::Underutilized).0;
+    let mut drain = cut(&drain);
+    drain.truncate(DRAIN_ORDER_CANDIDATES);
+    [cut(by_value), drain, cut(&overpaid)]
+}
+
+/// Each pool's lowest $/hour per millicore and per byte of memory over its sizes, per capacity
+/// type: what a node's pods would cost at least, were each on the size cheapest for its resources.
+struct Rates(BTreeMap<(String, CapacityType), (f64, f64)>);
+
+impl Rates {
+    fn of(snapshot: &Snapshot) -> Rates {
+        let mut rates = BTreeMap::new();
+        for pool in &snapshot.nodepools {
+            let Some(solver) = &pool.solver else { continue };
+            for t in solver.instance_types.iter() {
+                let (cpu, memory) = (t.allocatable.cpu_millis(), t.allocatable.memory_bytes());
+                for capacity_type in [CapacityType::OnDemand, CapacityType::Spot] {
+                    let Some(price) = t.price(capacity_type) else { continue };
+                    let rate =
+                        rates.entry((pool.name.clone(), capacity_type)).or_insert((f64::MAX, f64::MAX));
+                    if cpu > 0 {
+                        rate.0 = rate.0.min(price / cpu as f64);
+                    }
+                    if memory > 0 {
+                        rate.1 = rate.1.min(price / memory as f64);
+                    }
+                }
+            }
+        }
+        Rates(rates)
+    }
+
+    /// The node's price above what its pods' cpu or memory (the dearer of the two) costs at the
+    /// pool's best rate: the share left unused plus what the size charges above the cheapest.
+    fn overpaid(&self, node: &ManagedNode) -> f64 {
+        let Some(&(per_milli, per_byte)) = self.0.get(&(node.nodepool.clone(), node.capacity_type)) else {
+            return 0.0;
+        };
+        let mut used = Resources::new();
+        for p in &node.pods {
+            used.add_assign(&p.pod.requests);
+        }
+        let floor = (used.cpu_millis() as f64 * per_milli).max(used.memory_bytes() as f64 * per_byte);
+        node.price_per_hour - floor.min(node.price_per_hour)
+    }
 }
 
 /// Multi-node moves already judged in this pass, by their set of nodes: two orders share prefixes
@@ -374,11 +435,12 @@ fn best_prefix(
     Ok(best)
 }
 
-/// The consolidation pass over `candidates` (already within budgets), best first. Returns the command,
-/// if any, and a reason for each candidate it does not take.
+/// The consolidation pass over `candidates`, each move within `budgets`. Returns the command, if
+/// any, and a reason for each candidate it does not take.
 pub fn consolidate(
     snapshot: &Snapshot,
     candidates: &[usize],
+    budgets: &BTreeMap<String, Allowance>,
     now: Timestamp,
     options: &Options,
     cancel: &dyn ShouldCancel,
@@ -409,7 +471,23 @@ pub fn consolidate(
     ordered.sort_by(|a, b| {
         b.1.total_cmp(&a.1).then_with(|| snapshot.nodes[a.0].node.name.cmp(&snapshot.nodes[b.0].node.name))
     });
-    let order: Vec<usize> = ordered.iter().map(|(i, _)| *i).collect();
+    // A node of a pool with no allowance left can be in no move. Of the others, those past their
+    // pool's allowance in the value order are reported as held by the budget unless a solve judged them.
+    let (_, over_budget) = within(
+        snapshot,
+        &ordered.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        budgets,
+        DisruptionReason::Underutilized,
+    );
+    let over_budget: BTreeMap<usize, BlockReason> = over_budget.into_iter().collect();
+    let movable = |i: usize| budgets.get(&snapshot.nodes[i].nodepool).is_some_and(|a| a.allows(1));
+    let order: Vec<usize> = ordered.iter().map(|(i, _)| *i).filter(|&i| movable(i)).collect();
+    let unjudged = |i: usize| over_budget.get(&i).cloned().unwrap_or(BlockReason::Deferred);
+    for (&i, reason) in &over_budget {
+        if !movable(i) {
+            blocked.insert(i, reason.clone());
+        }
+    }
 
     if order.is_empty() {
         return Ok((None, blocked));
@@ -418,7 +496,7 @@ pub fn consolidate(
     let pass = Pass { snapshot, base: running_base(snapshot, now), lambdas: &lambdas, now, options };
     let mut best: Option<Evaluation> = None;
     let mut judged = Judged { pass: &pass, cancel, seen: BTreeMap::new() };
-    for prefixes in prefix_orders(snapshot, &order) {
+    for prefixes in prefix_orders(snapshot, &order, budgets) {
         if let Some(eval) = best_prefix(&mut judged, &prefixes, options.max_multi_node_solves)? {
             if best.as_ref().is_none_or(|b| eval.value() > b.value()) {
                 best = Some(eval);
@@ -428,21 +506,23 @@ pub fn consolidate(
     if let Some(eval) = best {
         let chosen: BTreeSet<usize> = eval.nodes.iter().copied().collect();
         for &i in order.iter().filter(|i| !chosen.contains(i)) {
-            blocked.insert(i, BlockReason::Deferred);
+            blocked.insert(i, unjudged(i));
         }
         return Ok((Some(eval.into_command(snapshot, Method::MultiNodeConsolidation)), blocked));
     }
+    // A single node is within any budget that allows one (upstream `singlenodeconsolidation.go`
+    // checks each candidate's pool budget on its own).
     for (position, i) in
         single_node_order(&order, options.max_single_node_solves, now).into_iter().enumerate()
     {
         if position >= options.max_single_node_solves {
-            blocked.insert(i, BlockReason::Deferred);
+            blocked.insert(i, unjudged(i));
             continue;
         }
         match evaluate_on_base(&pass, &[i], cancel)? {
             Ok(eval) => {
                 for &j in order.iter().filter(|&&j| j != i) {
-                    blocked.entry(j).or_insert(BlockReason::Deferred);
+                    blocked.entry(j).or_insert_with(|| unjudged(j));
                 }
                 return Ok((Some(eval.into_command(snapshot, Method::SingleNodeConsolidation)), blocked));
             }

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::apis::nodepool::DisruptionReason;
 use crate::scheduling::{solve_with_cancel, Cancelled, Plan, ShouldCancel, SolveInput};
 
-use super::budgets::{allowances, Allowance};
+use super::budgets::{allowances, within};
 use super::candidates::{base_check, check};
 use super::command::{BlockReason, Blocked, Command, Decisions, Method};
 use super::consolidation::consolidate;
@@ -115,30 +115,9 @@ fn within_budgets(
     now: Timestamp,
     blocked: &mut BTreeMap<usize, BlockReason>,
 ) -> Vec<usize> {
-    let mut budgets: BTreeMap<String, Allowance> = allowances(snapshot, reason, now);
-    let mut out = vec![];
-    for i in ordered {
-        let pool = &snapshot.nodes[i].nodepool;
-        let Some(allowance) = budgets.get_mut(pool) else { continue };
-        match allowance.remaining.as_mut() {
-            Some(0) => {
-                blocked.insert(
-                    i,
-                    BlockReason::Budget {
-                        nodepool: pool.clone(),
-                        reason,
-                        limited_by: allowance.limited_by.clone().unwrap_or_default(),
-                    },
-                );
-            }
-            Some(n) => {
-                *n -= 1;
-                out.push(i);
-            }
-            None => out.push(i),
-        }
-    }
-    out
+    let (taken, refused) = within(snapshot, &ordered, &allowances(snapshot, reason, now), reason);
+    blocked.extend(refused);
+    taken
 }
 
 /// Empty nodes within budget, removed together without replacement (upstream `emptiness.go`).
@@ -282,14 +261,10 @@ fn consolidation(
             }
         }
     }
-    // Budgets are spent on the nodes whose removal could be worth the most: price per disruption.
-    ordered.sort_by(|&a, &b| {
-        let (x, y) = (&snapshot.nodes[a], &snapshot.nodes[b]);
-        let ratio = |n: &super::snapshot::ManagedNode| n.price_per_hour / node_disruption_cost(n);
-        ratio(y).total_cmp(&ratio(x)).then_with(|| x.node.name.cmp(&y.node.name))
-    });
-    let candidates = within_budgets(snapshot, ordered, DisruptionReason::Underutilized, now, blocked);
-    let (command, reasons) = consolidate(snapshot, &candidates, now, options, cancel)?;
+    // Each move takes its nodes within the budgets (`consolidate`), so every candidate may be part
+    // of one: the budget limits how many nodes a move takes, not which.
+    let budgets = allowances(snapshot, DisruptionReason::Underutilized, now);
+    let (command, reasons) = consolidate(snapshot, &ordered, &budgets, now, options, cancel)?;
     blocked.extend(reasons);
     Ok(command.into_iter().collect())
 }
