@@ -296,10 +296,8 @@ fn a_budget_caps_how_many_nodes_a_move_takes_not_which() {
     // the room the c8 nodes have left: the move that deletes both is within the budget.
     use karpenter_azure::model::labels::LABEL_HOSTNAME;
     use karpenter_azure::model::Requirement;
-    let mut s = Snapshot {
-        nodepools: vec![policy("general", general(), &[api_budget("2")])],
-        ..Snapshot::default()
-    };
+    let mut s =
+        Snapshot { nodepools: vec![policy("general", general(), &[api_budget("2")])], ..Snapshot::default() };
     for i in 0..4 {
         let name = format!("a{i}");
         let pinned = |pod: &str| {
