@@ -14,11 +14,11 @@
 //!   negative, which is upstream's Balanced score test (`designs/balanced-consolidation.md`:
 //!   savings share ÷ disruption share ≥ 1/k) summed over the move's nodes; threshold 0 takes any saving;
 //! - candidates are ordered by the best value a removal could have (price − λ × disruption), nodes
-//!   that could not pay for their disruption even if deleted outright are left out, and prefixes of
-//!   that order, of the same candidates by disruption per dollar and by what they cost above their
-//!   pods' resources at the pool's best rates (these two at most 100, as upstream), each cut to the budgets,
-//!   are searched as upstream searches its prefix (halving, then a binary search upward); the prefix
-//!   with the highest value wins;
+//!   that could not pay for their disruption even if deleted outright are left out; prefixes of that
+//!   order (over the nodes the budgets allow by disruption per dollar), of the candidates by
+//!   disruption per dollar and of those by what they cost above their pods' resources at the pool's
+//!   best rates (these two at most 100, as upstream), are searched as upstream searches its prefix
+//!   (halving, then a binary search upward); the prefix with the highest value wins;
 //! - single nodes are tried, in the same order, only when no multi-node move is worth it, as upstream.
 //!
 //! Spot-to-spot moves (every candidate spot) follow `designs/spot-consolidation.md`: off unless the
@@ -288,38 +288,45 @@ fn single_node_order(order: &[usize], solves: usize, now: Timestamp) -> Vec<usiz
 /// move upstream cannot make.
 pub const DRAIN_ORDER_CANDIDATES: usize = 100;
 
-/// The orders multi-node prefixes are taken from, each cut to what the budgets allow ([`within`]):
-/// - `by_value`: the best value a removal could have, priciest net of disruption first: the
-///   expensive nodes worth replacing;
-/// - by disruption per dollar, the cheapest to drain for what they cost first (upstream sorts its
-///   candidates by disruption cost), at most [`DRAIN_ORDER_CANDIDATES`]: long runs of nearly empty
-///   nodes whose pods fit elsewhere;
+/// `by_value`'s nodes by disruption per dollar, the cheapest to drain for what they cost first
+/// (upstream sorts its candidates by disruption cost); equal ratios keep the value order.
+fn drain_order(snapshot: &Snapshot, by_value: &[usize]) -> Vec<usize> {
+    sorted_by(by_value, |i| {
+        let n = &snapshot.nodes[i];
+        node_disruption_cost(n) / n.price_per_hour.max(f64::MIN_POSITIVE)
+    })
+}
+
+/// `order` sorted by `key`, smallest first; equal keys keep their order.
+fn sorted_by(order: &[usize], key: impl Fn(usize) -> f64) -> Vec<usize> {
+    let mut keyed: Vec<(usize, f64)> = order.iter().map(|&i| (i, key(i))).collect();
+    keyed.sort_by(|a, b| a.1.total_cmp(&b.1));
+    keyed.into_iter().map(|(i, _)| i).collect()
+}
+
+/// The orders multi-node prefixes are taken from, each within the budgets ([`within`]):
+/// - the nodes the budgets allow in the drain order ([`drain_order`]), by value, priciest net of
+///   disruption first: the expensive nodes worth replacing among those cheapest to drain;
+/// - the drain order itself, at most [`DRAIN_ORDER_CANDIDATES`]: long runs of nearly empty nodes
+///   whose pods fit elsewhere;
 /// - by what a node costs above its pods' share at the pool's best rates ([`Rates::overpaid`]),
-///   most first, at most [`DRAIN_ORDER_CANDIDATES`]: the nodes a repack would gain the most from. Under a budget of a tenth of the pool
-///   the other two orders take the same nodes pass after pass; this one reaches the rest.
+///   most first, at most [`DRAIN_ORDER_CANDIDATES`]: the nodes a repack would gain the most from.
+///   Under a budget of a tenth of the pool the first two take the same nodes pass after pass; this
+///   one reaches the rest of the cluster.
 fn prefix_orders(
     snapshot: &Snapshot,
     by_value: &[usize],
     budgets: &BTreeMap<String, Allowance>,
 ) -> [Vec<usize>; 3] {
-    let by = |key: &dyn Fn(usize) -> f64| {
-        let mut keyed: Vec<(usize, f64)> = by_value.iter().map(|&i| (i, key(i))).collect();
-        // Stable: equal keys keep the value order.
-        keyed.sort_by(|a, b| a.1.total_cmp(&b.1));
-        keyed.into_iter().map(|(i, _)| i).collect::<Vec<usize>>()
-    };
-    let drain = by(&|i| {
-        let n = &snapshot.nodes[i];
-        node_disruption_cost(n) / n.price_per_hour.max(f64::MIN_POSITIVE)
-    });
-    let rates = Rates::of(snapshot);
-    let overpaid = by(&|i| -rates.overpaid(&snapshot.nodes[i]));
     let cut = |order: &[usize]| within(snapshot, order, budgets, DisruptionReason::Underutilized).0;
-    let mut drain = cut(&drain);
+    let mut drain = cut(&drain_order(snapshot, by_value));
+    let drained: BTreeSet<usize> = drain.iter().copied().collect();
+    let value: Vec<usize> = by_value.iter().copied().filter(|i| drained.contains(i)).collect();
     drain.truncate(DRAIN_ORDER_CANDIDATES);
-    let mut overpaid = cut(&overpaid);
+    let rates = Rates::of(snapshot);
+    let mut overpaid = cut(&sorted_by(by_value, |i| -rates.overpaid(&snapshot.nodes[i])));
     overpaid.truncate(DRAIN_ORDER_CANDIDATES);
-    [cut(by_value), drain, overpaid]
+    [value, drain, overpaid]
 }
 
 /// Each pool's lowest $/hour per millicore and per byte of memory over its sizes, per capacity
@@ -476,16 +483,13 @@ pub fn consolidate(
         b.1.total_cmp(&a.1).then_with(|| snapshot.nodes[a.0].node.name.cmp(&snapshot.nodes[b.0].node.name))
     });
     // A node of a pool with no allowance left can be in no move. Of the others, those past their
-    // pool's allowance in the value order are reported as held by the budget unless a solve judged them.
-    let (_, over_budget) = within(
-        snapshot,
-        &ordered.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
-        budgets,
-        DisruptionReason::Underutilized,
-    );
+    // pool's allowance in the drain order are reported as held by the budget unless a solve judged them.
+    let by_value: Vec<usize> = ordered.iter().map(|(i, _)| *i).collect();
+    let (_, over_budget) =
+        within(snapshot, &drain_order(snapshot, &by_value), budgets, DisruptionReason::Underutilized);
     let over_budget: BTreeMap<usize, BlockReason> = over_budget.into_iter().collect();
     let movable = |i: usize| budgets.get(&snapshot.nodes[i].nodepool).is_some_and(|a| a.allows(1));
-    let order: Vec<usize> = ordered.iter().map(|(i, _)| *i).filter(|&i| movable(i)).collect();
+    let order: Vec<usize> = by_value.into_iter().filter(|&i| movable(i)).collect();
     let unjudged = |i: usize| over_budget.get(&i).cloned().unwrap_or(BlockReason::Deferred);
     for (&i, reason) in &over_budget {
         if !movable(i) {
