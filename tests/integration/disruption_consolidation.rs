@@ -294,26 +294,10 @@ fn a_budget_caps_how_many_nodes_a_move_takes_not_which() {
     // cost the most per unit of disruption, so spending the budget on candidates in that order
     // would hand it to nodes that cannot move. Two c4 nodes hold one small pod each, which fits in
     // the room the c8 nodes have left: the move that deletes both is within the budget.
-    use karpenter_azure::model::labels::LABEL_HOSTNAME;
-    use karpenter_azure::model::Requirement;
     let mut s =
         Snapshot { nodepools: vec![policy("general", general(), &[api_budget("2")])], ..Snapshot::default() };
     for i in 0..4 {
-        let name = format!("a{i}");
-        let pinned = |pod: &str| {
-            let mut p = workload(pod, 3500);
-            Arc::make_mut(&mut p.pod).required_terms =
-                vec![fixtures::requirements(&[Requirement::is_in(LABEL_HOSTNAME, [&*name])])];
-            p
-        };
-        add_node(
-            &mut s,
-            "general",
-            &name,
-            "c8",
-            OnDemand,
-            vec![pinned(&format!("{name}-x")), pinned(&format!("{name}-y"))],
-        );
+        add_pinned_node(&mut s, &format!("a{i}"), "c8", 3500);
     }
     for i in 0..2 {
         add_node(&mut s, "general", &format!("n{i}"), "c4", OnDemand, vec![workload(&format!("p{i}"), 1000)]);
@@ -325,27 +309,31 @@ fn a_budget_caps_how_many_nodes_a_move_takes_not_which() {
     assert_command_valid(&s, c, now());
 }
 
-/// Five nodes whose two pods each are pinned to them by hostname, and 27 nodes with one small pod.
-fn pinned_and_nearly_empty_nodes() -> Snapshot {
+/// A node of `type_name` named `name` whose two pods of `cpu_millis` each are pinned to it by hostname.
+fn add_pinned_node(s: &mut Snapshot, name: &str, type_name: &str, cpu_millis: i64) {
     use karpenter_azure::model::labels::LABEL_HOSTNAME;
     use karpenter_azure::model::Requirement;
+    let pinned = |pod: String| {
+        let mut p = workload(&pod, cpu_millis);
+        Arc::make_mut(&mut p.pod).required_terms =
+            vec![fixtures::requirements(&[Requirement::is_in(LABEL_HOSTNAME, [name])])];
+        p
+    };
+    add_node(
+        s,
+        "general",
+        name,
+        type_name,
+        OnDemand,
+        vec![pinned(format!("{name}-x")), pinned(format!("{name}-y"))],
+    );
+}
+
+/// Five nodes whose two pods each are pinned to them by hostname, and 27 nodes with one small pod.
+fn pinned_and_nearly_empty_nodes() -> Snapshot {
     let mut s = cluster();
     for i in 0..5 {
-        let name = format!("a{i}");
-        let pinned = |pod: &str| {
-            let mut p = workload(pod, 1000);
-            Arc::make_mut(&mut p.pod).required_terms =
-                vec![fixtures::requirements(&[Requirement::is_in(LABEL_HOSTNAME, [&*name])])];
-            p
-        };
-        add_node(
-            &mut s,
-            "general",
-            &name,
-            "c4",
-            OnDemand,
-            vec![pinned(&format!("{name}-x")), pinned(&format!("{name}-y"))],
-        );
+        add_pinned_node(&mut s, &format!("a{i}"), "c4", 1000);
     }
     for i in 0..27 {
         add_node(
