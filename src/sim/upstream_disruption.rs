@@ -62,6 +62,8 @@ pub struct Row {
     pub size: String,
     pub shape: String,
     pub policy: String,
+    /// When both our pass and our fixpoint judged disruption (RFC 3339).
+    pub now: String,
     /// Managed nodes and bound pods of the cluster.
     pub nodes: usize,
     pub pods: usize,
@@ -159,9 +161,29 @@ pub fn read_snapshot(dir: &Path) -> Result<Snapshot, BenchError> {
     managed::snapshot(&objects, &scenario, &mut warnings).map_err(|e| BenchError::Simulate(e.into()))
 }
 
-/// Measures one directory: per policy, our pass and both outcomes' feasibility.
-pub fn measure(dir: &Path, now: Timestamp) -> Result<Vec<Row>, BenchError> {
+/// How long after a cluster's last event our side judges it when no time is given.
+pub const SETTLED_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// An hour after the cluster's last NodeClaim creation, initialization or pod event: every
+/// `consolidateAfter` up to an hour has passed, and the same input is judged at the same time in
+/// every run (the single-node window moves with the time, so the current time would make the
+/// fixpoint differ from run to run).
+pub fn settled_now(snapshot: &Snapshot) -> Timestamp {
+    let last = snapshot
+        .nodes
+        .iter()
+        .flat_map(|n| [Some(n.created), n.initialized, n.last_pod_event])
+        .flatten()
+        .max()
+        .unwrap_or(Timestamp::UNIX_EPOCH);
+    last.checked_add(SETTLED_AFTER).unwrap_or(last)
+}
+
+/// Measures one directory: per policy, our pass and both outcomes' feasibility, at `now` or, without
+/// one, at [`settled_now`].
+pub fn measure(dir: &Path, now: Option<Timestamp>) -> Result<Vec<Row>, BenchError> {
     let base = read_snapshot(dir)?;
+    let now = now.unwrap_or_else(|| settled_now(&base));
     let upstream_path = dir.join("upstream.json");
     let upstream = if upstream_path.is_file() { Some(read_upstream(&upstream_path)?) } else { None };
     let name = |p: Option<&Path>| {
@@ -241,6 +263,7 @@ pub fn measure(dir: &Path, now: Timestamp) -> Result<Vec<Row>, BenchError> {
             size: size.clone(),
             shape: shape.clone(),
             policy: policy_name.to_string(),
+            now: now.to_string(),
             nodes: snapshot.nodes.len(),
             pods: snapshot.nodes.iter().map(|n| n.pods.len()).sum(),
             price_per_hour: decisions.cluster_price_per_hour,
@@ -396,8 +419,8 @@ pub fn dirs(dir: &Path, sizes: &[String]) -> Result<Vec<PathBuf>, BenchError> {
     Ok(out)
 }
 
-/// Measures every chosen directory in this process.
-pub fn run(dir: &Path, sizes: &[String], now: Timestamp) -> Result<Vec<Row>, BenchError> {
+/// Measures every chosen directory in this process ([`measure`]).
+pub fn run(dir: &Path, sizes: &[String], now: Option<Timestamp>) -> Result<Vec<Row>, BenchError> {
     let mut rows = vec![];
     for d in dirs(dir, sizes)? {
         rows.extend(measure(&d, now)?);

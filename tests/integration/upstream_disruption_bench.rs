@@ -49,3 +49,26 @@ fn the_table_has_one_row_per_policy() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert_eq!(table.lines().filter(|l| l.contains("| uniform |")).count(), 2, "{table}");
 }
+
+#[test]
+fn without_a_time_each_cluster_is_judged_an_hour_after_its_last_event_in_every_run() {
+    let run = || {
+        let out = cli::run(&["bench-upstream-disruption", FIXTURE, "--output", "json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON rows");
+        rows.iter()
+            .map(|r| {
+                (
+                    r["now"].as_str().unwrap_or("").to_string(),
+                    r["ours_fixpoint"]["savings_per_hour"].to_string(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let first = run();
+    assert_eq!(first, run());
+    for (now, _) in &first {
+        // The fixture's NodeClaims were created and initialized at 16:25:26–28 UTC.
+        assert!(now.as_str() > "2026-12-04T17:25:00Z" && now.as_str() < "2026-12-04T17:26:00Z", "{now}");
+    }
+}

@@ -19,7 +19,8 @@
 //!   disruption per dollar and of those by what they cost above their pods' resources at the pool's
 //!   best rates (these two at most 100, as upstream), are searched as upstream searches its prefix
 //!   (halving, then a binary search upward); the prefix with the highest value wins;
-//! - single nodes are tried, in the same order, only when no multi-node move is worth it, as upstream.
+//! - single nodes are tried in the value order, from every candidate whose pool allows one more,
+//!   only when no multi-node move is worth it, as upstream.
 //!
 //! Spot-to-spot moves (every candidate spot) follow `designs/spot-consolidation.md`: off unless the
 //! SpotToSpotConsolidation gate is on, replacements spot only, and a single-node move needs at least
