@@ -4,8 +4,9 @@
 //! Upstream (`multinodeconsolidation.go`, `singlenodeconsolidation.go`) binary-searches a prefix of
 //! the first 100 candidates for an M→1 move under a 1-minute timeout and then tries single nodes under
 //! a 3-minute one, and takes any positive saving. Here:
-//! - a move may replace M nodes by up to M NodeClaims (upstream: at most one): every move saves money,
-//!   so passes still end, and never adds nodes;
+//! - a move may replace M nodes by K NodeClaims for any K < M (and, as upstream, by one when M = 1):
+//!   swapping several nodes for as many cheaper ones is left to single-node moves, one at a time, each
+//!   with the node it replaces;
 //! - the budgets cap each move's nodes, not the candidates: every candidate of a pool with allowance
 //!   left may be in a move (upstream picks its batch within the budget first);
 //! - every move is priced by its net value: the saving in $/hour minus `λ × disruption cost`, where
@@ -194,7 +195,7 @@ fn judge(
     }
     let m = nodes.len();
     let k = outcome.replacements.len();
-    if k > m.max(1) {
+    if !(k <= 1 || k < m) {
         return Err(BlockReason::NoCheaperPlacement {
             detail: format!("{m} node(s) would need {k} replacements"),
         });
