@@ -32,14 +32,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::apis::nodepool::DisruptionReason;
-use crate::model::resources::Resources;
 use crate::model::CapacityType;
 use crate::scheduling::{Cancelled, RunningBase, ShouldCancel};
 
 use super::budgets::{within, Allowance};
 use super::command::{BlockReason, Command, Method};
 use super::cost::node_disruption_cost;
-use super::simulate::{outcome, outcome_on_base, running_base, Outcome, Replace};
+use super::simulate::{outcome, outcome_on_base, running_base, used, Outcome, Replace};
 use super::snapshot::{ManagedNode, Snapshot};
 use super::Options;
 use crate::apis::nodepool::ConsolidationPolicy;
@@ -315,15 +314,18 @@ fn sorted_by(order: &[usize], key: impl Fn(usize) -> f64) -> Vec<usize> {
 ///   most first, at most [`DRAIN_ORDER_CANDIDATES`]: the nodes a repack would gain the most from.
 ///   Under a budget of a tenth of the pool the first two take the same nodes pass after pass; this
 ///   one reaches the rest of the cluster.
+///
+/// `drained` is the drain order already cut to the budgets.
 fn prefix_orders(
     snapshot: &Snapshot,
     by_value: &[usize],
+    drained: &[usize],
     budgets: &BTreeMap<String, Allowance>,
 ) -> [Vec<usize>; 3] {
     let cut = |order: &[usize]| within(snapshot, order, budgets, DisruptionReason::Underutilized).0;
-    let mut drain = cut(&drain_order(snapshot, by_value));
-    let drained: BTreeSet<usize> = drain.iter().copied().collect();
-    let value: Vec<usize> = by_value.iter().copied().filter(|i| drained.contains(i)).collect();
+    let mut drain = drained.to_vec();
+    let in_drain: BTreeSet<usize> = drain.iter().copied().collect();
+    let value: Vec<usize> = by_value.iter().copied().filter(|i| in_drain.contains(i)).collect();
     drain.truncate(DRAIN_ORDER_CANDIDATES);
     let rates = Rates::of(snapshot);
     let mut overpaid = cut(&sorted_by(by_value, |i| -rates.overpaid(&snapshot.nodes[i])));
@@ -333,10 +335,10 @@ fn prefix_orders(
 
 /// Each pool's lowest $/hour per millicore and per byte of memory over its sizes, per capacity
 /// type: what a node's pods would cost at least, were each on the size cheapest for its resources.
-struct Rates(BTreeMap<(String, CapacityType), (f64, f64)>);
+struct Rates<'a>(BTreeMap<(&'a str, CapacityType), (f64, f64)>);
 
-impl Rates {
-    fn of(snapshot: &Snapshot) -> Rates {
+impl<'a> Rates<'a> {
+    fn of(snapshot: &'a Snapshot) -> Rates<'a> {
         let mut rates = BTreeMap::new();
         for pool in &snapshot.nodepools {
             let Some(solver) = &pool.solver else { continue };
@@ -345,7 +347,7 @@ impl Rates {
                 for capacity_type in [CapacityType::OnDemand, CapacityType::Spot] {
                     let Some(price) = t.price(capacity_type) else { continue };
                     let rate =
-                        rates.entry((pool.name.clone(), capacity_type)).or_insert((f64::MAX, f64::MAX));
+                        rates.entry((pool.name.as_str(), capacity_type)).or_insert((f64::MAX, f64::MAX));
                     if cpu > 0 {
                         rate.0 = rate.0.min(price / cpu as f64);
                     }
@@ -361,13 +363,10 @@ impl Rates {
     /// The node's price above what its pods' cpu or memory (the dearer of the two) costs at the
     /// pool's best rate: the share left unused plus what the size charges above the cheapest.
     fn overpaid(&self, node: &ManagedNode) -> f64 {
-        let Some(&(per_milli, per_byte)) = self.0.get(&(node.nodepool.clone(), node.capacity_type)) else {
+        let Some(&(per_milli, per_byte)) = self.0.get(&(node.nodepool.as_str(), node.capacity_type)) else {
             return 0.0;
         };
-        let mut used = Resources::new();
-        for p in &node.pods {
-            used.add_assign(&p.pod.requests);
-        }
+        let used = used(node.pods.iter().map(|p| &p.pod.requests));
         let floor = (used.cpu_millis() as f64 * per_milli).max(used.memory_bytes() as f64 * per_byte);
         node.price_per_hour - floor.min(node.price_per_hour)
     }
@@ -487,7 +486,7 @@ pub fn consolidate(
     // A node of a pool with no allowance left can be in no move. Of the others, those past their
     // pool's allowance in the drain order are reported as held by the budget unless a solve judged them.
     let by_value: Vec<usize> = ordered.iter().map(|(i, _)| *i).collect();
-    let (_, over_budget) =
+    let (drained, over_budget) =
         within(snapshot, &drain_order(snapshot, &by_value), budgets, DisruptionReason::Underutilized);
     let over_budget: BTreeMap<usize, BlockReason> = over_budget.into_iter().collect();
     let movable = |i: usize| budgets.get(&snapshot.nodes[i].nodepool).is_some_and(|a| a.allows(1));
@@ -506,7 +505,7 @@ pub fn consolidate(
     let pass = Pass { snapshot, base: running_base(snapshot, now), lambdas: &lambdas, now, options };
     let mut best: Option<Evaluation> = None;
     let mut judged = Judged { pass: &pass, cancel, seen: BTreeMap::new() };
-    for prefixes in prefix_orders(snapshot, &order, budgets) {
+    for prefixes in prefix_orders(snapshot, &order, &drained, budgets) {
         if let Some(eval) = best_prefix(&mut judged, &prefixes, options.max_multi_node_solves)? {
             if best.as_ref().is_none_or(|b| eval.value() > b.value()) {
                 best = Some(eval);

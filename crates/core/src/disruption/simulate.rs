@@ -166,7 +166,8 @@ fn single(r: Requirement) -> crate::model::requirements::Requirements {
     out
 }
 
-fn used<'a>(requests: impl Iterator<Item = &'a Resources>) -> Resources {
+/// The sum of `requests`.
+pub(super) fn used<'a>(requests: impl Iterator<Item = &'a Resources>) -> Resources {
     let mut total = Resources::new();
     for r in requests {
         total.add_assign(r);
