@@ -5,8 +5,9 @@
 //!
 //! Per directory and consolidation policy it builds the disruption snapshot exactly as `simulate` does,
 //! sets every pool's policy, and times one [`crate::disruption::decide`] (one pass; upstream's number
-//! is one pass of its methods too). Our side is then applied pass after pass until a pass decides
-//! nothing ([`crate::disruption::applied::to_fixpoint`]), and the price there is set against the repack
+//! is one pass of its methods too). Our side is then applied pass after pass, each 10 s after the one
+//! before as in the controller, until a pass that judges every single-node candidate decides nothing
+//! ([`crate::disruption::applied::to_fixpoint`]), and the price there is set against the repack
 //! lower bound. The outcome of each side — its candidates gone, its replacements
 //! launched, the moved pods where it put them — is checked by the independent feasibility checker
 //! ([`crate::scheduling::feasibility`]) on the solver input of the cluster without the candidates
@@ -82,11 +83,16 @@ pub struct Row {
     pub ours_fixpoint: FixpointResult,
 }
 
-/// Our decisions applied pass after pass on the same cluster until one decides nothing.
+/// Our decisions applied pass after pass on the same cluster until a pass that judges every
+/// single-node candidate decides nothing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FixpointResult {
     /// Passes whose commands were applied.
     pub passes: usize,
+    /// Of those, the passes that judged every single-node candidate.
+    pub sweeps: usize,
+    /// Cluster time from the first pass to the last.
+    pub minutes: f64,
     pub nodes_removed: usize,
     pub nodes_created: usize,
     pub pods_moved: usize,
@@ -278,7 +284,8 @@ pub fn measure(dir: &Path, now: Option<Timestamp>) -> Result<Vec<Row>, BenchErro
     Ok(rows)
 }
 
-/// `first` and the passes after it applied to a copy of `snapshot` until one decides nothing.
+/// `first` and the passes after it applied to a copy of `snapshot` until a pass that judges every
+/// single-node candidate decides nothing.
 fn fixpoint(
     snapshot: &Snapshot,
     first: crate::disruption::Decisions,
@@ -291,15 +298,17 @@ fn fixpoint(
     let before = price(snapshot);
     let mut end = snapshot.clone();
     let mut decide_seconds = first_seconds;
-    let run = to_fixpoint(&mut end, first, now, |s| {
+    let run = to_fixpoint(&mut end, first, now, |s, now, judging| {
         let started = Instant::now();
-        let decisions = crate::disruption::decide(s, now, options);
+        let decisions = crate::disruption::decide(s, now, &judging.options(options));
         decide_seconds += started.elapsed().as_secs_f64();
         decisions
     });
     let after = price(&end);
     FixpointResult {
         passes: run.passes,
+        sweeps: run.sweeps,
+        minutes: run.end.map_or(0.0, |end| end.duration_since(now).as_secs_f64() / 60.0),
         nodes_removed: run.nodes_removed,
         nodes_created: run.nodes_launched,
         pods_moved: run.pods_moved,

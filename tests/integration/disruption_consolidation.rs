@@ -347,3 +347,49 @@ fn pinned_and_nearly_empty_nodes() -> Snapshot {
     }
     s
 }
+
+/// The controller judges a few single nodes a pass, in a window that moves on every 10 s; the
+/// benchmarks' fixpoint does not stop where the window is blind. Eleven full c8s come first in the
+/// value order; the one move, a c4 whose pod fits a c2, is last and outside the window at `at`. A
+/// pass that judges everyone finds it, as the controller's pass 40 s later does.
+#[test]
+fn a_fixpoint_judges_every_single_node_before_it_stops() {
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+    use karpenter_azure::disruption::applied::{price, to_fixpoint};
+    use karpenter_azure::disruption::consolidation::PASS_INTERVAL_SECONDS;
+    let mut s = cluster();
+    s.nodepools[0].consolidation_policy = ConsolidationPolicy::WhenEmptyOrUnderutilized;
+    for i in 0..11 {
+        add_node(
+            &mut s,
+            "general",
+            &format!("full-{i:02}"),
+            "c8",
+            OnDemand,
+            vec![workload(&format!("big-{i}"), 7500)],
+        );
+    }
+    add_node(&mut s, "general", "light", "c4", OnDemand, vec![workload("small", 1500)]);
+    let options = Options::default();
+    // Top 4 of 12 by value, then a window of 4 over the other 8, at offset (t / 10) mod 8: offset 0
+    // leaves "light", the last, out.
+    let window_start = |t: Timestamp| (t.as_second().div_euclid(PASS_INTERVAL_SECONDS)) % 8 == 0;
+    let at = (0..8)
+        .map(|k| now().checked_add(SignedDuration::from_secs(k * PASS_INTERVAL_SECONDS)).unwrap())
+        .find(|&t| window_start(t))
+        .unwrap();
+    let first = decided_with_at(&s, &options, at);
+    assert!(first.commands.is_empty(), "the window at {at} leaves the c4 out: {:#?}", first.commands);
+    let later = decided_with_at(&s, &options, at.checked_add(SignedDuration::from_secs(40)).unwrap());
+    assert_eq!(later.commands.len(), 1, "40 s later the window holds the c4");
+    assert_eq!(later.commands[0].candidates, vec!["light"]);
+
+    let before = price(&s);
+    let run = to_fixpoint(&mut s, first, at, |snapshot, t, judging| {
+        decided_with_at(snapshot, &judging.options(&options), t)
+    });
+    assert_eq!((run.passes, run.sweeps, run.nodes_removed, run.nodes_launched), (1, 1, 1, 1), "{run:?}");
+    assert!((before - price(&s) - 0.2).abs() < 1e-9, "the c4 became a c2: {before} → {}", price(&s));
+    assert!(s.nodes.iter().all(|n| n.instance_type != "c4"));
+    assert_eq!(s.nodes.iter().filter(|n| n.instance_type == "c2").count(), 1);
+}

@@ -166,10 +166,10 @@ proptest! {
         let first = decided_with_at(&end, &options, now());
         let mut prices = vec![price(&end)];
         let mut counts = vec![running(&end)];
-        let run = to_fixpoint(&mut end, first, now(), |s| {
+        let run = to_fixpoint(&mut end, first, now(), |s, at, judging| {
             prices.push(price(s));
             counts.push(running(s));
-            decided_with_at(s, &options, now())
+            decided_with_at(s, &judging.options(&options), at)
         });
         prices.push(price(&end));
         counts.push(running(&end));
@@ -222,7 +222,7 @@ fn a_uniform_scale_in_of_upstreams_pods_is_consolidated() {
     let mut end = case.snapshot.clone();
     let first = decided_with_at(&end, &options, now());
     assert!(!first.commands.is_empty(), "a half-empty cluster has work");
-    to_fixpoint(&mut end, first, now(), |s| decided_with_at(s, &options, now()));
+    to_fixpoint(&mut end, first, now(), |s, at, judging| decided_with_at(s, &judging.options(&options), at));
     assert!(price(&end) < before, "{} → {}", before, price(&end));
     assert_eq!(running(&end), case.pods);
 }

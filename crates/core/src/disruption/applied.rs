@@ -1,15 +1,17 @@
 //! A cluster after disruption commands ran: the candidates gone, the replacements running, the pods
 //! where the commands moved them. The disruption benchmarks (`bench --workload fragmented`,
 //! `bench-upstream-disruption`) use it to follow decisions pass after pass until a pass decides
-//! nothing (the fixpoint the disruption controller converges to when the cluster does not change
-//! under it). Pure: `now` is passed in, and the caller decides (and times) each pass.
+//! nothing, not even when it judges every single-node candidate (the fixpoint the disruption
+//! controller converges to when the cluster does not change under it). Pure: the start time is passed
+//! in, each pass's time follows from it, and the caller decides (and times) each pass.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::{Command, Decisions, DoNotDisrupt, ManagedNode, NodePod, PodKind, Snapshot};
+use super::consolidation::PASS_INTERVAL_SECONDS;
+use super::{Command, Decisions, DoNotDisrupt, ManagedNode, NodePod, Options, PodKind, Snapshot};
 use crate::model::labels::LABEL_HOSTNAME;
 use crate::scheduling::{ExistingNode, NewNodeClaim, Pod, PodId};
 
@@ -21,30 +23,84 @@ pub const MAX_PASSES: usize = 200;
 pub struct Fixpoint {
     /// Passes whose commands were applied.
     pub passes: usize,
+    /// Of those, the passes that judged every single-node candidate ([`Judging::Everyone`]).
+    pub sweeps: usize,
     pub nodes_removed: usize,
     pub nodes_launched: usize,
     pub pods_moved: usize,
+    /// When the last pass ran.
+    pub end: Option<Timestamp>,
 }
 
-/// Applies `first`'s commands to `snapshot`, then `decide`s again on the result and applies, until a
-/// pass decides nothing (or [`MAX_PASSES`]); `snapshot` ends as the cluster at the fixpoint.
+/// Which single-node candidates a pass of [`to_fixpoint`] judges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Judging {
+    /// As many as `Options::max_single_node_solves` allows: the top of the order and the window at
+    /// the pass's time, as the controller's pass.
+    Window,
+    /// Every single-node candidate, and nothing else. The controller gets there over many passes,
+    /// as its window moves on (one candidate every [`PASS_INTERVAL_SECONDS`]); with nothing else
+    /// changing, those passes find the same moves a pass that judges everyone finds at once. Such a
+    /// pass follows one that decided nothing on the same cluster, so the multi-node moves and the
+    /// repack bound, which do not depend on the window, are not computed again.
+    Everyone,
+}
+
+impl Judging {
+    /// `options` for a pass that judges these candidates.
+    pub fn options(self, options: &Options) -> Options {
+        match self {
+            Judging::Window => options.clone(),
+            Judging::Everyone => Options {
+                max_single_node_solves: usize::MAX,
+                max_multi_node_solves: 0,
+                repack_bound: false,
+                ..options.clone()
+            },
+        }
+    }
+}
+
+/// Applies `first`'s commands (decided at `start`) to `snapshot`, then `decide`s again on the result
+/// and applies, until a pass judging every single-node candidate decides nothing (or [`MAX_PASSES`]
+/// passes decided something); `snapshot` ends as the cluster at the fixpoint.
+///
+/// Passes are [`PASS_INTERVAL_SECONDS`] apart, as in the controller. A pass that decides nothing is
+/// followed, at the same time, by one that judges every single-node candidate: where the
+/// controller's window would find a move in a later pass, it is found there.
 pub fn to_fixpoint(
     snapshot: &mut Snapshot,
     first: Decisions,
-    now: Timestamp,
-    mut decide: impl FnMut(&Snapshot) -> Decisions,
+    start: Timestamp,
+    mut decide: impl FnMut(&Snapshot, Timestamp, Judging) -> Decisions,
 ) -> Fixpoint {
-    let mut fixpoint = Fixpoint::default();
+    let mut fixpoint = Fixpoint { end: Some(start), ..Fixpoint::default() };
     let mut decisions = first;
-    while !decisions.commands.is_empty() && fixpoint.passes < MAX_PASSES {
+    let mut now = start;
+    let mut judging = Judging::Window;
+    while fixpoint.passes < MAX_PASSES {
+        if decisions.commands.is_empty() {
+            if judging == Judging::Everyone {
+                break;
+            }
+            judging = Judging::Everyone;
+            decisions = decide(snapshot, now, judging);
+            continue;
+        }
         fixpoint.passes += 1;
+        if judging == Judging::Everyone {
+            fixpoint.sweeps += 1;
+        }
         for command in &decisions.commands {
             fixpoint.nodes_removed += command.candidates.len();
             fixpoint.nodes_launched += command.replacements.len();
             fixpoint.pods_moved += command.moves.len();
             apply(snapshot, command, fixpoint.passes, now);
         }
-        decisions = decide(snapshot);
+        fixpoint.end = Some(now);
+        now = now.checked_add(SignedDuration::from_secs(PASS_INTERVAL_SECONDS)).unwrap_or(now);
+        judging = Judging::Window;
+        decisions = decide(snapshot, now, judging);
     }
     fixpoint
 }

@@ -265,9 +265,13 @@ fn cheaper_options(snapshot: &Snapshot, claim: &mut crate::scheduling::NewNodeCl
     claim.instance_type_options.iter().filter(|o| price_of(o) < ceiling).count()
 }
 
+/// How often the disruption controller runs a pass, in seconds (upstream `disruption/controller.go`
+/// requeues every 10 s). The single-node window moves by one candidate per interval.
+pub const PASS_INTERVAL_SECONDS: i64 = 10;
+
 /// The order single nodes are solved in: the best half of the solves goes to the top of `order`, the
-/// other half to a window that moves with `now` (every 10 s, upstream's disruption requeue interval)
-/// over the rest, so that in a large cluster every candidate is judged within a few passes instead of
+/// other half to a window that moves with `now` (one candidate every [`PASS_INTERVAL_SECONDS`]) over
+/// the rest, so that in a large cluster every candidate is judged within a few passes instead of
 /// the same few being judged forever (upstream issue #3305: single-node timeouts leave nodes never
 /// considered). Deterministic for a given `now`.
 fn single_node_order(order: &[usize], solves: usize, now: Timestamp) -> Vec<usize> {
@@ -276,7 +280,7 @@ fn single_node_order(order: &[usize], solves: usize, now: Timestamp) -> Vec<usiz
     if rest.is_empty() {
         return order.to_vec();
     }
-    let offset = (now.as_second().div_euclid(10) as usize) % rest.len();
+    let offset = (now.as_second().div_euclid(PASS_INTERVAL_SECONDS) as usize) % rest.len();
     let mut out: Vec<usize> = order[..top].to_vec();
     out.extend(rest[offset..].iter().chain(&rest[..offset]));
     out
