@@ -59,6 +59,8 @@ const BATCH_STEPS: [usize; 7] = [2, 6, 9, 4, 7, 3, 5];
 
 /// Every pod that fits runs within this long after a fault ends.
 const RECOVERY_BOUND: Duration = Duration::from_secs(90);
+/// How long a control-plane fault waits for a disruption command in flight to finish.
+const SETTLE_BEFORE_CONTROL_PLANE_FAULT: Duration = Duration::from_secs(60);
 /// How long the soak waits for a recovery before it records it as failed and goes on.
 const RECOVERY_GIVE_UP: Duration = Duration::from_secs(240);
 /// Between the recovery of one fault and the start of the next.
@@ -508,8 +510,19 @@ impl Soak {
             self.step += 1;
             self.scale().await;
         }
+        // A control-plane fault that lands in the middle of a disruption command measures kwok's late
+        // readiness of the command's replacements, not the controller; it waits for the command.
+        let settled_note = if kind.moves_the_day() {
+            String::new()
+        } else {
+            match wait::within(SETTLE_BEFORE_CONTROL_PLANE_FAULT, || self.no_claim_in_flight()).await {
+                Ok(()) => String::new(),
+                Err(why) => format!("injected with a command in flight ({why})"),
+            }
+        };
         let started = self.now();
         let note = self.inject(kind, libfaketime).await;
+        let note = [settled_note, note].into_iter().filter(|n| !n.is_empty()).collect::<Vec<_>>().join("; ");
         tokio::time::sleep(kind.hold()).await;
         let end_note = self.end(kind).await;
         let ended = self.now();
@@ -709,6 +722,22 @@ impl Soak {
         })
         .await
         .ok()
+    }
+
+    /// Err while a NodeClaim of the soak's pools is being deleted or not yet initialized.
+    async fn no_claim_in_flight(&self) -> Result<(), String> {
+        for pool in [POOL_ON_DEMAND, POOL_SPOT] {
+            for claim in claims_of(&self.client, pool).await? {
+                let name = claim["metadata"]["name"].as_str().unwrap_or_default();
+                if !claim["metadata"]["deletionTimestamp"].is_null() {
+                    return Err(format!("{name} is being deleted"));
+                }
+                if !condition_is_true(&claim, "Initialized") {
+                    return Err(format!("{name} is not initialized"));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Waits until every pod of both Deployments runs; how long that took, None after `timeout`.
