@@ -308,7 +308,7 @@ fn fixpoint(
     FixpointResult {
         passes: run.passes,
         sweeps: run.sweeps,
-        minutes: run.end.map_or(0.0, |end| end.duration_since(now).as_secs_f64() / 60.0),
+        minutes: run.end.duration_since(now).as_secs_f64() / 60.0,
         nodes_removed: run.nodes_removed,
         nodes_created: run.nodes_launched,
         pods_moved: run.pods_moved,

@@ -522,13 +522,16 @@ impl Soak {
         };
         let started = self.now();
         let note = self.inject(kind, libfaketime).await;
-        let note = [settled_note, note].into_iter().filter(|n| !n.is_empty()).collect::<Vec<_>>().join("; ");
         tokio::time::sleep(kind.hold()).await;
         let end_note = self.end(kind).await;
         let ended = self.now();
         let recovery = self.wait_recovered(RECOVERY_GIVE_UP).await.map(|d| d.as_secs_f64());
         let ready = self.wait_all_ready().await;
-        let mut note = [note, end_note].into_iter().filter(|n| !n.is_empty()).collect::<Vec<_>>().join("; ");
+        let mut note = [settled_note, note, end_note]
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
         if let Err(why) = ready {
             note = format!("{note}; NOT READY after recovery: {why}");
         }

@@ -28,8 +28,8 @@ pub struct Fixpoint {
     pub nodes_removed: usize,
     pub nodes_launched: usize,
     pub pods_moved: usize,
-    /// When the last pass ran.
-    pub end: Option<Timestamp>,
+    /// When the last pass that decided something ran (the start when none did).
+    pub end: Timestamp,
 }
 
 /// Which single-node candidates a pass of [`to_fixpoint`] judges.
@@ -74,7 +74,7 @@ pub fn to_fixpoint(
     start: Timestamp,
     mut decide: impl FnMut(&Snapshot, Timestamp, Judging) -> Decisions,
 ) -> Fixpoint {
-    let mut fixpoint = Fixpoint { end: Some(start), ..Fixpoint::default() };
+    let mut fixpoint = Fixpoint { end: start, ..Fixpoint::default() };
     let mut decisions = first;
     let mut now = start;
     let mut judging = Judging::Window;
@@ -97,7 +97,7 @@ pub fn to_fixpoint(
             fixpoint.pods_moved += command.moves.len();
             apply(snapshot, command, fixpoint.passes, now);
         }
-        fixpoint.end = Some(now);
+        fixpoint.end = now;
         now = now.checked_add(SignedDuration::from_secs(PASS_INTERVAL_SECONDS)).unwrap_or(now);
         judging = Judging::Window;
         decisions = decide(snapshot, now, judging);
