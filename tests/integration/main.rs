@@ -27,6 +27,7 @@ mod catalog_instance_types;
 mod catalog_retail;
 mod crds_and_examples;
 mod disruption_consolidation;
+mod disruption_replacement;
 mod disruption_rules;
 mod disruption_shapes;
 mod disruption_static;

@@ -25,7 +25,8 @@
 //!
 //! Spot-to-spot moves (every candidate spot) follow `designs/spot-consolidation.md`: off unless the
 //! SpotToSpotConsolidation gate is on, replacements spot only, and a single-node move needs at least
-//! 15 cheaper spot types, of which it offers the 15 cheapest.
+//! 15 cheaper spot types, of which it offers the 15 cheapest. What every replacement may launch as is
+//! [`super::replacement`]'s.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -38,6 +39,7 @@ use crate::scheduling::{Cancelled, RunningBase, ShouldCancel};
 use super::budgets::{within, Allowance};
 use super::command::{BlockReason, Command, Method};
 use super::cost::node_disruption_cost;
+use super::replacement;
 use super::simulate::{outcome, outcome_on_base, running_base, used, Outcome, Replace};
 use super::snapshot::{ManagedNode, Snapshot};
 use super::Options;
@@ -192,6 +194,9 @@ fn judge(
         }
         return Err(BlockReason::NoCheaperPlacement { detail: format!("pod {pod} has no place: {reason}") });
     }
+    if let Some(detail) = replacement::spot_only_violation(replace, &outcome.replacements) {
+        return Err(BlockReason::NoCheaperPlacement { detail });
+    }
     let m = nodes.len();
     let k = outcome.replacements.len();
     if !(k <= 1 || k < m) {
@@ -209,22 +214,27 @@ fn judge(
             ),
         });
     }
+    let no_place = |detail| BlockReason::NoCheaperPlacement { detail };
+    for claim in &mut outcome.replacements {
+        replacement::pin_capacity_type(claim);
+    }
     if replace == Replace::SpotOnly && m == 1 && k == 1 {
-        let cheaper =
-            cheaper_options(snapshot, &mut outcome.replacements[0], snapshot.nodes[nodes[0]].price_per_hour);
+        let claim = &mut outcome.replacements[0];
+        let cheaper = replacement::keep_options_below(snapshot, claim, price).map_err(no_place)?;
         if cheaper < SPOT_TO_SPOT_MIN_OPTIONS {
             return Err(BlockReason::SpotFlexibility {
                 cheaper_options: cheaper,
                 needed: SPOT_TO_SPOT_MIN_OPTIONS,
             });
         }
-        outcome.replacements[0].instance_type_options.truncate(SPOT_TO_SPOT_MIN_OPTIONS);
+        replacement::truncate_options(snapshot, claim, SPOT_TO_SPOT_MIN_OPTIONS);
     } else {
         // Any option a replacement might launch must keep the move saving money (upstream
         // `RemoveInstanceTypeOptionsByPriceAndMinValues`, generalised to K replacements).
+        let same_type = replacement::same_type_ceiling(snapshot, nodes, &outcome.replacements);
         for claim in &mut outcome.replacements {
-            let ceiling = claim.price_per_hour + savings;
-            cheaper_options(snapshot, claim, ceiling);
+            let ceiling = (claim.price_per_hour + savings).min(same_type.unwrap_or(f64::INFINITY));
+            replacement::keep_options_below(snapshot, claim, ceiling).map_err(no_place)?;
         }
     }
     let mut disruption = 0.0;
@@ -239,30 +249,6 @@ fn judge(
         return Err(BlockReason::NotWorthIt { savings_per_hour: savings, required_per_hour: required });
     }
     Ok((savings, disruption, required))
-}
-
-/// Keeps the claim's options priced (at its capacity type) below `ceiling`, the chosen type always
-/// first, and returns how many there are.
-fn cheaper_options(snapshot: &Snapshot, claim: &mut crate::scheduling::NewNodeClaim, ceiling: f64) -> usize {
-    let Some(types) = snapshot
-        .nodepools
-        .iter()
-        .find(|p| p.name == claim.nodepool)
-        .and_then(|p| p.solver.as_ref())
-        .map(|s| s.instance_types.clone())
-    else {
-        return claim.instance_type_options.len();
-    };
-    let price_of = |name: &str| {
-        types
-            .iter()
-            .find(|t| t.name == name)
-            .and_then(|t| t.price(claim.capacity_type))
-            .unwrap_or(f64::INFINITY)
-    };
-    let chosen = claim.instance_type.clone();
-    claim.instance_type_options.retain(|o| *o == chosen || price_of(o) < ceiling);
-    claim.instance_type_options.iter().filter(|o| price_of(o) < ceiling).count()
 }
 
 /// How often the disruption controller runs a pass, in seconds (upstream `disruption/controller.go`
@@ -405,7 +391,7 @@ impl Judged<'_> {
 }
 
 /// The best move among prefixes of `order` within `solves` solves. Sizes halve from the whole order
-/// until one is worth taking; a binary search then grows it toward the smallest size that failed
+/// (down to 2) until one is worth taking; a binary search then grows it toward the smallest size that failed
 /// (upstream `firstNConsolidationOption` binary-searches the prefix the same way). The prefix of the
 /// highest value wins. A prefix another order already judged costs no solve of the budget.
 fn best_prefix(
@@ -435,7 +421,8 @@ fn best_prefix(
             break;
         }
         fails = size;
-        size /= 2;
+        // Halving 3 would skip 2, the smallest multi-node move (upstream's search reaches it).
+        size = if size == 3 { 2 } else { size / 2 };
     }
     if works == 0 {
         return Ok(None);

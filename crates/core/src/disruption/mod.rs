@@ -18,6 +18,7 @@ mod decide;
 pub mod drift;
 mod expiration;
 pub mod repair;
+pub mod replacement;
 pub mod simulate;
 pub mod snapshot;
 pub mod static_pools;

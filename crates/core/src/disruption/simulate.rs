@@ -13,10 +13,7 @@ use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::model::labels::LABEL_CAPACITY_TYPE;
-use crate::model::requirements::Requirement;
 use crate::model::resources::{Resources, NODES};
-use crate::model::CapacityType;
 use crate::scheduling::{
     place_with_base, place_with_cancel, Cancelled, ExistingNode, NewNodeClaim, Plan, PodId, RunningBase,
     ShouldCancel, SolveInput,
@@ -31,7 +28,8 @@ use super::snapshot::Snapshot;
 pub enum Replace {
     /// Any offering the pools allow.
     Any,
-    /// Spot only (spot-to-spot consolidation).
+    /// Spot only (spot-to-spot consolidation): the solve sees every offering, and a move whose
+    /// replacements are not all spot is refused ([`super::replacement::spot_only_violation`]).
     SpotOnly,
     /// No new NodeClaims at all: the pods must fit on what exists.
     Never,
@@ -125,30 +123,12 @@ fn input_of(
                 pool
             })
             .collect(),
-        Replace::Any => snapshot.nodepools.iter().filter_map(|p| p.launchable().cloned()).collect(),
-        Replace::SpotOnly => snapshot
-            .nodepools
-            .iter()
-            .filter_map(|p| p.launchable().cloned())
-            .map(|mut pool| {
-                pool.requirements = pool.requirements.intersect(&single(Requirement::is_in(
-                    LABEL_CAPACITY_TYPE,
-                    [CapacityType::Spot.as_str()],
-                )));
-                let spot_only = pool
-                    .instance_types
-                    .iter()
-                    .cloned()
-                    .map(|mut t| {
-                        t.offerings.retain(|o| o.capacity_type == CapacityType::Spot);
-                        t
-                    })
-                    .filter(|t| !t.offerings.is_empty())
-                    .collect();
-                pool.instance_types = Arc::new(spot_only);
-                pool
-            })
-            .collect(),
+        // Spot-to-spot moves solve with every offering too, so the zones and capacity types only
+        // on-demand reaches stay domains of a topology spread (upstream's simulation sees every
+        // offering); the replacements are held to spot afterwards (`super::replacement`).
+        Replace::Any | Replace::SpotOnly => {
+            snapshot.nodepools.iter().filter_map(|p| p.launchable().cloned()).collect()
+        }
     };
     SolveInput {
         pods,
@@ -158,12 +138,6 @@ fn input_of(
         daemonsets: snapshot.daemonsets.clone(),
         options: snapshot.solve_options.clone(),
     }
-}
-
-fn single(r: Requirement) -> crate::model::requirements::Requirements {
-    let mut out = crate::model::requirements::Requirements::new();
-    out.add(r);
-    out
 }
 
 /// The sum of `requests`.

@@ -14,6 +14,7 @@ use super::budgets::allowances;
 use super::candidates::check;
 use super::command::{Command, Invalid};
 use super::consolidation::replace_mode;
+use super::replacement::spot_only_violation;
 use super::simulate::{outcome, Replace};
 use super::snapshot::Snapshot;
 use super::static_pools;
@@ -67,6 +68,9 @@ pub fn validate(
     .expect("never cancelled");
     if let Some((pod, why)) = result.stranded.first() {
         return Err(Invalid::Unschedulable { detail: format!("pod {pod}: {why}") });
+    }
+    if let Some(detail) = spot_only_violation(replace, &result.replacements) {
+        return Err(Invalid::Unschedulable { detail });
     }
     if result.replacements.len() != command.replacements.len() {
         return Err(Invalid::ReplacementCount {
