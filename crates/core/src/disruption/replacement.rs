@@ -39,7 +39,7 @@ pub fn spot_only_violation(replace: Replace, replacements: &[NewNodeClaim]) -> O
     }
     replacements.iter().find(|c| c.capacity_type != CapacityType::Spot).map(|c| {
         format!(
-            "spot nodes are replaced by spot only, and {} of their pods fit only an on-demand {} in {}",
+            "spot nodes are replaced by spot only, and the solve puts {} pod(s) on an on-demand {} in {}",
             c.pods.len(),
             c.instance_type,
             c.zone
@@ -158,6 +158,9 @@ impl<'a> Catalog<'a> {
         requirements: &Requirements,
         options: &[String],
     ) -> Result<(), MinValuesError> {
+        if self.pool_requirements.iter().all(|r| r.min_values().is_none()) {
+            return Ok(());
+        }
         let label_sets: Vec<BTreeMap<String, String>> = options
             .iter()
             .filter_map(|o| self.types.get(o.as_str()))
