@@ -309,34 +309,6 @@ fn a_budget_caps_how_many_nodes_a_move_takes_not_which() {
     assert_command_valid(&s, c, now());
 }
 
-#[test]
-fn the_prefix_search_steps_over_a_node_that_blocks_every_longer_prefix() {
-    // Six alike c4 nodes with one small pod each, in the same place in every order; the third's pod
-    // is pinned to it by hostname. Every prefix of three or more holds it and fails; the binary
-    // search alone stops at the first two. Left out, the search goes on past it: the other five go,
-    // their pods to the node that stays.
-    let mut s = cluster();
-    for i in 0..6 {
-        let name = format!("n{i}");
-        let mut p = workload(&format!("p{i}"), 300);
-        if i == 2 {
-            use karpenter_azure::model::labels::LABEL_HOSTNAME;
-            Arc::make_mut(&mut p.pod).required_terms =
-                vec![fixtures::requirements(&[karpenter_azure::model::Requirement::is_in(
-                    LABEL_HOSTNAME,
-                    [name.as_str()],
-                )])];
-        }
-        add_node(&mut s, "general", &name, "c4", OnDemand, vec![p]);
-    }
-    let d = decided_with(&s, &any_saving());
-    let c = &d.commands[0];
-    assert_eq!(c.method, Method::MultiNodeConsolidation, "{c:#?}");
-    assert_eq!(c.candidates, ["n0", "n1", "n3", "n4", "n5"], "{c:#?}");
-    assert!(c.replacements.is_empty() && c.moves.iter().all(|m| m.to == "n2"), "{c:#?}");
-    assert_command_valid(&s, c, now());
-}
-
 /// A node of `type_name` named `name` whose two pods of `cpu_millis` each are pinned to it by hostname.
 fn add_pinned_node(s: &mut Snapshot, name: &str, type_name: &str, cpu_millis: i64) {
     use karpenter_azure::model::labels::LABEL_HOSTNAME;

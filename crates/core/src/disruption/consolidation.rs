@@ -391,38 +391,32 @@ impl Judged<'_> {
 }
 
 /// The best move among prefixes of `order` within `solves` solves. Sizes halve from the whole order
-/// (down to 2) until one is worth taking; a binary search then grows it toward the smallest size that
-/// failed (upstream `firstNConsolidationOption` binary-searches the prefix the same way). When the
-/// search ends on a node whose removal fails every longer prefix, that node is left out of the order
-/// and the search goes on past it while solves are left: one node whose pods have no place elsewhere
-/// (a hostname spread's last domain, a pod no other node tolerates) no longer caps the move at the
-/// nodes before it. The prefix of the highest value wins. A prefix another order already judged costs
-/// no solve of the budget.
+/// (down to 2) until one is worth taking; a binary search then grows it toward the smallest size that failed
+/// (upstream `firstNConsolidationOption` binary-searches the prefix the same way). The prefix of the
+/// highest value wins. A prefix another order already judged costs no solve of the budget.
 fn best_prefix(
     judged: &mut Judged<'_>,
     order: &[usize],
     solves: usize,
 ) -> Result<Option<Evaluation>, Cancelled> {
     let mut best: Option<Evaluation> = None;
-    let mut order = order.to_vec();
     let solves_left = std::cell::Cell::new(solves);
-    let mut works_at =
-        |order: &[usize], size: usize, best: &mut Option<Evaluation>| -> Result<bool, Cancelled> {
-            let verdict = judged.judge(&order[..size])?;
-            if verdict.solved {
-                solves_left.set(solves_left.get() - 1);
-            }
-            let Some(eval) = verdict.evaluation else { return Ok(false) };
-            if best.as_ref().is_none_or(|b| eval.value() > b.value()) {
-                *best = Some(eval);
-            }
-            Ok(true)
-        };
+    let mut works_at = |size: usize, best: &mut Option<Evaluation>| -> Result<bool, Cancelled> {
+        let verdict = judged.judge(&order[..size])?;
+        if verdict.solved {
+            solves_left.set(solves_left.get() - 1);
+        }
+        let Some(eval) = verdict.evaluation else { return Ok(false) };
+        if best.as_ref().is_none_or(|b| eval.value() > b.value()) {
+            *best = Some(eval);
+        }
+        Ok(true)
+    };
     // The largest size known to work and the smallest known to fail.
     let (mut works, mut fails) = (0, order.len() + 1);
     let mut size = order.len();
     while size >= 2 && solves_left.get() > 0 {
-        if works_at(&order, size, &mut best)? {
+        if works_at(size, &mut best)? {
             works = size;
             break;
         }
@@ -433,22 +427,15 @@ fn best_prefix(
     if works == 0 {
         return Ok(None);
     }
-    loop {
-        while fails - works > 1 && solves_left.get() > 0 {
-            let size = works + (fails - works) / 2;
-            if works_at(&order, size, &mut best)? {
-                works = size;
-            } else {
-                fails = size;
-            }
+    while fails - works > 1 && solves_left.get() > 0 {
+        let size = works + (fails - works) / 2;
+        if works_at(size, &mut best)? {
+            works = size;
+        } else {
+            fails = size;
         }
-        if solves_left.get() == 0 || fails > order.len() {
-            return Ok(best);
-        }
-        // `order[works]` fails every prefix it joins: search on without it.
-        order.remove(works);
-        fails = order.len() + 1;
     }
+    Ok(best)
 }
 
 /// The consolidation pass over `candidates`, each move within `budgets`. Returns the command, if
