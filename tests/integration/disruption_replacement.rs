@@ -115,7 +115,7 @@ fn a_spot_replacement_of_an_on_demand_node_is_pinned_to_spot() {
 fn several_nodes_do_not_become_one_of_their_own_type_at_their_price() {
     // Three c4 each run a one-core pod, and c4 is the smallest type. One c4 holds all three pods,
     // but a c4 replacement is the same as keeping one of them and deleting the other two, with a pod
-    // more moved (upstream `filterOutSameInstanceType`): the move deletes, it does not replace.
+    // more moved (upstream `filterOutSameInstanceType`): that deletion is the move.
     let mut s = with_pool(general().into_iter().filter(|t| t.name != "c2").collect());
     for i in 0..3 {
         add_node(&mut s, "general", &format!("n{i}"), "c4", OnDemand, vec![workload(&format!("p{i}"), 1000)]);
@@ -123,6 +123,7 @@ fn several_nodes_do_not_become_one_of_their_own_type_at_their_price() {
     let d = decided_with_at(&s, &any_saving(), now());
     let c = &d.commands[0];
     assert!(c.replacements.iter().all(|r| r.instance_type != "c4"), "{c:#?}");
+    assert_eq!(c.method, karpenter_azure::disruption::Method::MultiNodeConsolidation, "{c:#?}");
     assert!(c.replacements.is_empty() && c.candidates.len() == 2, "{c:#?}");
     assert!((c.savings_per_hour - 0.8).abs() < 1e-9, "{c:#?}");
     assert_eq!(c.moves.len(), 2, "{c:#?}");

@@ -124,7 +124,9 @@ pub fn replace_mode(snapshot: &Snapshot, nodes: &[usize], options: &Options) -> 
     }
 }
 
-/// Solves the removal of `nodes` and applies every consolidation rule.
+/// Solves the removal of `nodes` and applies every consolidation rule. A move of several nodes to
+/// one of their own types at no more than it costs is judged as the deletion of the others instead
+/// ([`replacement::deletion_instead`]).
 pub fn evaluate(
     snapshot: &Snapshot,
     nodes: &[usize],
@@ -136,6 +138,9 @@ pub fn evaluate(
     let replace = replace_mode(snapshot, nodes, options);
     let removed: BTreeSet<usize> = nodes.iter().copied().collect();
     let outcome = outcome(snapshot, &removed, now, replace, cancel)?;
+    if let Some(rest) = replacement::deletion_instead(snapshot, nodes, &outcome) {
+        return evaluate(snapshot, &rest, lambdas, now, options, cancel);
+    }
     Ok(judged(snapshot, nodes, lambdas, replace, outcome))
 }
 
@@ -148,6 +153,9 @@ fn evaluate_on_base(
     let replace = replace_mode(pass.snapshot, nodes, pass.options);
     let removed: BTreeSet<usize> = nodes.iter().copied().collect();
     let outcome = outcome_on_base(pass.snapshot, &pass.base, &removed, pass.now, replace, cancel)?;
+    if let Some(rest) = replacement::deletion_instead(pass.snapshot, nodes, &outcome) {
+        return evaluate_on_base(pass, &rest, cancel);
+    }
     Ok(judged(pass.snapshot, nodes, pass.lambdas, replace, outcome))
 }
 

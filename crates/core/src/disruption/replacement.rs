@@ -12,8 +12,9 @@
 //!   it does not;
 //! - when several nodes become one, the replacement may not be a type one of them already is, unless
 //!   it is cheaper than that node: the node holds what the replacement would, so the move is deleting
-//!   the others with more pods moved. Several nodes becoming several are not held to this: a
-//!   replacement of a candidate's type then holds other pods than the candidate does;
+//!   the others with more pods moved, and that deletion is judged instead. Several nodes becoming
+//!   several are not held to this: a replacement of a candidate's type then holds other pods than
+//!   the candidate does;
 //! - the NodePool's minValues must still hold over the options left, whatever the MinValuesPolicy
 //!   (upstream does not consolidate by relaxing minValues);
 //! - spot nodes are replaced by spot only. The solve sees every offering, so the zones and capacity
@@ -29,7 +30,7 @@ use crate::model::selection::{allowed_offerings, offering_labels};
 use crate::model::{CapacityType, InstanceType};
 use crate::scheduling::NewNodeClaim;
 
-use super::simulate::Replace;
+use super::simulate::{Outcome, Replace};
 use super::snapshot::Snapshot;
 
 /// The replacement that breaks the spot-only rule of `replace`, with why.
@@ -67,6 +68,34 @@ pub fn same_type_ceiling(snapshot: &Snapshot, nodes: &[usize], replacements: &[N
         .filter(|n| claim.instance_type_options.contains(&n.instance_type))
         .map(|n| n.price_per_hour)
         .reduce(f64::min)
+}
+
+/// When `nodes` would become one replacement of the type one of them already is, at no less than
+/// that node costs, the move is that node staying and the others deleted with fewer pods moved: the
+/// others, for the caller to solve instead. The node kept is of the replacement's zone and capacity
+/// type where one is, the cheapest otherwise. Upstream refuses such a move (`filterOutSameInstanceType`)
+/// and leaves the deletion to a later prefix; [`same_type_ceiling`] still refuses the replacement when
+/// the deletion fails too.
+pub fn deletion_instead(snapshot: &Snapshot, nodes: &[usize], outcome: &Outcome) -> Option<Vec<usize>> {
+    let [claim] = outcome.replacements.as_slice() else { return None };
+    if nodes.len() < 2 || !outcome.stranded.is_empty() {
+        return None;
+    }
+    let keep = nodes
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let n = &snapshot.nodes[i];
+            n.instance_type == claim.instance_type && n.price_per_hour <= claim.price_per_hour
+        })
+        .min_by(|&a, &b| {
+            let (a, b) = (&snapshot.nodes[a], &snapshot.nodes[b]);
+            let elsewhere = |n: &super::snapshot::ManagedNode| {
+                (n.zone != claim.zone, n.capacity_type != claim.capacity_type)
+            };
+            elsewhere(a).cmp(&elsewhere(b)).then(a.price_per_hour.total_cmp(&b.price_per_hour))
+        })?;
+    Some(nodes.iter().copied().filter(|&i| i != keep).collect())
 }
 
 /// Keeps `claim`'s options whose worst launch price is below `ceiling` ($/h), the chosen type first,
