@@ -124,9 +124,9 @@ pub fn replace_mode(snapshot: &Snapshot, nodes: &[usize], options: &Options) -> 
     }
 }
 
-/// Solves the removal of `nodes` and applies every consolidation rule. A move of several nodes to
-/// one of their own types at no more than it costs is judged as the deletion of the others instead
-/// ([`replacement::deletion_instead`]).
+/// Solves the removal of `nodes` and applies every consolidation rule. A move of several nodes to one
+/// replacement of a type one of them already is, costing no less than that node, is judged as the
+/// deletion of the others instead ([`replacement::deletion_instead`]).
 pub fn evaluate(
     snapshot: &Snapshot,
     nodes: &[usize],
@@ -399,9 +399,10 @@ impl Judged<'_> {
 }
 
 /// The best move among prefixes of `order` within `solves` solves. Sizes halve from the whole order
-/// (down to 2) until one is worth taking; a binary search then grows it toward the smallest size that failed
-/// (upstream `firstNConsolidationOption` binary-searches the prefix the same way). The prefix of the
-/// highest value wins. A prefix another order already judged costs no solve of the budget.
+/// (down to 2) until one is worth taking; a binary search then grows it toward the smallest size
+/// that failed (upstream `firstNConsolidationOption` binary-searches the prefix the same way). The
+/// prefix of the highest value wins. A prefix another order already judged costs no solve of the
+/// budget.
 fn best_prefix(
     judged: &mut Judged<'_>,
     order: &[usize],
