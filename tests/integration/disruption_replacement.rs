@@ -1,7 +1,7 @@
 //! What a consolidation replacement may launch as: pinned to the capacity type it was priced at,
-//! options whose worst launch price keeps the move saving money, no M→1 onto a candidate's own
-//! type, the NodePool's minValues kept, and spot-to-spot moves that see on-demand-only zones as
-//! topology domains.
+//! options whose worst launch price keeps the move saving money, an M→1 move onto a candidate's own
+//! type judged as the deletion of the others, the NodePool's minValues kept, and spot-to-spot moves
+//! that see on-demand-only zones as topology domains.
 
 use crate::support::disruption_fixtures as cluster;
 use crate::support::solver_fixtures as fixtures;
