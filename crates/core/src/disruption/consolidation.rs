@@ -40,7 +40,7 @@ use super::budgets::{within, Allowance};
 use super::command::{BlockReason, Command, Method};
 use super::cost::node_disruption_cost;
 use super::replacement;
-use super::simulate::{outcome, outcome_on_base, running_base, used, Outcome, Replace};
+use super::simulate::{outcome_on_base, running_base, used, Outcome, Replace};
 use super::snapshot::{ManagedNode, Snapshot};
 use super::Options;
 use crate::apis::nodepool::ConsolidationPolicy;
@@ -124,27 +124,10 @@ pub fn replace_mode(snapshot: &Snapshot, nodes: &[usize], options: &Options) -> 
     }
 }
 
-/// Solves the removal of `nodes` and applies every consolidation rule. A move of several nodes to one
-/// replacement of a type one of them already is, costing no less than that node, is judged as the
-/// deletion of the others instead ([`replacement::deletion_instead`]).
-pub fn evaluate(
-    snapshot: &Snapshot,
-    nodes: &[usize],
-    lambdas: &BTreeMap<String, f64>,
-    now: Timestamp,
-    options: &Options,
-    cancel: &dyn ShouldCancel,
-) -> Result<Result<Evaluation, BlockReason>, Cancelled> {
-    let replace = replace_mode(snapshot, nodes, options);
-    let removed: BTreeSet<usize> = nodes.iter().copied().collect();
-    let outcome = outcome(snapshot, &removed, now, replace, cancel)?;
-    if let Some(rest) = replacement::deletion_instead(snapshot, nodes, &outcome) {
-        return evaluate(snapshot, &rest, lambdas, now, options, cancel);
-    }
-    Ok(judged(snapshot, nodes, lambdas, replace, outcome))
-}
-
-/// [`evaluate`] on the pass's base of running pods ([`running_base`]).
+/// Solves the removal of `nodes` on the pass's base of running pods ([`running_base`]) and applies
+/// every consolidation rule. A move of several nodes to one replacement of a type one of them already
+/// is, costing no less than that node, is judged as the deletion of the others instead
+/// ([`replacement::deletion_instead`]).
 fn evaluate_on_base(
     pass: &Pass<'_>,
     nodes: &[usize],
