@@ -1,7 +1,8 @@
 //! What a consolidation replacement may launch as: pinned to the capacity type it was priced at,
 //! options whose worst launch price keeps the move saving money, an M→1 move onto a candidate's own
-//! type judged as the deletion of the others, the NodePool's minValues kept, and spot-to-spot moves
-//! that see on-demand-only zones as topology domains.
+//! type judged as the deletion of the others, the NodePool's minValues kept, spot-to-spot moves
+//! that see on-demand-only zones as topology domains, and spot nodes whose pods or pool keep their
+//! replacement off spot replaced as an ordinary move.
 
 use crate::support::disruption_fixtures as cluster;
 use crate::support::solver_fixtures as fixtures;
@@ -95,6 +96,75 @@ fn spot_to_spot_counts_a_zone_only_on_demand_reaches_as_a_spread_domain() {
             assert_eq!((c.replacements.len(), c.replacements[0].zone.as_str()), (1, "z-1"), "{c:#?}");
             assert_eq!(c.replacements[0].capacity_type, Spot);
             assert_eq!(capacity_types(&d), ["spot"]);
+        }
+    }
+}
+
+/// A pod of app `web` spread over capacity types with a skew of at most one.
+fn web_over_capacity_types(name: &str) -> karpenter_azure::disruption::NodePod {
+    let mut p = workload(name, 500);
+    let pod = Arc::make_mut(&mut p.pod);
+    pod.labels.insert("app".into(), "web".into());
+    pod.topology_spread = vec![spread("web", LABEL_CAPACITY_TYPE, 1)];
+    p
+}
+
+#[test]
+fn a_spot_node_whose_pods_must_leave_spot_gets_an_on_demand_replacement_gate_or_not() {
+    // One web pod runs on demand (a full node), three on spot, spread over capacity types with a
+    // skew of one. Without the spot node `big`, its pod must go on demand (2 : 2, not 1 : 3), and a
+    // two-core on-demand node (0.20) is cheaper than `big` (0.24). The pods keep that replacement off
+    // spot, so it is an ordinary replacement, not spot-to-spot: it needs no SpotToSpotConsolidation
+    // (upstream `computeConsolidation` takes the spot-to-spot path only when the replacement's
+    // capacity-type requirement has spot).
+    for options in [any_saving(), spot_to_spot()] {
+        let mut s = with_pool(spot_catalog(false));
+        let full = vec![web_over_capacity_types("web-1"), workload("fill", 1500)];
+        add_node(&mut s, "general", "od", "t00", OnDemand, full);
+        let two = vec![web_over_capacity_types("web-2"), web_over_capacity_types("web-3")];
+        add_node(&mut s, "general", "keep", "s8", Spot, two);
+        add_node(&mut s, "general", "big", "s8", Spot, vec![web_over_capacity_types("web-4")]);
+        node(&mut s, "od").do_not_disrupt = true;
+        node(&mut s, "keep").do_not_disrupt = true;
+        let d = decided_with_at(&s, &options, now());
+        let c = d.commands.first().unwrap_or_else(|| panic!("{options:?}: {d:#?}"));
+        assert_eq!(c.candidates, vec!["big"], "{c:#?}");
+        assert_eq!(c.replacements.len(), 1, "{c:#?}");
+        assert_eq!(c.replacements[0].capacity_type, OnDemand, "{c:#?}");
+        assert_eq!(capacity_types(&d), ["on-demand"]);
+        assert!((c.savings_per_hour - 0.04).abs() < 1e-9, "{c:#?}");
+    }
+}
+
+#[test]
+fn a_spot_node_moves_to_a_cheaper_on_demand_only_pool_and_not_to_spot_without_the_gate() {
+    // `big` (spot s8, 0.24) runs one pod. A second pool allows on demand only and offers a two-core
+    // type at 0.20: that replacement is kept off spot by its pool, an ordinary move with the gate
+    // off too. When the second pool allows spot as well, the replacement is a spot one (0.05) and
+    // the gate refuses it.
+    for od_only in [true, false] {
+        let spot_pool_types = spot_catalog(false).into_iter().filter(|t| t.name == "s8").collect();
+        let mut s = with_pool(spot_pool_types);
+        let mut second = policy("second", spot_catalog(false)[..1].to_vec(), &[api_budget("100%")]);
+        if od_only {
+            let solver = second.solver.as_mut().unwrap();
+            solver.requirements.add(Requirement::is_in(LABEL_CAPACITY_TYPE, ["on-demand"]));
+        }
+        s.nodepools.push(second);
+        add_node(&mut s, "general", "big", "s8", Spot, vec![workload("a", 1000)]);
+        let d = decided_with_at(&s, &any_saving(), now());
+        if od_only {
+            let c = d.commands.first().unwrap_or_else(|| panic!("{d:#?}"));
+            assert_eq!(c.candidates, vec!["big"], "{c:#?}");
+            let r = &c.replacements[0];
+            assert_eq!(
+                (r.nodepool.as_str(), r.instance_type.as_str(), r.capacity_type),
+                ("second", "t00", OnDemand)
+            );
+            assert!((c.savings_per_hour - 0.04).abs() < 1e-9, "{c:#?}");
+        } else {
+            assert!(d.commands.is_empty(), "{d:#?}");
+            assert_eq!(reason_of(&d, "big"), BlockReason::SpotToSpotDisabled, "{d:#?}");
         }
     }
 }

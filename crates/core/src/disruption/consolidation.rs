@@ -23,9 +23,11 @@
 //! - single nodes are tried in the value order, from every candidate whose pool allows one more,
 //!   only when no multi-node move is worth it, as upstream.
 //!
-//! Spot-to-spot moves (every candidate spot) follow `designs/spot-consolidation.md`: off unless the
-//! SpotToSpotConsolidation gate is on, replacements spot only, and a single-node move needs at least
-//! 15 cheaper spot types, of which it offers the 15 cheapest. What every replacement may launch as is
+//! Spot-to-spot moves (every candidate spot, and a replacement its pool and pods would let run on
+//! spot) follow `designs/spot-consolidation.md`: off unless the SpotToSpotConsolidation gate is on,
+//! replacements spot only, and a single-node move needs at least 15 cheaper spot types, of which it
+//! offers the 15 cheapest. A replacement of spot nodes that its pool or pods keep off spot is an
+//! ordinary one, gate or not, as upstream. What every replacement may launch as is
 //! [`super::replacement`]'s.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,7 +42,7 @@ use super::budgets::{within, Allowance};
 use super::command::{BlockReason, Command, Method};
 use super::cost::node_disruption_cost;
 use super::replacement;
-use super::simulate::{outcome_on_base, running_base, used, Outcome, Replace};
+use super::simulate::{outcome_on_base, running_base, solve_move, used, Outcome, Replace};
 use super::snapshot::{ManagedNode, Snapshot};
 use super::Options;
 use crate::apis::nodepool::ConsolidationPolicy;
@@ -133,9 +135,10 @@ fn evaluate_on_base(
     nodes: &[usize],
     cancel: &dyn ShouldCancel,
 ) -> Result<Result<Evaluation, BlockReason>, Cancelled> {
-    let replace = replace_mode(pass.snapshot, nodes, pass.options);
     let removed: BTreeSet<usize> = nodes.iter().copied().collect();
-    let outcome = outcome_on_base(pass.snapshot, &pass.base, &removed, pass.now, replace, cancel)?;
+    let (replace, outcome) = solve_move(replace_mode(pass.snapshot, nodes, pass.options), |replace| {
+        outcome_on_base(pass.snapshot, &pass.base, &removed, pass.now, replace, cancel)
+    })?;
     if let Some(rest) = replacement::deletion_instead(pass.snapshot, nodes, &outcome) {
         return evaluate_on_base(pass, &rest, cancel);
     }
@@ -180,13 +183,13 @@ fn judge(
     outcome: &mut Outcome,
 ) -> Result<(f64, f64, f64), BlockReason> {
     if let Some((pod, reason)) = outcome.stranded.first() {
-        if replace == Replace::Never {
-            return Err(BlockReason::SpotToSpotDisabled);
-        }
         return Err(BlockReason::NoCheaperPlacement { detail: format!("pod {pod} has no place: {reason}") });
     }
-    if let Some(detail) = replacement::spot_only_violation(replace, &outcome.replacements) {
-        return Err(BlockReason::NoCheaperPlacement { detail });
+    if let Some(detail) = replacement::spot_rule_broken(snapshot, replace, &outcome.replacements) {
+        return Err(match replace {
+            Replace::OffSpot => BlockReason::SpotToSpotDisabled,
+            _ => BlockReason::NoCheaperPlacement { detail },
+        });
     }
     let m = nodes.len();
     let k = outcome.replacements.len();
@@ -209,7 +212,9 @@ fn judge(
     for claim in &mut outcome.replacements {
         replacement::pin_capacity_type(claim);
     }
-    if replace == Replace::SpotOnly && m == 1 && k == 1 {
+    let spot_to_spot = replace == Replace::SpotOnly
+        && outcome.replacements.iter().all(|c| !replacement::kept_off_spot(snapshot, c));
+    if spot_to_spot && m == 1 && k == 1 {
         let claim = &mut outcome.replacements[0];
         let cheaper = replacement::keep_options_below(snapshot, claim, price).map_err(no_place)?;
         if cheaper < SPOT_TO_SPOT_MIN_OPTIONS {

@@ -17,10 +17,13 @@
 //!   the candidate does;
 //! - the NodePool's minValues must still hold over the options left, whatever the MinValuesPolicy
 //!   (upstream does not consolidate by relaxing minValues);
-//! - spot nodes are replaced by spot only. The solve sees every offering, so the zones and capacity
-//!   types only on-demand reaches stay domains of a topology spread, as upstream simulates with
-//!   every offering and restricts the replacement afterwards; a replacement the solve could only put
-//!   on on-demand makes the move impossible.
+//! - spot nodes are replaced by spot only, unless their pool or pods keep the replacement off spot
+//!   (a NodePool that allows on-demand only, a spread over the capacity type): then it is an
+//!   ordinary replacement, and it needs no SpotToSpotConsolidation gate. The solve sees every
+//!   offering, so the zones and capacity types only on-demand reaches stay domains of a topology
+//!   spread, as upstream simulates with every offering and restricts the replacement afterwards; a
+//!   replacement the solve could only put on demand because no spot offering reaches its zone
+//!   makes the move impossible.
 
 use std::collections::BTreeMap;
 
@@ -33,19 +36,67 @@ use crate::scheduling::NewNodeClaim;
 use super::simulate::{Outcome, Replace};
 use super::snapshot::Snapshot;
 
-/// The replacement that breaks the spot-only rule of `replace`, with why.
-pub fn spot_only_violation(replace: Replace, replacements: &[NewNodeClaim]) -> Option<String> {
-    if replace != Replace::SpotOnly {
-        return None;
-    }
-    replacements.iter().find(|c| c.capacity_type != CapacityType::Spot).map(|c| {
-        format!(
-            "spot nodes are replaced by spot only, and the solve puts {} pod(s) on an on-demand {} in {}",
+/// The replacement of a move of spot nodes that breaks its spot rule, with why (upstream
+/// `computeConsolidation`, which reads a replacement's capacity-type requirement: with spot in it the
+/// move is spot-to-spot, without it an ordinary replacement):
+/// - under [`Replace::SpotOnly`], a replacement the pool and pods would let run on spot but that
+///   the solve put on demand (spot nodes are replaced by spot);
+/// - under [`Replace::OffSpot`], any replacement they would let run on spot (spot-to-spot
+///   consolidation is off).
+///
+/// A replacement they keep off spot ([`kept_off_spot`]) breaks neither.
+pub fn spot_rule_broken(
+    snapshot: &Snapshot,
+    replace: Replace,
+    replacements: &[NewNodeClaim],
+) -> Option<String> {
+    let broken = |c: &&NewNodeClaim| match replace {
+        Replace::SpotOnly => c.capacity_type != CapacityType::Spot && !kept_off_spot(snapshot, c),
+        Replace::OffSpot => !kept_off_spot(snapshot, c),
+        Replace::Any | Replace::Never => false,
+    };
+    replacements.iter().find(broken).map(|c| {
+        let at = format!(
+            "{} pod(s) on {} {} in {}",
             c.pods.len(),
+            c.capacity_type.as_str(),
             c.instance_type,
             c.zone
-        )
+        );
+        if replace == Replace::OffSpot {
+            format!("spot-to-spot consolidation is off, and the solve puts {at}, which could run on spot")
+        } else {
+            format!("spot nodes are replaced by spot only, and the solve puts {at}")
+        }
     })
+}
+
+/// Whether `claim`'s NodePool or pods keep it off spot, as upstream reads a replacement's
+/// capacity-type requirement before any offering narrows it: the claim's requirements exclude spot
+/// while the pool's do not admit it, or while some option has an available spot offering in the
+/// claim's zones. A claim that is on demand only because no option offers spot where it must launch
+/// (a zone a topology spread chose that only on-demand reaches) is not kept off spot: upstream pins
+/// it to spot and finds nothing to launch.
+pub fn kept_off_spot(snapshot: &Snapshot, claim: &NewNodeClaim) -> bool {
+    let spot = Some(CapacityType::Spot.as_str());
+    if claim.requirements.get(LABEL_CAPACITY_TYPE).is_none_or(|r| r.admits(spot)) {
+        return false;
+    }
+    let Some(catalog) = Catalog::of(snapshot, claim) else { return false };
+    if catalog.pool_requirements.get(LABEL_CAPACITY_TYPE).is_some_and(|r| !r.admits(spot)) {
+        return true;
+    }
+    let zones = claim.requirements.get(LABEL_ZONE);
+    claim
+        .instance_type_options
+        .iter()
+        .filter_map(|o| catalog.types.get(o.as_str()))
+        .flat_map(|t| &t.offerings)
+        .any(|o| {
+            o.available
+                && o.capacity_type == CapacityType::Spot
+                && zones.is_none_or(|z| z.admits(Some(&o.zone)))
+        })
 }
 
 /// Pins `claim` to the capacity type it was priced at.

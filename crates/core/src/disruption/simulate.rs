@@ -28,11 +28,31 @@ use super::snapshot::Snapshot;
 pub enum Replace {
     /// Any offering the pools allow.
     Any,
-    /// Spot only (spot-to-spot consolidation): the solve sees every offering, and a move whose
-    /// replacements are not all spot is refused ([`super::replacement::spot_only_violation`]).
+    /// Every node is spot and spot-to-spot consolidation is on: the solve sees every offering; a
+    /// replacement the pool and pods would let run on spot is held to spot, one they keep off spot
+    /// is an ordinary replacement ([`super::replacement::spot_rule_broken`]).
     SpotOnly,
-    /// No new NodeClaims at all: the pods must fit on what exists.
+    /// Every node is spot and spot-to-spot consolidation is off: no new NodeClaims at all, the pods
+    /// must fit on what exists. When they do not, the move is solved again as [`Replace::OffSpot`]
+    /// ([`solve_move`]).
     Never,
+    /// The second solve of a [`Replace::Never`] move: every offering, and only replacements the pool
+    /// and pods keep off spot may open (upstream `computeConsolidation` takes the spot-to-spot path,
+    /// refused while the gate is off, only when the replacement's capacity-type requirement has spot).
+    OffSpot,
+}
+
+/// Solves a move under `replace` with `solve`: a [`Replace::Never`] move whose pods do not all fit
+/// on what exists is solved again as [`Replace::OffSpot`]. Returns the mode of the outcome.
+pub fn solve_move(
+    replace: Replace,
+    mut solve: impl FnMut(Replace) -> Result<Outcome, Cancelled>,
+) -> Result<(Replace, Outcome), Cancelled> {
+    let outcome = solve(replace)?;
+    if replace == Replace::Never && !outcome.stranded.is_empty() {
+        return Ok((Replace::OffSpot, solve(Replace::OffSpot)?));
+    }
+    Ok((replace, outcome))
 }
 
 /// What removing a set of nodes would take.
@@ -123,10 +143,10 @@ fn input_of(
                 pool
             })
             .collect(),
-        // Spot-to-spot moves solve with every offering too, so the zones and capacity types only
+        // Moves of spot nodes solve with every offering too, so the zones and capacity types only
         // on-demand reaches stay domains of a topology spread (upstream's simulation sees every
-        // offering); the replacements are held to spot afterwards (`super::replacement`).
-        Replace::Any | Replace::SpotOnly => {
+        // offering); the replacements are held to the spot rules afterwards (`super::replacement`).
+        Replace::Any | Replace::SpotOnly | Replace::OffSpot => {
             snapshot.nodepools.iter().filter_map(|p| p.launchable().cloned()).collect()
         }
     };

@@ -14,8 +14,8 @@ use super::budgets::allowances;
 use super::candidates::check;
 use super::command::{Command, Invalid};
 use super::consolidation::replace_mode;
-use super::replacement::spot_only_violation;
-use super::simulate::{outcome, Replace};
+use super::replacement::spot_rule_broken;
+use super::simulate::{outcome, solve_move, Replace};
 use super::snapshot::Snapshot;
 use super::static_pools;
 use super::Options;
@@ -60,16 +60,18 @@ pub fn validate(
         }
         _ => None,
     };
-    let result = match static_replacement {
+    let (replace, result) = match static_replacement {
         Some(Err(detail)) => return Err(Invalid::Unschedulable { detail }),
-        Some(Ok(claim)) => static_pools::drift_outcome(snapshot, indices[0], &claim, now, &|| false),
-        None => outcome(snapshot, &removed, now, replace, &|| false),
+        Some(Ok(claim)) => {
+            static_pools::drift_outcome(snapshot, indices[0], &claim, now, &|| false).map(|o| (replace, o))
+        }
+        None => solve_move(replace, |replace| outcome(snapshot, &removed, now, replace, &|| false)),
     }
     .expect("never cancelled");
     if let Some((pod, why)) = result.stranded.first() {
         return Err(Invalid::Unschedulable { detail: format!("pod {pod}: {why}") });
     }
-    if let Some(detail) = spot_only_violation(replace, &result.replacements) {
+    if let Some(detail) = spot_rule_broken(snapshot, replace, &result.replacements) {
         return Err(Invalid::Unschedulable { detail });
     }
     if result.replacements.len() != command.replacements.len() {
