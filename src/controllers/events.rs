@@ -471,9 +471,13 @@ impl Events {
 
     /// Publishes one event; a failure is logged, never returned.
     pub async fn publish(&self, ev: Event, reference: ObjectReference) {
-        if !self.admit(&ev, &reference) {
-            return;
+        if self.admit(&ev, &reference) {
+            self.send(ev, reference).await;
         }
+    }
+
+    /// Sends an event the recorder admitted.
+    async fn send(&self, ev: Event, reference: ObjectReference) {
         if let Err(error) = self.sink.publish(&ev, &reference).await {
             tracing::warn!(
                 reason = %ev.reason,
@@ -491,14 +495,18 @@ impl Events {
     }
 
     /// Publishes many events in the background (bounded concurrency), so the caller is not slowed down.
-    pub fn spawn_all(&self, events: Vec<(Event, ObjectReference)>) {
-        if events.is_empty() {
+    /// The repeats the recorder folds are dropped here, as `events` yields them, so a pass that blocks
+    /// every node of a large cluster holds only the events that are new, not one per node.
+    pub fn spawn_all(&self, events: impl IntoIterator<Item = (Event, ObjectReference)>) {
+        let admitted: Vec<(Event, ObjectReference)> =
+            events.into_iter().filter(|(ev, reference)| self.admit(ev, reference)).collect();
+        if admitted.is_empty() {
             return;
         }
         let this = self.clone();
         tokio::spawn(async move {
-            futures::stream::iter(events)
-                .for_each_concurrent(PUBLISH_CONCURRENCY, |(ev, reference)| this.publish(ev, reference))
+            futures::stream::iter(admitted)
+                .for_each_concurrent(PUBLISH_CONCURRENCY, |(ev, reference)| this.send(ev, reference))
                 .await;
         });
     }

@@ -380,11 +380,11 @@ impl CloudProvider for AzureCloudProvider {
     }
 
     async fn list(&self) -> Result<Vec<Instance>, CloudError> {
-        let docs = self
-            .limited(vm::list_tagged(&self.clients, self.rg(), vm::TAG_CLUSTER, &self.settings.cluster_name))
-            .await
-            .map_err(|f| errors::cloud_error(&f, "listing VMs"))?;
-        Ok(docs.iter().map(|doc| self.instance(doc)).collect())
+        let listing =
+            vm::list_tagged(&self.clients, self.rg(), vm::TAG_CLUSTER, &self.settings.cluster_name, |doc| {
+                self.instance(doc)
+            });
+        self.limited(listing).await.map_err(|f| errors::cloud_error(&f, "listing VMs"))
     }
 
     async fn delete(&self, provider_id: &str) -> Result<(), CloudError> {

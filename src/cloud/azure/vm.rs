@@ -343,20 +343,23 @@ pub async fn delete_vm(
     })
 }
 
-/// VM documents in the resource group tagged with `key=value`.
-pub async fn list_tagged(
+/// The VMs in the resource group tagged with `key=value`, each read by `read` from its document as
+/// its page arrives: a listing holds one page and what `read` keeps, not a document per VM (some 9 KB
+/// each, 43 MB at 5,000 VMs).
+pub async fn list_tagged<T>(
     clients: &ArmClients,
     rg: &str,
     key: &str,
     value: &str,
-) -> Result<Vec<Value>, ArmFailure> {
+    read: impl Fn(&Value) -> T,
+) -> Result<Vec<T>, ArmFailure> {
     let mut found = Vec::new();
     let mut pages =
         clients.compute.virtual_machines_client().list(rg, &clients.subscription_id).into_stream();
     while let Some(page) = pages.next().await {
         for vm in page.map_err(|e| sdk_failure(&e))?.value {
             if vm.resource.tags.as_ref().is_some_and(|t| t[key] == value) {
-                found.push(serde_json::to_value(vm).unwrap_or(Value::Null));
+                found.push(read(&serde_json::to_value(vm).unwrap_or(Value::Null)));
             }
         }
     }

@@ -74,19 +74,21 @@ pub fn decisions<C>(
     if decisions.commands.is_empty() && deferred {
         operator_metrics::get().consolidation_timed_out(consolidation_type::SINGLE);
     }
-    let mut out = vec![];
-    for blocked in &decisions.blocked {
+    // Built one at a time as the recorder takes them: most repeat the last pass's and are dropped.
+    let out = decisions.blocked.iter().flat_map(|blocked| {
         let event = || match (event_worthy(&blocked.reason), unconsolidatable(&blocked.reason)) {
             (Some((blocker, why)), _) => Some(events::disruption_blocked(blocker, &why)),
             (None, Some(why)) => Some(events::unconsolidatable(&why)),
             (None, None) => None,
         };
-        let Some(on_node) = event() else { continue };
-        out.push((on_node, events::node_ref(&blocked.node)));
-        if let Some(n) = snapshot.nodes.iter().find(|n| n.node.name == blocked.node && !n.node.in_flight) {
-            out.extend(event().map(|ev| (ev, events::nodeclaim_ref(&n.nodeclaim))));
-        }
-    }
+        let on_node = event().map(|ev| (ev, events::node_ref(&blocked.node)));
+        let claim = || snapshot.nodes.iter().find(|n| n.node.name == blocked.node && !n.node.in_flight);
+        let on_claim = on_node
+            .as_ref()
+            .and_then(|_| claim())
+            .and_then(|n| event().map(|ev| (ev, events::nodeclaim_ref(&n.nodeclaim))));
+        on_node.into_iter().chain(on_claim)
+    });
     shared.events.spawn_all(out);
     tracing::debug!(
         commands = decisions.commands.len(),
