@@ -12,6 +12,7 @@
 //! NodeClaims are cluster-scoped, so their events land in the `default` namespace (as upstream's do).
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -416,16 +417,17 @@ pub fn cap_per_pod<T>(events: impl IntoIterator<Item = (String, T)>, cap: usize)
 
 // --- Publishing ----------------------------------------------------------------------------------
 
-/// Identical events seen recently, by (object, reason, note).
+/// Identical events seen recently, by a hash of (object, reason, note): a note can be a long line,
+/// and the passes over a large cluster see thousands of them.
 #[derive(Debug, Default)]
 pub struct Dedupe {
-    seen: HashMap<String, Instant>,
+    seen: HashMap<u64, Instant>,
 }
 
 impl Dedupe {
     /// Whether an event with `key` should go out at `now`, none having gone out within `timeout`;
     /// records it if so.
-    pub fn admit(&mut self, key: String, now: Instant, timeout: Duration) -> bool {
+    pub fn admit(&mut self, key: u64, now: Instant, timeout: Duration) -> bool {
         if self.seen.len() >= DEDUPE_PRUNE_AT {
             self.seen.retain(|_, at| now.saturating_duration_since(*at) < UNCONSOLIDATABLE_DEDUPE_TIMEOUT);
         }
@@ -438,16 +440,19 @@ impl Dedupe {
         }
     }
 
-    pub fn key(ev: &Event, reference: &ObjectReference) -> String {
-        format!(
-            "{}/{}/{}/{}\u{0}{}\u{0}{}",
-            reference.kind.as_deref().unwrap_or_default(),
-            reference.namespace.as_deref().unwrap_or_default(),
-            reference.name.as_deref().unwrap_or_default(),
-            reference.uid.as_deref().unwrap_or_default(),
-            ev.reason,
-            ev.note.as_deref().unwrap_or_default(),
+    /// What makes two events the same here, hashed: two different events share a hash once in 2^64.
+    pub fn key(ev: &Event, reference: &ObjectReference) -> u64 {
+        let mut hasher = std::hash::DefaultHasher::new();
+        (
+            reference.kind.as_deref(),
+            reference.namespace.as_deref(),
+            reference.name.as_deref(),
+            reference.uid.as_deref(),
+            &ev.reason,
+            ev.note.as_deref(),
         )
+            .hash(&mut hasher);
+        hasher.finish()
     }
 }
 
