@@ -337,9 +337,9 @@ fn pod(app: &str, index: usize, requests: Resources) -> Pod {
     Pod {
         namespace: NAMESPACE.into(),
         name: format!("{app}-{index}"),
-        labels: BTreeMap::from([("app".to_string(), app.to_string())]),
+        labels: BTreeMap::from([("app".to_string(), app.to_string())]).into(),
         requests: requests.with(PODS, 1),
-        owner: Some(format!("ReplicaSet/{app}")),
+        owner: Some(format!("ReplicaSet/{app}").into()),
         ..Pod::default()
     }
 }

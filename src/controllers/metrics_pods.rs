@@ -150,7 +150,7 @@ fn state_values(cluster: &Cluster, pod: &PodRecord) -> [String; 13] {
     [
         pod.pod.name.clone(),
         pod.pod.namespace.clone(),
-        pod.owner_link.clone(),
+        pod.owner_link.to_string(),
         node_name.clone(),
         (!node_name.is_empty()).to_string(),
         pool.clone(),

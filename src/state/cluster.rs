@@ -20,6 +20,7 @@ use crate::scheduling::Pod;
 
 use super::overlay_memo::OverlayMemo;
 use super::records::{NodeClaimRecord, NodeRecord, PdbRecord, PodRecord};
+use super::shared::PodParts;
 use super::versions::{Version, Versions};
 use super::{key, Kind, Object};
 
@@ -43,7 +44,11 @@ pub struct Cluster {
     /// Claims, volumes and storage classes: the zones a pod's volumes allow, read at snapshot time so a
     /// volume bound after its pod arrived still counts.
     volumes: VolumeIndex,
-    pods: BTreeMap<String, PodRecord>,
+    /// Boxed: a B-tree leaf has room for eleven entries and is often half full, and a record is
+    /// large next to the pointer.
+    pods: BTreeMap<String, Box<PodRecord>>,
+    /// The labels, tolerations and owners the pods share, held once each.
+    pod_parts: PodParts,
     /// Node name → keys of the pods bound to it.
     pods_by_node: BTreeMap<String, BTreeSet<String>>,
     nodes: BTreeMap<String, NodeRecord>,
@@ -215,11 +220,11 @@ impl Cluster {
         let key = key.to_string();
         match object {
             Object::Pod(p) => {
-                let record = PodRecord::from_k8s(p, &self.ctx)?;
+                let record = self.pod_parts.share(PodRecord::from_k8s(p, &self.ctx)?);
                 if let Some(node) = &record.pod.node_name {
                     self.pods_by_node.entry(node.clone()).or_default().insert(key.clone());
                 }
-                self.pods.insert(key, record);
+                self.pods.insert(key, Box::new(record));
             }
             Object::Node(n) => {
                 let record = NodeRecord::from_k8s(n)?;
@@ -285,7 +290,7 @@ impl Cluster {
         for key in keys {
             let Some(source) = self.pods.get(&key).and_then(|r| r.source.clone()) else { continue };
             match PodRecord::from_k8s(&source, &self.ctx) {
-                Ok(record) => drop(self.pods.insert(key, record)),
+                Ok(record) => drop(self.pods.insert(key, Box::new(self.pod_parts.share(record)))),
                 Err(error) => {
                     self.remove(Kind::Pod, &key);
                     self.invalid.insert((Kind::Pod, key), error);
@@ -353,16 +358,16 @@ impl Cluster {
     // --- Queries -------------------------------------------------------------------------------
 
     pub fn pod(&self, key: &str) -> Option<&PodRecord> {
-        self.pods.get(key)
+        self.pods.get(key).map(|record| &**record)
     }
 
     pub fn pods(&self) -> impl Iterator<Item = &PodRecord> {
-        self.pods.values()
+        self.pods.values().map(|record| &**record)
     }
 
     /// Pods a new node should be launched for, in key order (see [`PodRecord::is_provisionable`]).
     pub fn provisionable_pods(&self) -> impl Iterator<Item = &PodRecord> {
-        self.pods.values().filter(|p| p.is_provisionable())
+        self.pods.values().map(|record| &**record).filter(|p| p.is_provisionable())
     }
 
     /// The keys (`namespace/name`) of [`Cluster::provisionable_pods`].
@@ -403,7 +408,11 @@ impl Cluster {
 
     /// Pods bound to `node`, terminal ones included (callers decide what they count).
     pub fn pods_on_node<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a PodRecord> + 'a {
-        self.pods_by_node.get(node).into_iter().flatten().filter_map(|k| self.pods.get(k))
+        self.pods_by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.pods.get(k).map(|record| &**record))
     }
 
     pub fn node(&self, name: &str) -> Option<&NodeRecord> {

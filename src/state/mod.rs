@@ -20,6 +20,9 @@ mod disruption;
 mod disruption_tests;
 mod overlay_memo;
 pub mod records;
+mod shared;
+#[cfg(test)]
+mod shared_tests;
 mod snapshot;
 pub mod versions;
 #[cfg(test)]

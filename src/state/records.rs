@@ -100,8 +100,9 @@ pub struct PodRecord {
     /// `PodScheduled=True`.
     pub scheduled: bool,
     /// Upstream's `owner` label of `karpenter_pods_state`: the self link of the first owner reference,
-    /// `/apis/<apiVersion>/namespaces/<namespace>/<kind>s/<name>`; empty without one.
-    pub owner_link: String,
+    /// `/apis/<apiVersion>/namespaces/<namespace>/<kind>s/<name>`; empty without one. Shared by the
+    /// pods of one owner.
+    pub owner_link: Arc<str>,
     /// The pod's effective limits (k8s `resourcehelper.PodLimits`), for the node metrics.
     pub limits: Resources,
     /// The Pod itself, kept only when its affinity selects namespaces by label, to convert it again
@@ -116,11 +117,12 @@ pub fn condition_true(p: &core::Pod, type_: &str) -> bool {
 }
 
 /// Upstream `pkg/controllers/metrics/pod/controller.go` `makeLabels`: the self link of the first owner.
-fn owner_link(p: &core::Pod) -> String {
+fn owner_link(p: &core::Pod) -> Arc<str> {
     let owners = p.metadata.owner_references.as_deref().unwrap_or_default();
-    owners.first().map_or_else(String::new, |o| {
+    owners.first().map_or_else(Arc::default, |o| {
         let namespace = p.metadata.namespace.as_deref().unwrap_or_default();
-        format!("/apis/{}/namespaces/{namespace}/{}s/{}", o.api_version, o.kind.to_ascii_lowercase(), o.name)
+        let kind = o.kind.to_ascii_lowercase();
+        format!("/apis/{}/namespaces/{namespace}/{kind}s/{}", o.api_version, o.name).into()
     })
 }
 

@@ -39,7 +39,7 @@ fn move_to_zone(s: &mut Snapshot, name: &str, zone: &str) {
 fn web(name: &str) -> karpenter_azure::disruption::NodePod {
     let mut p = workload(name, 500);
     let pod = Arc::make_mut(&mut p.pod);
-    pod.labels.insert("app".into(), "web".into());
+    std::sync::Arc::make_mut(&mut pod.labels).insert("app".into(), "web".into());
     pod.topology_spread = vec![spread("web", LABEL_ZONE, 1)];
     p
 }
@@ -104,7 +104,7 @@ fn spot_to_spot_counts_a_zone_only_on_demand_reaches_as_a_spread_domain() {
 fn web_over_capacity_types(name: &str) -> karpenter_azure::disruption::NodePod {
     let mut p = workload(name, 500);
     let pod = Arc::make_mut(&mut p.pod);
-    pod.labels.insert("app".into(), "web".into());
+    std::sync::Arc::make_mut(&mut pod.labels).insert("app".into(), "web".into());
     pod.topology_spread = vec![spread("web", LABEL_CAPACITY_TYPE, 1)];
     p
 }

@@ -82,7 +82,7 @@ fn taints_need_tolerations() {
     assert_eq!(claim_of(&solved(&plain), "default/plain").unwrap().nodepool, "general");
     // With one, the pod may use it, and it is cheaper.
     let mut tolerant = pod("tolerant", "batch", 1000, GI);
-    tolerant.tolerations = vec![toleration("dedicated")];
+    tolerant.tolerations = vec![toleration("dedicated")].into();
     let tolerant = input(vec![tolerant], vec![tainted, untainted]);
     assert_eq!(claim_of(&solved(&tolerant), "default/tolerant").unwrap().nodepool, "dedicated");
 }

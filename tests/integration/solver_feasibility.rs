@@ -96,14 +96,14 @@ fn group_pods(g: usize, spec: &GroupSpec) -> Vec<Pod> {
         rule
     };
     for p in pods.iter_mut() {
-        p.labels.insert("tier".into(), tier.clone());
+        std::sync::Arc::make_mut(&mut p.labels).insert("tier".into(), tier.clone());
         match spec.kind {
             1 => p.topology_spread = vec![spread(&app, LABEL_ZONE, 1)],
             2 => p.anti_affinity = vec![affinity_term(&app, LABEL_HOSTNAME)],
             3 => p.required_terms = term(&[Requirement::is_in(LABEL_ARCH, ["arm64"])]),
             4 => p.required_terms = term(&[Requirement::is_in(LABEL_ARCH, ["amd64"])]),
             5 => p.required_terms = term(&[Requirement::is_in(LABEL_CAPACITY_TYPE, ["spot"])]),
-            6 => p.tolerations = vec![toleration("dedicated")],
+            6 => p.tolerations = vec![toleration("dedicated")].into(),
             7 => p.topology_spread = vec![spread(&app, LABEL_HOSTNAME, 1)],
             8 => p.affinity = vec![affinity_term(&app, LABEL_ZONE)],
             9 => p.host_ports = vec![host_port(9100)],

@@ -84,7 +84,7 @@ fn random_input(rng: &mut Lcg) -> SolveInput {
         .collect();
     if count >= 2 && rng.chance(30) {
         for p in pods.iter_mut().filter(|_| rng.chance(60)) {
-            p.labels.insert("app".into(), "anti".into());
+            std::sync::Arc::make_mut(&mut p.labels).insert("app".into(), "anti".into());
             p.anti_affinity = vec![affinity_term("anti", LABEL_HOSTNAME)];
         }
     }
@@ -95,7 +95,7 @@ fn random_input(rng: &mut Lcg) -> SolveInput {
             if !p.anti_affinity.is_empty() || !rng.chance(70) {
                 continue;
             }
-            p.labels.insert("tier".into(), "x".into());
+            std::sync::Arc::make_mut(&mut p.labels).insert("tier".into(), "x".into());
             if rng.chance(50) {
                 let mut rule = spread("any", LABEL_HOSTNAME, 1);
                 rule.selector = requirements(&[Requirement::is_in("tier", ["x"])]);

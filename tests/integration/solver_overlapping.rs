@@ -24,7 +24,7 @@ fn general() -> Vec<karpenter_azure::model::InstanceType> {
 }
 
 fn labelled(mut pod: Pod, key: &str, value: &str) -> Pod {
-    pod.labels.insert(key.into(), value.into());
+    std::sync::Arc::make_mut(&mut pod.labels).insert(key.into(), value.into());
     pod
 }
 
@@ -137,7 +137,7 @@ fn upstream_benchmark_shape_places_every_pod() {
         let value = values[(i * 5) % values.len()];
         let kind = ["generic", "spread-zone", "spread-host", "affinity", "anti"][i % 5];
         let mut p = pod(&format!("{kind}-{i}"), kind, cpu, memory);
-        p.labels.remove("app");
+        std::sync::Arc::make_mut(&mut p.labels).remove("app");
         match kind {
             "generic" => p = labelled(p, "my-label", value),
             "spread-zone" => {

@@ -161,7 +161,7 @@ pub fn pod(name: &str, app: &str, cpu_millis: i64, memory: i64) -> Pod {
     Pod {
         namespace: NS.into(),
         name: name.into(),
-        labels: BTreeMap::from([("app".to_string(), app.to_string())]),
+        labels: BTreeMap::from([("app".to_string(), app.to_string())]).into(),
         requests: Resources::new().with(CPU, cpu_millis).with(MEMORY, memory).with(PODS, 1),
         ..Pod::default()
     }

@@ -49,7 +49,7 @@ fn pods(anchors: usize, others: usize, seed: u64) -> Vec<Pod> {
     let mut out = vec![];
     for i in 0..anchors {
         let mut p = pod(&format!("anchor-{i:02}"), cpus[next(cpus.len())], mems[next(mems.len())]);
-        p.labels = BTreeMap::from([("app".to_string(), "anchor".to_string())]);
+        p.labels = BTreeMap::from([("app".to_string(), "anchor".to_string())]).into();
         p.anti_affinity = vec![term.clone()];
         out.push(p);
     }

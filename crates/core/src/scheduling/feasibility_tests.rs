@@ -65,7 +65,7 @@ fn pod(name: &str, cpu: i64) -> Pod {
     Pod {
         namespace: "ns".into(),
         name: name.into(),
-        labels: [("app".to_string(), "web".to_string())].into(),
+        labels: std::sync::Arc::new([("app".to_string(), "web".to_string())].into()),
         requests: resources(cpu, GI / 2, 1),
         ..Pod::default()
     }
@@ -253,7 +253,8 @@ fn taints() {
         operator: TolerationOperator::Exists,
         value: None,
         effect: None,
-    }];
+    }]
+    .into();
     assert_ok(&input, &plan(vec![claim(&input, 1, "small", "a", &["p1"])]));
 }
 

@@ -18,7 +18,8 @@ pub type PodId = String;
 pub struct Pod {
     pub namespace: String,
     pub name: String,
-    pub labels: BTreeMap<String, String>,
+    /// Shared: the pods of one template carry the same labels, so the cluster index keeps one copy.
+    pub labels: Arc<BTreeMap<String, String>>,
     /// Effective requests: max(sum of containers, largest init container) plus pod overhead, with
     /// `pods: 1` included.
     pub requests: Resources,
@@ -27,7 +28,8 @@ pub struct Pod {
     pub required_terms: Vec<Requirements>,
     /// Preferred node-affinity terms, honoured when possible, heaviest first.
     pub preferred_terms: Vec<Weighted<Requirements>>,
-    pub tolerations: Vec<Toleration>,
+    /// Shared, as the labels are.
+    pub tolerations: Arc<[Toleration]>,
     pub topology_spread: Vec<TopologySpread>,
     pub affinity: Vec<PodAffinityTerm>,
     pub anti_affinity: Vec<PodAffinityTerm>,
@@ -38,8 +40,8 @@ pub struct Pod {
     pub volume_zones: Option<Vec<String>>,
     /// The node a running pod is bound to; `None` for pending pods.
     pub node_name: Option<String>,
-    /// `Kind/name` of the controller that owns the pod, for reports.
-    pub owner: Option<String>,
+    /// `Kind/name` of the controller that owns the pod, for reports; shared by its pods in the index.
+    pub owner: Option<Arc<str>>,
 }
 
 impl Pod {

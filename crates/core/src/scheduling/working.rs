@@ -96,7 +96,7 @@ impl Slot {
 }
 
 /// Offering masks before size for one list of tolerations.
-type MasksForTolerations = (Vec<Toleration>, Vec<u32>);
+type MasksForTolerations = (Arc<[Toleration]>, Vec<u32>);
 
 /// What a resource bound depends on besides the classes: existing free capacity, and pods per class.
 pub(crate) type BoundKey = (Vec<i64>, Vec<(usize, u64)>);

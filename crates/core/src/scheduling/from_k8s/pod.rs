@@ -112,11 +112,11 @@ pub fn pod(src: &PodSource, ctx: &PodContext) -> Result<Pod, FromK8sError> {
     Ok(Pod {
         namespace: src.namespace.to_string(),
         name: src.name.to_string(),
-        labels: src.labels.clone(),
+        labels: src.labels.clone().into(),
         requests: pod_requests(src.spec_field, spec)?,
         required_terms,
         preferred_terms,
-        tolerations: tolerations(src.spec_field, spec)?,
+        tolerations: tolerations(src.spec_field, spec)?.into(),
         topology_spread: topology_spread(src.spec_field, spec, src.labels)?,
         affinity: terms(
             "affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
@@ -137,7 +137,7 @@ pub fn pod(src: &PodSource, ctx: &PodContext) -> Result<Pod, FromK8sError> {
         host_ports: host_ports(src.spec_field, spec)?,
         volume_zones: None,
         node_name,
-        owner: src.owner.map(str::to_string),
+        owner: src.owner.map(std::sync::Arc::from),
     })
 }
 

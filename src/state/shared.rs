@@ -1,0 +1,86 @@
+//! One copy of what many pods carry alike. The pods of one Deployment, Job or DaemonSet have the same
+//! labels, the same tolerations (the API server's `DefaultTolerationSeconds` admission adds the same
+//! two to nearly every pod) and the same owner, so the index keeps each distinct value once and every
+//! pod record points at it.
+//!
+//! A value no record uses any more is dropped by a sweep that runs when the table has doubled since
+//! the last one, so the work is constant per value shared and the table holds at most about twice the
+//! values in use.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use crate::scheduling::input::Toleration;
+use crate::state::records::PodRecord;
+
+/// Values held once each, handed out as shared pointers.
+pub struct Interner<T: ?Sized> {
+    values: HashSet<Arc<T>>,
+    /// The table's size after the last sweep.
+    kept: usize,
+}
+
+impl<T: ?Sized> Default for Interner<T> {
+    fn default() -> Self {
+        Interner { values: HashSet::new(), kept: 0 }
+    }
+}
+
+impl<T: ?Sized> fmt::Debug for Interner<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Interner({} values)", self.values.len())
+    }
+}
+
+/// Tables smaller than this are not swept: a sweep would free next to nothing.
+const SWEEP_FLOOR: usize = 64;
+
+impl<T: ?Sized + Hash + Eq> Interner<T> {
+    /// The held copy equal to `value`, or `value` itself, now held.
+    pub fn share(&mut self, value: Arc<T>) -> Arc<T> {
+        if let Some(held) = self.values.get(&*value) {
+            return held.clone();
+        }
+        if self.values.len() >= 2 * self.kept + SWEEP_FLOOR {
+            self.sweep();
+        }
+        self.values.insert(value.clone());
+        value
+    }
+
+    /// Drops the values only this table still points at.
+    fn sweep(&mut self) {
+        self.values.retain(|value| Arc::strong_count(value) > 1);
+        self.kept = self.values.len();
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+}
+
+/// The tables of the parts of a pod record that pods share.
+#[derive(Debug, Default)]
+pub struct PodParts {
+    labels: Interner<BTreeMap<String, String>>,
+    tolerations: Interner<[Toleration]>,
+    /// Owners as `Kind/name` and as the owner link of the pod metrics.
+    owners: Interner<str>,
+}
+
+impl PodParts {
+    /// `record` with its labels, tolerations and owner link replaced by the held copies. The record's
+    /// solver pod must be its own (just converted), as it is changed in place.
+    pub fn share(&mut self, mut record: PodRecord) -> PodRecord {
+        if let Some(pod) = Arc::get_mut(&mut record.pod) {
+            pod.labels = self.labels.share(std::mem::take(&mut pod.labels));
+            pod.tolerations = self.tolerations.share(std::mem::take(&mut pod.tolerations));
+            pod.owner = pod.owner.take().map(|owner| self.owners.share(owner));
+        }
+        record.owner_link = self.owners.share(record.owner_link);
+        record
+    }
+}

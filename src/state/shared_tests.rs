@@ -1,0 +1,67 @@
+//! Tests of the shared pod parts: equal values are held once, values no record uses are swept, and
+//! the index's pods of one template point at the same labels, tolerations and owner.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1 as core;
+
+use super::shared::Interner;
+use super::tests::yaml;
+use super::Cluster;
+
+#[test]
+fn equal_values_are_held_once() {
+    let mut table: Interner<BTreeMap<String, String>> = Interner::default();
+    let first = table.share(Arc::new(BTreeMap::from([("app".to_string(), "web".to_string())])));
+    let second = table.share(Arc::new(BTreeMap::from([("app".to_string(), "web".to_string())])));
+    let other = table.share(Arc::new(BTreeMap::from([("app".to_string(), "db".to_string())])));
+    assert!(Arc::ptr_eq(&first, &second));
+    assert!(!Arc::ptr_eq(&first, &other));
+    assert_eq!(table.len(), 2);
+}
+
+#[test]
+fn values_no_one_uses_are_swept_and_used_ones_kept() {
+    let mut table: Interner<str> = Interner::default();
+    let kept: Vec<Arc<str>> = (0..10).map(|i| table.share(Arc::from(format!("kept-{i}")))).collect();
+    for i in 0..10_000 {
+        drop(table.share(Arc::from(format!("gone-{i}"))));
+        assert!(table.len() <= 2 * kept.len() + 64 + 1, "table grew to {} at {i}", table.len());
+    }
+    for (i, value) in kept.iter().enumerate() {
+        assert!(Arc::ptr_eq(value, &table.share(Arc::from(format!("kept-{i}")))), "kept-{i} was swept");
+    }
+}
+
+fn replica(name: &str, hash: &str) -> core::Pod {
+    yaml(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: ns, labels: {{app: web, pod-template-hash: {hash}}},\n  \
+         ownerReferences: [{{apiVersion: apps/v1, kind: ReplicaSet, name: web-{hash}, uid: u, controller: true}}]}}\n\
+         spec: {{containers: [{{name: c}}], tolerations: [{{key: node.kubernetes.io/not-ready, operator: Exists, \
+         effect: NoExecute, tolerationSeconds: 300}}]}}\n"
+    ))
+}
+
+#[test]
+fn the_index_keeps_one_copy_of_what_replicas_share() {
+    let mut cluster = Cluster::default();
+    for (name, hash) in [("a", "1"), ("b", "1"), ("c", "2")] {
+        cluster.apply(&replica(name, hash));
+    }
+    let record = |name: &str| cluster.pod(&format!("ns/{name}")).expect("pod is indexed").clone();
+    let (a, b, c) = (record("a"), record("b"), record("c"));
+    assert!(Arc::ptr_eq(&a.pod.labels, &b.pod.labels));
+    assert!(Arc::ptr_eq(&a.pod.tolerations, &b.pod.tolerations));
+    assert!(Arc::ptr_eq(a.pod.owner.as_ref().unwrap(), b.pod.owner.as_ref().unwrap()));
+    assert!(Arc::ptr_eq(&a.owner_link, &b.owner_link));
+    // Another ReplicaSet: other labels and owner, the same tolerations.
+    assert!(!Arc::ptr_eq(&a.pod.labels, &c.pod.labels));
+    assert!(Arc::ptr_eq(&a.pod.tolerations, &c.pod.tolerations));
+    assert_eq!(c.pod.labels.get("pod-template-hash").map(String::as_str), Some("2"));
+    assert_eq!(c.pod.owner.as_deref(), Some("ReplicaSet/web-2"));
+    assert_eq!(&*c.owner_link, "/apis/apps/v1/namespaces/ns/replicasets/web-2");
+    // Sharing changes nothing a reader sees: the records equal fresh conversions.
+    let fresh = crate::state::PodRecord::from_k8s(&replica("a", "1"), &Default::default()).unwrap();
+    assert_eq!(a, fresh);
+}
