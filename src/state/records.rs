@@ -337,7 +337,10 @@ pub struct NodeClaimRecord {
     pub deleting: bool,
     /// The claim's labels: the template's, then the chosen size, zone and capacity type after launch.
     pub labels: BTreeMap<String, String>,
-    pub requirements: Requirements,
+    /// The `key = value` pairs the claim's single-valued `In` requirements pin, which its node will
+    /// carry as labels. The rest of the requirements, among them up to 60 sizes to launch from, is
+    /// read by the launch alone, from the NodeClaim.
+    pub pinned: Vec<(String, String)>,
     pub taints: Vec<Taint>,
     pub startup_taints: Vec<Taint>,
     /// `spec.resources.requests`: what the pods it was launched for asked.
@@ -366,6 +369,10 @@ impl NodeClaimRecord {
         };
         let requirements = crate::apis::requirements::from_api(&c.spec.requirements)
             .map_err(|source| FromK8sError::Requirement { field: "spec.requirements".into(), source })?;
+        let pinned = requirements
+            .iter()
+            .filter_map(|r| r.single_value().map(|v| (r.key().to_string(), v.to_string())))
+            .collect();
         Ok(Self {
             name: c.metadata.name.clone().unwrap_or_default(),
             nodepool: labels.get(LABEL_NODEPOOL).cloned(),
@@ -388,7 +395,7 @@ impl NodeClaimRecord {
             uid: c.metadata.uid.clone(),
             deleting: c.metadata.deletion_timestamp.is_some(),
             labels,
-            requirements,
+            pinned,
             taints: c.spec.taints.clone(),
             startup_taints: c.spec.startup_taints.clone(),
             requests: resources("spec.resources.requests", &c.spec.resources.requests)?,
@@ -410,11 +417,7 @@ impl NodeClaimRecord {
     /// them), its taints and startup taints (ignored, since a daemon removes them), and the
     /// allocatable the cloud reported.
     pub fn in_flight_node(&self) -> ExistingNode {
-        let mut labels: BTreeMap<String, String> = self
-            .requirements
-            .iter()
-            .filter_map(|r| r.single_value().map(|v| (r.key().to_string(), v.to_string())))
-            .collect();
+        let mut labels: BTreeMap<String, String> = self.pinned.iter().cloned().collect();
         labels.extend(self.labels.clone());
         let mut taints = self.taints.clone();
         taints.extend(self.startup_taints.iter().cloned());
