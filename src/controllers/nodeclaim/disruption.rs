@@ -226,7 +226,27 @@ async fn sweep_forever<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
 }
 
 /// One claim's update, with the pods remembered for it before this sweep.
-type Planned = (NodeClaimRecord, Update, Option<BTreeSet<String>>);
+type Planned = (Written, Update, Option<BTreeSet<String>>);
+
+/// What the writer of an update reads of the claim as the index held it: a sweep can mark every claim
+/// of a large cluster at once, so it takes these, not a copy of each record.
+struct Written {
+    name: String,
+    conditions: Vec<Condition>,
+    last_pod_event: Option<Timestamp>,
+    resource_version: Option<String>,
+}
+
+impl Written {
+    fn of(claim: &NodeClaimRecord) -> Written {
+        Written {
+            name: claim.name.clone(),
+            conditions: claim.conditions.clone(),
+            last_pod_event: claim.last_pod_event,
+            resource_version: claim.resource_version.clone(),
+        }
+    }
+}
 
 /// The updates of one sweep, decided on the index under its lock.
 fn plan<C: CloudProvider>(shared: &Shared<C>, memory: &mut Memory, now: Timestamp) -> Vec<Planned> {
@@ -272,7 +292,7 @@ fn plan<C: CloudProvider>(shared: &Shared<C>, memory: &mut Memory, now: Timestam
         let previous = memory.pods.get(&claim.name);
         let (update, remember) = decide(&input, previous, now);
         if !update.is_empty() {
-            out.push((claim.clone(), update, previous.cloned()));
+            out.push((Written::of(claim), update, previous.cloned()));
         }
         seen.insert(claim.name.clone(), remember);
     }
@@ -350,7 +370,7 @@ fn bound_pods(cluster: &Cluster, node: &NodeRecord) -> BTreeSet<String> {
 /// Whether the status was written (or had nothing to write); a conflict waits for the next sweep.
 async fn write<C: CloudProvider>(
     shared: &Shared<C>,
-    claim: &NodeClaimRecord,
+    claim: &Written,
     update: &Update,
     now: Timestamp,
 ) -> Result<bool, ControllerError> {

@@ -56,11 +56,9 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
     let claims: Api<NodeClaim> = Api::all(shared.client.clone());
     let nodes: Api<Node> = Api::all(shared.client.clone());
     let mapper = shared.clone();
-    // The controller's store holds every claim while it runs. managedFields is most of a claim's size
-    // (a JSON tree per field manager) and no step reads it, so the store keeps the claims without it.
+    // The controller's store holds every claim while it runs, so it keeps only what the steps read.
     let (reader, writer) = reflector::store();
-    let claims =
-        watcher(claims, watcher::Config::default()).modify(|claim| claim.metadata.managed_fields = None);
+    let claims = watcher(claims, watcher::Config::default()).modify(phase::trim_for_store);
     Controller::for_stream(reflector::reflector(writer, claims).applied_objects(), reader)
         .watches(nodes, watcher::Config::default(), move |node: Node| {
             claim_of_node(&mapper, &node).map(|name| ObjectRef::new(&name))

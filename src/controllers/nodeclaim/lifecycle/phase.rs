@@ -12,9 +12,10 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use crate::apis::common::Operator;
 use crate::apis::conditions;
 use crate::apis::NodeClaim;
-use crate::model::labels::FINALIZER_TERMINATION;
+use crate::model::labels::{FINALIZER_TERMINATION, LABEL_INSTANCE_TYPE};
 
 /// Upstream liveness: a claim not launched within 5 minutes is deleted.
 pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
@@ -109,6 +110,23 @@ pub fn phase_at_age(
     Phase::Settled
 }
 
+/// What the lifecycle controller's store keeps of a claim, which it holds for every claim while it
+/// runs. No step reads `managedFields` (a JSON tree per field manager). Nor does any step read the
+/// instance-type options (up to 60 sizes) once the claim has launched: the launch was their one reader,
+/// and the size it got is the claim's instance-type label. So a launched claim keeps that size only.
+pub fn trim_for_store(claim: &mut NodeClaim) {
+    claim.metadata.managed_fields = None;
+    let launched =
+        claim.status.as_ref().and_then(|s| s.provider_id.as_deref()).is_some_and(|id| !id.is_empty());
+    let size = claim.metadata.labels.as_ref().and_then(|l| l.get(LABEL_INSTANCE_TYPE)).cloned();
+    let (true, Some(size)) = (launched, size) else { return };
+    let options = claim.spec.requirements.iter_mut();
+    for r in options.filter(|r| r.key == LABEL_INSTANCE_TYPE && r.operator == Operator::In) {
+        r.values.retain(|v| *v == size);
+        r.values.shrink_to_fit();
+    }
+}
+
 /// How long ago the claim was created (zero when it has no creation time, or one in the future).
 pub fn age(claim: &NodeClaim, now: Timestamp) -> Duration {
     let created = claim.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
@@ -165,6 +183,33 @@ mod tests {
 
     fn initialized(claim: NodeClaim) -> NodeClaim {
         with_condition(registered(claim), conditions::INITIALIZED)
+    }
+
+    #[test]
+    fn the_store_keeps_a_launched_claims_size_only() {
+        let options = serde_json::json!([
+            { "key": LABEL_INSTANCE_TYPE, "operator": "In", "values": ["Standard_D2s_v5", "Standard_D4s_v5"] },
+            { "key": "topology.kubernetes.io/zone", "operator": "In", "values": ["westus2-1", "westus2-2"] },
+        ]);
+        let mut fresh = claim();
+        fresh.spec.requirements = serde_json::from_value(options).unwrap();
+        fresh.metadata.managed_fields = Some(vec![Default::default()]);
+        // Not launched: the launch still reads every option.
+        let mut kept = fresh.clone();
+        trim_for_store(&mut kept);
+        assert_eq!(kept.metadata.managed_fields, None);
+        assert_eq!(kept.spec.requirements, fresh.spec.requirements);
+        // Launched, with the size it got as a label: that size is the one option left; other keys stay.
+        let mut got = launched(fresh.clone());
+        got.labels_mut().insert(LABEL_INSTANCE_TYPE.into(), "Standard_D4s_v5".into());
+        let before = got.spec.requirements.clone();
+        trim_for_store(&mut got);
+        assert_eq!(got.spec.requirements[0].values, ["Standard_D4s_v5"]);
+        assert_eq!(got.spec.requirements[1], before[1]);
+        // Launched, but no label says which size: nothing is cut.
+        let mut unlabelled = launched(fresh);
+        trim_for_store(&mut unlabelled);
+        assert_eq!(unlabelled.spec.requirements, before);
     }
 
     #[test]
