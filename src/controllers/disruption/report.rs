@@ -2,7 +2,7 @@
 //! [`crate::operator::metrics::DisruptionMetrics`]) and Kubernetes Events on Nodes and NodeClaims
 //! (`DisruptionBlocked` with the pod, PDB or budget that blocks, `Disrupting`, `Expired`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -16,7 +16,7 @@ use crate::controllers::metrics::termination_mode_of;
 use crate::disruption::budgets::allowances;
 use crate::disruption::candidates::check;
 use crate::disruption::cost::node_disruption_cost;
-use crate::disruption::{BlockReason, Command, Decisions, Expired, Method, Snapshot};
+use crate::disruption::{BlockReason, Command, Decisions, Expired, ManagedNode, Method, Snapshot};
 use crate::operator::metrics::{self as operator_metrics, consolidation_type, decision};
 
 const REASONS: [DisruptionReason; 3] =
@@ -75,6 +75,7 @@ pub fn decisions<C>(
         operator_metrics::get().consolidation_timed_out(consolidation_type::SINGLE);
     }
     // Built one at a time as the recorder takes them: most repeat the last pass's and are dropped.
+    let registered = registered_by_name(snapshot);
     let out = decisions.blocked.iter().flat_map(|blocked| {
         let event = || match (event_worthy(&blocked.reason), unconsolidatable(&blocked.reason)) {
             (Some((blocker, why)), _) => Some(events::disruption_blocked(blocker, &why)),
@@ -82,7 +83,7 @@ pub fn decisions<C>(
             (None, None) => None,
         };
         let on_node = event().map(|ev| (ev, events::node_ref(&blocked.node)));
-        let claim = || snapshot.nodes.iter().find(|n| n.node.name == blocked.node && !n.node.in_flight);
+        let claim = || registered.get(blocked.node.as_str());
         let on_claim = on_node
             .as_ref()
             .and_then(|_| claim())
@@ -98,6 +99,12 @@ pub fn decisions<C>(
         took_ms = took.as_millis() as u64,
         "disruption pass"
     );
+}
+
+/// The snapshot's registered nodes by name (a pass that blocks every node of a large cluster looks each
+/// one up). A claim still in flight has no Node, and is never blocked under a Node's name.
+fn registered_by_name(snapshot: &Snapshot) -> HashMap<&str, &ManagedNode> {
+    snapshot.nodes.iter().filter(|n| !n.node.in_flight).map(|n| (n.node.name.as_str(), n)).collect()
 }
 
 /// The blocker kind and text of a `DisruptionBlocked` event, for reasons a user can act on (a pod, a
@@ -186,11 +193,12 @@ fn consolidation_moves<C>(shared: &Shared<C>, snapshot: &Snapshot, decisions: &D
             record("approved", pool, score(pools.get(pool), savings, disruption));
         }
     }
+    let registered = registered_by_name(snapshot);
     for blocked in &decisions.blocked {
         let BlockReason::NotWorthIt { savings_per_hour, required_per_hour } = blocked.reason else {
             continue;
         };
-        let Some(node) = snapshot.nodes.iter().find(|n| n.node.name == blocked.node) else { continue };
+        let Some(node) = registered.get(blocked.node.as_str()) else { continue };
         // required = threshold × pool price ÷ pool disruption × disruption, so the score is
         // threshold × savings ÷ required.
         let score = (required_per_hour > 0.0).then(|| threshold * savings_per_hour / required_per_hour);
