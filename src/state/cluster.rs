@@ -436,6 +436,16 @@ impl Cluster {
         self.node_by_provider_id.get(id).and_then(|k| self.nodes.get(k))
     }
 
+    /// The Node that registered with `provider_id`, looked up in the providerID index.
+    pub fn node_with_provider_id(&self, provider_id: &str) -> Option<&NodeRecord> {
+        self.node_by_provider_id.get(provider_id).and_then(|k| self.nodes.get(k))
+    }
+
+    /// The NodeClaim that launched `provider_id`, looked up in the providerID index.
+    pub fn nodeclaim_with_provider_id(&self, provider_id: &str) -> Option<&NodeClaimRecord> {
+        self.claim_by_provider_id.get(provider_id).and_then(|k| self.nodeclaims.get(k))
+    }
+
     pub fn nodeclaim(&self, name: &str) -> Option<&NodeClaimRecord> {
         self.nodeclaims.get(name)
     }

@@ -565,6 +565,18 @@ fn nodes_and_claims_join_by_provider_id() {
 }
 
 #[test]
+fn nodes_and_claims_are_found_by_provider_id() {
+    let cluster = small_cluster();
+    for (node, claim) in cluster.nodes() {
+        let id = node.provider_id.as_deref().expect("the fixture's nodes have providerIDs");
+        assert_eq!(cluster.node_with_provider_id(id).map(|n| n.name()), Some(node.name()));
+        assert_eq!(cluster.nodeclaim_with_provider_id(id).map(|c| &c.name), claim.map(|c| &c.name));
+    }
+    assert!(cluster.node_with_provider_id("azure:///nowhere").is_none());
+    assert!(cluster.nodeclaim_with_provider_id("azure:///nowhere").is_none());
+}
+
+#[test]
 fn deleting_nodes_leave_the_snapshot_but_still_count_against_limits() {
     let mut cluster = small_cluster();
     let mut node_a: core::Node = serde_yaml::from_value(documents(CLUSTER)[3].clone()).unwrap();

@@ -73,7 +73,7 @@ pub async fn run<C: CloudProvider + 'static>(shared: Arc<Shared<C>>) {
 fn claim_of_node<C: CloudProvider>(shared: &Shared<C>, node: &Node) -> Option<String> {
     let provider_id = node.spec.as_ref()?.provider_id.as_deref()?;
     let cluster = shared.cluster();
-    if let Some(claim) = cluster.nodeclaims().find(|c| c.provider_id.as_deref() == Some(provider_id)) {
+    if let Some(claim) = cluster.nodeclaim_with_provider_id(provider_id) {
         return Some(claim.name.clone());
     }
     drop(cluster);

@@ -25,11 +25,7 @@ pub(super) async fn register<C>(
     provider_id: &str,
     now: Timestamp,
 ) -> Result<Action, ControllerError> {
-    let node_name = shared
-        .cluster()
-        .nodes()
-        .find(|(n, _)| n.provider_id.as_deref() == Some(provider_id))
-        .map(|(n, _)| n.name().to_string());
+    let node_name = shared.cluster().node_with_provider_id(provider_id).map(|n| n.name().to_string());
     let Some(node_name) = node_name else {
         set_condition(
             api,
