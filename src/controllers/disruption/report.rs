@@ -67,7 +67,8 @@ pub fn decisions<C>(
     let no_labels: &[&str] = &[];
     m.cluster_price.with_label_values(no_labels).set(decisions.cluster_price_per_hour);
     m.repack_lower_bound.with_label_values(no_labels).set(decisions.repack_lower_bound_per_hour);
-    consolidation_moves(shared, snapshot, decisions);
+    let registered = registered_by_name(snapshot);
+    consolidation_moves(shared, snapshot, decisions, &registered);
     // The single-node search stops at its per-pass cap (the deterministic stand-in for upstream's
     // 3-minute timeout): candidates left for the next pass and no move found is a timeout.
     let deferred = decisions.blocked.iter().any(|b| matches!(b.reason, BlockReason::Deferred));
@@ -75,7 +76,6 @@ pub fn decisions<C>(
         operator_metrics::get().consolidation_timed_out(consolidation_type::SINGLE);
     }
     // Built one at a time as the recorder takes them: most repeat the last pass's and are dropped.
-    let registered = registered_by_name(snapshot);
     let out = decisions.blocked.iter().flat_map(|blocked| {
         let event = || match (event_worthy(&blocked.reason), unconsolidatable(&blocked.reason)) {
             (Some((blocker, why)), _) => Some(events::disruption_blocked(blocker, &why)),
@@ -166,7 +166,12 @@ pub fn queue_failure(command: &Command) {
 /// disruption: `karpenter_consolidation_moves_total` (approved, rejected) and, in `Balanced` pools,
 /// `karpenter_consolidation_score`, the move's share of the pool's savings over its share of the pool's
 /// disruption (upstream `balanced.go`).
-fn consolidation_moves<C>(shared: &Shared<C>, snapshot: &Snapshot, decisions: &Decisions) {
+fn consolidation_moves<C>(
+    shared: &Shared<C>,
+    snapshot: &Snapshot,
+    decisions: &Decisions,
+    registered: &HashMap<&str, &ManagedNode>,
+) {
     let m = operator_metrics::get();
     let threshold = shared.settings.disruption.consolidation_threshold;
     let pools = pool_totals(snapshot);
@@ -193,7 +198,6 @@ fn consolidation_moves<C>(shared: &Shared<C>, snapshot: &Snapshot, decisions: &D
             record("approved", pool, score(pools.get(pool), savings, disruption));
         }
     }
-    let registered = registered_by_name(snapshot);
     for blocked in &decisions.blocked {
         let BlockReason::NotWorthIt { savings_per_hour, required_per_hour } = blocked.reason else {
             continue;

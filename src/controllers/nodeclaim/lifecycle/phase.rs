@@ -88,14 +88,15 @@ pub fn phase_at_age(
     if !has_finalizer {
         return Phase::AddFinalizer;
     }
-    let status = claim.status.clone().unwrap_or_default();
-    let Some(provider_id) = status.provider_id.filter(|p| !p.is_empty()) else {
+    let Some(provider_id) = provider_id(claim).map(str::to_owned) else {
         if age > timeouts.launch {
             return Phase::LaunchTimedOut { timeout: timeouts.launch };
         }
         return Phase::Launch;
     };
-    if !conditions::is_true(&status.conditions, conditions::REGISTERED) {
+    let no_conditions = Vec::new();
+    let claim_conditions = claim.status.as_ref().map_or(&no_conditions, |s| &s.conditions);
+    if !conditions::is_true(claim_conditions, conditions::REGISTERED) {
         if age > timeouts.registration {
             return Phase::RegistrationTimedOut { timeout: timeouts.registration };
         }
@@ -104,7 +105,7 @@ pub fn phase_at_age(
     if node_deleting == Some(true) {
         return Phase::NodeDeleted { provider_id };
     }
-    if !conditions::is_true(&status.conditions, conditions::INITIALIZED) {
+    if !conditions::is_true(claim_conditions, conditions::INITIALIZED) {
         return Phase::Initialize;
     }
     Phase::Settled
@@ -116,8 +117,7 @@ pub fn phase_at_age(
 /// and the size it got is the claim's instance-type label. So a launched claim keeps that size only.
 pub fn trim_for_store(claim: &mut NodeClaim) {
     claim.metadata.managed_fields = None;
-    let launched =
-        claim.status.as_ref().and_then(|s| s.provider_id.as_deref()).is_some_and(|id| !id.is_empty());
+    let launched = provider_id(claim).is_some();
     let size = claim.metadata.labels.as_ref().and_then(|l| l.get(LABEL_INSTANCE_TYPE)).cloned();
     let (true, Some(size)) = (launched, size) else { return };
     let options = claim.spec.requirements.iter_mut();
@@ -125,6 +125,11 @@ pub fn trim_for_store(claim: &mut NodeClaim) {
         r.values.retain(|v| *v == size);
         r.values.shrink_to_fit();
     }
+}
+
+/// The claim's providerID once it has launched (`status.providerID` set and not empty).
+fn provider_id(claim: &NodeClaim) -> Option<&str> {
+    claim.status.as_ref().and_then(|s| s.provider_id.as_deref()).filter(|id| !id.is_empty())
 }
 
 /// How long ago the claim was created (zero when it has no creation time, or one in the future).
