@@ -112,7 +112,7 @@ soak: controlplane
 # own provisioning to each node count of SCALE_STEPS (SCALE_PODS_PER_NODE pods per node); prints a row
 # per step (burst decision, consolidation pass, start-up, RSS, API requests per second) and where growth
 # stopped. Built with the release profile, so the controller and the fake ARM are what a user would run.
-SCALE_STEPS ?= 500,1000,2000,5000
+SCALE_STEPS ?= 1000,2000,3000,4000,5000
 SCALE_PODS_PER_NODE ?= 10
 scale: controlplane
 	SCALE_STEPS=$(SCALE_STEPS) SCALE_PODS_PER_NODE=$(SCALE_PODS_PER_NODE) \

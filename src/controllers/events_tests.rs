@@ -165,6 +165,26 @@ fn the_dedupe_table_is_pruned() {
 }
 
 #[test]
+fn a_dedupe_table_of_live_entries_is_pruned_again_only_once_it_has_doubled() {
+    let mut d = Dedupe::default();
+    let t0 = Instant::now();
+    let live = DEDUPE_PRUNE_AT as u64;
+    // A large cluster's pass: more live entries than the prune size. The prune at the size keeps
+    // them all, and the next one waits for twice as many: no scan of the table at every event.
+    for key in 0..=live {
+        assert!(d.admit(key, t0, DEDUPE_TIMEOUT));
+    }
+    assert_eq!(d.seen.len(), DEDUPE_PRUNE_AT + 1);
+    let later = t0 + UNCONSOLIDATABLE_DEDUPE_TIMEOUT;
+    for key in live + 1..2 * live {
+        assert!(d.admit(key, later, DEDUPE_TIMEOUT));
+    }
+    assert_eq!(d.seen.len(), 2 * DEDUPE_PRUNE_AT, "expired entries wait for the table to double");
+    assert!(d.admit(2 * live, later, DEDUPE_TIMEOUT));
+    assert_eq!(d.seen.len(), DEDUPE_PRUNE_AT, "the prune keeps the entries of the later pass");
+}
+
+#[test]
 fn drifted_event() {
     let ev = drifted("NodeClassDrift", "the AKSNodeClass's spec changed");
     assert_eq!(ev.note.as_deref(), Some("Drifted (NodeClassDrift): the AKSNodeClass's spec changed"));

@@ -20,7 +20,7 @@ use crate::scheduling::Pod;
 
 use super::overlay_memo::OverlayMemo;
 use super::records::{NodeClaimRecord, NodeRecord, PdbRecord, PodRecord};
-use super::shared::PodParts;
+use super::shared::SharedParts;
 use super::versions::{Version, Versions};
 use super::{key, Kind, Object};
 
@@ -47,8 +47,9 @@ pub struct Cluster {
     /// Boxed: a B-tree leaf has room for eleven entries and is often half full, and a record is
     /// large next to the pointer.
     pods: BTreeMap<String, Box<PodRecord>>,
-    /// The labels, tolerations and owners the pods share, held once each.
-    pod_parts: PodParts,
+    /// The labels, tolerations and owners the pods share, and the NodeClaims' labels and annotations,
+    /// held once each.
+    shared: SharedParts,
     /// Node name → keys of the pods bound to it.
     pods_by_node: BTreeMap<String, BTreeSet<String>>,
     nodes: BTreeMap<String, NodeRecord>,
@@ -220,7 +221,7 @@ impl Cluster {
         let key = key.to_string();
         match object {
             Object::Pod(p) => {
-                let record = self.pod_parts.share(PodRecord::from_k8s(p, &self.ctx)?);
+                let record = self.shared.pod(PodRecord::from_k8s(p, &self.ctx)?);
                 if let Some(node) = &record.pod.node_name {
                     self.pods_by_node.entry(node.clone()).or_default().insert(key.clone());
                 }
@@ -234,7 +235,7 @@ impl Cluster {
                 self.nodes.insert(key, record);
             }
             Object::NodeClaim(c) => {
-                let record = NodeClaimRecord::from_k8s(c)?;
+                let record = self.shared.nodeclaim(NodeClaimRecord::from_k8s(c)?);
                 if let Some(id) = &record.provider_id {
                     self.claim_by_provider_id.insert(id.clone(), key.clone());
                 }
@@ -290,7 +291,7 @@ impl Cluster {
         for key in keys {
             let Some(source) = self.pods.get(&key).and_then(|r| r.source.clone()) else { continue };
             match PodRecord::from_k8s(&source, &self.ctx) {
-                Ok(record) => drop(self.pods.insert(key, Box::new(self.pod_parts.share(record)))),
+                Ok(record) => drop(self.pods.insert(key, Box::new(self.shared.pod(record)))),
                 Err(error) => {
                     self.remove(Kind::Pod, &key);
                     self.invalid.insert((Kind::Pod, key), error);

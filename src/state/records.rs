@@ -326,8 +326,9 @@ pub struct NodeClaimRecord {
     pub last_pod_event: Option<Timestamp>,
     /// `status.imageID`, for image drift.
     pub image_id: Option<String>,
-    /// The claim's annotations, among them the hashes it was stamped with at creation.
-    pub annotations: BTreeMap<String, String>,
+    /// The claim's annotations, among them the hashes it was stamped with at creation. Shared: the
+    /// index keeps one copy of each distinct map (`state::shared`).
+    pub annotations: Arc<BTreeMap<String, String>>,
     /// `status.conditions` as read, and the resourceVersion they were read at: a merge patch replaces
     /// the whole list, so a writer patches the list it read, guarded by that version.
     pub conditions: Vec<Condition>,
@@ -336,7 +337,9 @@ pub struct NodeClaimRecord {
     pub uid: Option<String>,
     pub deleting: bool,
     /// The claim's labels: the template's, then the chosen size, zone and capacity type after launch.
-    pub labels: BTreeMap<String, String>,
+    /// Claims of one NodePool, size, zone and capacity type carry the same labels, and the index keeps
+    /// one copy of each distinct map (`state::shared`).
+    pub labels: Arc<BTreeMap<String, String>>,
     /// The `key = value` pairs the claim's single-valued `In` requirements pin, which its node will
     /// carry as labels. The rest of the requirements, among them up to 60 sizes to launch from, is
     /// read by the launch alone, from the NodeClaim.
@@ -389,12 +392,12 @@ impl NodeClaimRecord {
             disruption_reason: true_condition(conditions::DISRUPTION_REASON).map(|c| c.reason.clone()),
             last_pod_event: status.last_pod_event_time.as_ref().map(|t| t.0),
             image_id: status.image_id.clone().filter(|i| !i.is_empty()),
-            annotations: c.metadata.annotations.clone().unwrap_or_default(),
+            annotations: Arc::new(c.metadata.annotations.clone().unwrap_or_default()),
             conditions: status.conditions.clone(),
             resource_version: c.metadata.resource_version.clone(),
             uid: c.metadata.uid.clone(),
             deleting: c.metadata.deletion_timestamp.is_some(),
-            labels,
+            labels: Arc::new(labels),
             pinned,
             taints: c.spec.taints.clone(),
             startup_taints: c.spec.startup_taints.clone(),
@@ -418,7 +421,7 @@ impl NodeClaimRecord {
     /// allocatable the cloud reported.
     pub fn in_flight_node(&self) -> ExistingNode {
         let mut labels: BTreeMap<String, String> = self.pinned.iter().cloned().collect();
-        labels.extend(self.labels.clone());
+        labels.extend(self.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         let mut taints = self.taints.clone();
         taints.extend(self.startup_taints.iter().cloned());
         ExistingNode {

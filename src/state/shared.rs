@@ -1,7 +1,8 @@
-//! One copy of what many pods carry alike. The pods of one Deployment, Job or DaemonSet have the same
-//! labels, the same tolerations (the API server's `DefaultTolerationSeconds` admission adds the same
-//! two to nearly every pod) and the same owner, so the index keeps each distinct value once and every
-//! pod record points at it.
+//! One copy of what many objects carry alike. The pods of one Deployment, Job or DaemonSet have the
+//! same labels, the same tolerations (the API server's `DefaultTolerationSeconds` admission adds the
+//! same two to nearly every pod) and the same owner; the NodeClaims of one NodePool, size, zone and
+//! capacity type have the same labels and, but for a replacement's, the same annotations. So the index
+//! keeps each distinct value once and every record points at it.
 //!
 //! A value no record uses any more is dropped by a sweep that runs when the table has doubled since
 //! the last one, so the work is constant per value shared and the table holds at most about twice the
@@ -13,7 +14,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use crate::scheduling::input::Toleration;
-use crate::state::records::PodRecord;
+use crate::state::records::{NodeClaimRecord, PodRecord};
 
 /// Values held once each, handed out as shared pointers.
 pub struct Interner<T: ?Sized> {
@@ -62,25 +63,33 @@ impl<T: ?Sized + Hash + Eq> Interner<T> {
     }
 }
 
-/// The tables of the parts of a pod record that pods share.
+/// The tables of the parts of pod and NodeClaim records that records share.
 #[derive(Debug, Default)]
-pub struct PodParts {
-    labels: Interner<BTreeMap<String, String>>,
+pub struct SharedParts {
+    /// Label and annotation maps, of pods and NodeClaims alike.
+    maps: Interner<BTreeMap<String, String>>,
     tolerations: Interner<[Toleration]>,
     /// Owners as `Kind/name` and as the owner link of the pod metrics.
     owners: Interner<str>,
 }
 
-impl PodParts {
+impl SharedParts {
     /// `record` with its labels, tolerations and owner link replaced by the held copies. The record's
     /// solver pod must be its own (just converted), as it is changed in place.
-    pub fn share(&mut self, mut record: PodRecord) -> PodRecord {
+    pub fn pod(&mut self, mut record: PodRecord) -> PodRecord {
         if let Some(pod) = Arc::get_mut(&mut record.pod) {
-            pod.labels = self.labels.share(std::mem::take(&mut pod.labels));
+            pod.labels = self.maps.share(std::mem::take(&mut pod.labels));
             pod.tolerations = self.tolerations.share(std::mem::take(&mut pod.tolerations));
             pod.owner = pod.owner.take().map(|owner| self.owners.share(owner));
         }
         record.owner_link = self.owners.share(record.owner_link);
+        record
+    }
+
+    /// `record` with its labels and annotations replaced by the held copies.
+    pub fn nodeclaim(&mut self, mut record: NodeClaimRecord) -> NodeClaimRecord {
+        record.labels = self.maps.share(record.labels);
+        record.annotations = self.maps.share(record.annotations);
         record
     }
 }

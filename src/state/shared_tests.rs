@@ -1,5 +1,6 @@
-//! Tests of the shared pod parts: equal values are held once, values no record uses are swept, and
-//! the index's pods of one template point at the same labels, tolerations and owner.
+//! Tests of the shared parts of records: equal values are held once, values no record uses are swept,
+//! the index's pods of one template point at the same labels, tolerations and owner, and its
+//! NodeClaims of one size at the same labels and annotations.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -63,5 +64,34 @@ fn the_index_keeps_one_copy_of_what_replicas_share() {
     assert_eq!(&*c.owner_link, "/apis/apps/v1/namespaces/ns/replicasets/web-2");
     // Sharing changes nothing a reader sees: the records equal fresh conversions.
     let fresh = crate::state::PodRecord::from_k8s(&replica("a", "1"), &Default::default()).unwrap();
+    assert_eq!(a, fresh);
+}
+
+fn claim(name: &str, size: &str, annotations: &str) -> crate::apis::nodeclaim::NodeClaim {
+    yaml(&format!(
+        "apiVersion: karpenter.sh/v1\nkind: NodeClaim\n\
+         metadata: {{name: {name}, labels: {{karpenter.sh/nodepool: general, \
+         node.kubernetes.io/instance-type: {size}}}, annotations: {{{annotations}}}}}\n\
+         spec: {{nodeClassRef: {{name: default}}, requirements: []}}\n"
+    ))
+}
+
+#[test]
+fn the_index_keeps_one_copy_of_what_claims_of_one_size_share() {
+    let hashes = "karpenter.sh/nodepool-hash: '1'";
+    let replacement = "karpenter.sh/nodepool-hash: '1', karpenter.sh/replacement-for: a";
+    let mut cluster = Cluster::default();
+    cluster.apply(&claim("a", "Standard_D2s_v5", hashes));
+    cluster.apply(&claim("b", "Standard_D2s_v5", hashes));
+    cluster.apply(&claim("c", "Standard_D4s_v5", replacement));
+    let record = |name: &str| cluster.nodeclaim(name).expect("claim is indexed").clone();
+    let (a, b, c) = (record("a"), record("b"), record("c"));
+    assert!(Arc::ptr_eq(&a.labels, &b.labels));
+    assert!(Arc::ptr_eq(&a.annotations, &b.annotations));
+    assert!(!Arc::ptr_eq(&a.labels, &c.labels));
+    assert!(!Arc::ptr_eq(&a.annotations, &c.annotations));
+    assert_eq!(c.labels.get("node.kubernetes.io/instance-type").map(String::as_str), Some("Standard_D4s_v5"));
+    assert_eq!(c.annotations.get("karpenter.sh/replacement-for").map(String::as_str), Some("a"));
+    let fresh = crate::state::NodeClaimRecord::from_k8s(&claim("a", "Standard_D2s_v5", hashes)).unwrap();
     assert_eq!(a, fresh);
 }

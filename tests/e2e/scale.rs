@@ -3,7 +3,8 @@
 //! VMs → kwok Nodes). Ignored by `cargo test`: it runs for many minutes and reports, it does not hold
 //! the debug build to the targets.
 //!
-//! `SCALE_STEPS` lists the node counts to grow to (default `500,1000,2000,5000`), `SCALE_PODS_PER_NODE`
+//! `SCALE_STEPS` lists the node counts to grow to (default `1000,2000,3000,4000,5000`: with the default
+//! pods per node, every step is a burst of 10,000 pods), `SCALE_PODS_PER_NODE`
 //! how many pods fill a node (default 10; every node is a Standard_D2s_v5 and the pods' requests are
 //! sized to fill it with that many), `SCALE_STEP_TIMEOUT_S` how long a step may take to settle
 //! (default 900). At each step the test creates the pods that take the cluster to the step's size, in
@@ -125,7 +126,7 @@ struct Stop {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "grows the cluster toward 5,000 nodes for many minutes; run by `make scale`"]
 async fn a_controller_grows_toward_5000_nodes() {
-    let steps: Vec<usize> = env_or("SCALE_STEPS", "500,1000,2000,5000")
+    let steps: Vec<usize> = env_or("SCALE_STEPS", "1000,2000,3000,4000,5000")
         .split(',')
         .map(|s| s.trim().parse().unwrap_or_else(|err| panic!("SCALE_STEPS entry {s:?}: {err}")))
         .collect();
