@@ -2,7 +2,7 @@
 //! that still holds its pods, pick its offering, list the other instance types that would do
 //! (cheapest first), and write the NodeClaim's requirements, labels and resources.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE};
 use crate::model::requirements::{Requirement, Requirements};
@@ -23,7 +23,7 @@ pub(crate) fn build_plan(
 ) -> Plan {
     let mut plan = Plan::default();
     let mut cursor = vec![0usize; solver.classes().len()];
-    let mut per_pool = vec![0usize; solver.input().nodepools.len()];
+    let mut names = ClaimNames::new(solver);
     let mut zone_use: BTreeMap<String, usize> = BTreeMap::new();
     for slot in solver.slots() {
         let mut pods = vec![];
@@ -39,7 +39,7 @@ pub(crate) fn build_plan(
                 plan.existing.entry(solver.input().nodes[i].name.clone()).or_default().extend(pods);
             }
             (None, Some(_)) if !pods.is_empty() => {
-                match new_claim(solver, slot, pods.clone(), &mut per_pool, &mut zone_use) {
+                match new_claim(solver, slot, pods.clone(), &mut names, &mut zone_use) {
                     Ok(claim) => plan.nodeclaims.push(claim),
                     Err(reason) => unschedulable
                         .extend(pods.into_iter().map(|pod| Unschedulable { pod, reason: reason.clone() })),
@@ -97,7 +97,7 @@ fn new_claim(
     solver: &Solver,
     slot: &Slot,
     pods: Vec<String>,
-    per_pool: &mut [usize],
+    names: &mut ClaimNames<'_>,
     zone_use: &mut BTreeMap<String, usize>,
 ) -> Result<NewNodeClaim, String> {
     let mut options = options(solver, slot);
@@ -178,7 +178,7 @@ fn new_claim(
         }
     }
     Ok(NewNodeClaim {
-        name: fresh_name(solver, &pool.name, &mut per_pool[tpl.pool]),
+        name: names.fresh(tpl.pool),
         nodepool: pool.name.clone(),
         instance_type: it.name.clone(),
         instance_type_options: all_options,
@@ -196,17 +196,35 @@ fn new_claim(
     })
 }
 
-/// The next `<pool>-<n>` no node of the input and no reserved name has ([`SolveOptions::reserved_names`]),
-/// so a planned NodeClaim is never mistaken for an existing node.
+/// The names of a plan's new claims: per pool the next `<pool>-<n>` that no node of the input and no
+/// reserved name has ([`SolveOptions::reserved_names`]), so a planned NodeClaim is never mistaken for an
+/// existing node. The input's node names are gathered once, at the first new claim: a consolidation
+/// pass plans many moves, each on every node of the cluster, and a scan of the nodes per claim made
+/// its replacements quadratic.
 ///
 /// [`SolveOptions::reserved_names`]: crate::scheduling::SolveOptions::reserved_names
-fn fresh_name(solver: &Solver, pool: &str, counter: &mut usize) -> String {
-    let input = solver.input();
-    loop {
-        *counter += 1;
-        let name = format!("{pool}-{counter}");
-        if !input.options.reserved_names.contains(&name) && !input.nodes.iter().any(|n| n.name == name) {
-            return name;
+struct ClaimNames<'s> {
+    solver: &'s Solver<'s>,
+    /// Per pool, the last `n` handed out.
+    counters: Vec<usize>,
+    nodes: Option<HashSet<&'s str>>,
+}
+
+impl<'s> ClaimNames<'s> {
+    fn new(solver: &'s Solver<'s>) -> Self {
+        ClaimNames { solver, counters: vec![0; solver.input().nodepools.len()], nodes: None }
+    }
+
+    fn fresh(&mut self, pool: usize) -> String {
+        let input = self.solver.input();
+        let nodes = self.nodes.get_or_insert_with(|| input.nodes.iter().map(|n| n.name.as_str()).collect());
+        let counter = &mut self.counters[pool];
+        loop {
+            *counter += 1;
+            let name = format!("{}-{counter}", input.nodepools[pool].name);
+            if !input.options.reserved_names.contains(&name) && !nodes.contains(name.as_str()) {
+                return name;
+            }
         }
     }
 }
