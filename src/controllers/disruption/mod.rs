@@ -121,14 +121,21 @@ async fn pass<C: CloudProvider + 'static>(
             return Ok(true);
         }
         let options = shared.settings.disruption.clone();
-        let started = Instant::now();
-        let (snapshot, decisions) = tokio::task::spawn_blocking(move || {
-            let decisions = disruption::decide(&snapshot, now, &options);
-            (snapshot, decisions)
+        let (snapshot, decisions, took) = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let decide = disruption::Options { repack_bound: false, ..options.clone() };
+            let mut decisions = disruption::decide(&snapshot, now, &decide);
+            let took = started.elapsed();
+            // The bound is this controller's own report: upstream's pass computes none, so its solve
+            // is kept out of the evaluation time that upstream's metric reports.
+            if options.repack_bound {
+                decisions.repack_lower_bound_per_hour = repack_bound(&snapshot);
+            }
+            (snapshot, decisions, took)
         })
         .await
         .map_err(|e| ControllerError::Invalid(format!("the disruption decision panicked: {e}")))?;
-        report::decisions(shared, &snapshot, &decisions, now, started.elapsed());
+        report::decisions(shared, &snapshot, &decisions, now, took);
         decisions
     };
     let Decisions { commands: decided, .. } = decisions;
@@ -151,6 +158,14 @@ async fn pass<C: CloudProvider + 'static>(
         commands.spawn(async move { execute::finish(&shared, &disrupting, command, started).await });
     }
     Ok(acted)
+}
+
+/// The repack lower bound of `snapshot`, in $/hour (0 for no managed node).
+fn repack_bound(snapshot: &Snapshot) -> f64 {
+    match disruption::repack_lower_bound(snapshot, &|| false) {
+        Ok(bound) => bound,
+        Err(crate::scheduling::Cancelled) => unreachable!("a hook that never cancels"),
+    }
 }
 
 /// The commands that still hold on a fresh snapshot.
