@@ -23,6 +23,7 @@ use kube::Resource;
 
 use super::events_sink::Sink;
 use crate::apis::NodeClaim;
+use crate::state::SweepSchedule;
 
 /// `reportingController` of every event.
 pub const REPORTER: &str = "karpenter";
@@ -46,8 +47,7 @@ pub const MAX_POD_EVENTS_PER_BATCH: usize = 500;
 pub const MAX_NOTE_BYTES: usize = 1024;
 /// Background publishes in flight at once for a batch of pod events.
 const PUBLISH_CONCURRENCY: usize = 8;
-/// The dedupe table is pruned of expired entries once it holds this many, and twice as many as the
-/// last prune kept.
+/// The dedupe table is pruned of expired entries no sooner than it holds this many.
 const DEDUPE_PRUNE_AT: usize = 4096;
 
 /// The reasons, CamelCase; the whole set is here.
@@ -420,22 +420,27 @@ pub fn cap_per_pod<T>(events: impl IntoIterator<Item = (String, T)>, cap: usize)
 
 /// Identical events seen recently, by a hash of (object, reason, note): a note can be a long line,
 /// and the passes over a large cluster see thousands of them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Dedupe {
     seen: HashMap<u64, Instant>,
-    /// The table's size after the last prune.
-    kept: usize,
+    prunes: SweepSchedule,
+}
+
+impl Default for Dedupe {
+    fn default() -> Self {
+        Dedupe { seen: HashMap::new(), prunes: SweepSchedule::new(DEDUPE_PRUNE_AT) }
+    }
 }
 
 impl Dedupe {
     /// Whether an event with `key` should go out at `now`, none having gone out within `timeout`;
     /// records it if so.
     pub fn admit(&mut self, key: u64, now: Instant, timeout: Duration) -> bool {
-        // Pruned once the table has doubled since the last prune: a pass over a large cluster keeps
-        // thousands of live entries, and pruning at a fixed size would scan them all at every event.
-        if self.seen.len() >= DEDUPE_PRUNE_AT.max(2 * self.kept) {
+        // A pass over a large cluster keeps thousands of live entries: pruning at a fixed size would
+        // scan them all at every event.
+        if self.prunes.due(self.seen.len()) {
             self.seen.retain(|_, at| now.saturating_duration_since(*at) < UNCONSOLIDATABLE_DEDUPE_TIMEOUT);
-            self.kept = self.seen.len();
+            self.prunes.swept(self.seen.len());
         }
         match self.seen.get(&key) {
             Some(at) if now.saturating_duration_since(*at) < timeout => false,

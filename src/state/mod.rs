@@ -41,6 +41,7 @@ use crate::apis::{AKSNodeClass, NodeClaim, NodeOverlay, NodePool};
 
 pub use cluster::{Cluster, NotSynced};
 pub use records::{NodeClaimRecord, NodeRecord, PdbRecord, PodPhase, PodRecord};
+pub use shared::SweepSchedule;
 
 /// The kinds of object the index holds; each is watched and synced on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -16,16 +16,43 @@ use std::sync::Arc;
 use crate::scheduling::input::Toleration;
 use crate::state::records::{NodeClaimRecord, PodRecord};
 
-/// Values held once each, handed out as shared pointers.
-pub struct Interner<T: ?Sized> {
-    values: HashSet<Arc<T>>,
+/// When a table whose entries outlive their use is swept: once it has doubled since the last sweep,
+/// and never below a floor. A sweep scans the whole table, so sweeping at a fixed size would scan a
+/// table of live entries at every insert; doubling keeps the work constant per entry inserted and the
+/// table at most about twice its live entries.
+#[derive(Debug, Clone, Copy)]
+pub struct SweepSchedule {
+    /// Tables smaller than this are not swept: a sweep would free next to nothing.
+    floor: usize,
     /// The table's size after the last sweep.
     kept: usize,
 }
 
+impl SweepSchedule {
+    pub const fn new(floor: usize) -> Self {
+        SweepSchedule { floor, kept: 0 }
+    }
+
+    /// Whether a table of `len` entries is due a sweep.
+    pub fn due(&self, len: usize) -> bool {
+        len >= self.floor.max(2 * self.kept)
+    }
+
+    /// Records the table's size after a sweep.
+    pub fn swept(&mut self, len: usize) {
+        self.kept = len;
+    }
+}
+
+/// Values held once each, handed out as shared pointers.
+pub struct Interner<T: ?Sized> {
+    values: HashSet<Arc<T>>,
+    sweeps: SweepSchedule,
+}
+
 impl<T: ?Sized> Default for Interner<T> {
     fn default() -> Self {
-        Interner { values: HashSet::new(), kept: 0 }
+        Interner { values: HashSet::new(), sweeps: SweepSchedule::new(SWEEP_FLOOR) }
     }
 }
 
@@ -35,7 +62,7 @@ impl<T: ?Sized> fmt::Debug for Interner<T> {
     }
 }
 
-/// Tables smaller than this are not swept: a sweep would free next to nothing.
+/// Tables smaller than this are not swept.
 const SWEEP_FLOOR: usize = 64;
 
 impl<T: ?Sized + Hash + Eq> Interner<T> {
@@ -44,7 +71,7 @@ impl<T: ?Sized + Hash + Eq> Interner<T> {
         if let Some(held) = self.values.get(&*value) {
             return held.clone();
         }
-        if self.values.len() >= 2 * self.kept + SWEEP_FLOOR {
+        if self.sweeps.due(self.values.len()) {
             self.sweep();
         }
         self.values.insert(value.clone());
@@ -54,7 +81,7 @@ impl<T: ?Sized + Hash + Eq> Interner<T> {
     /// Drops the values only this table still points at.
     fn sweep(&mut self) {
         self.values.retain(|value| Arc::strong_count(value) > 1);
-        self.kept = self.values.len();
+        self.sweeps.swept(self.values.len());
     }
 
     #[cfg(test)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
 
-use super::shared::Interner;
+use super::shared::{Interner, SweepSchedule};
 use super::tests::yaml;
 use super::Cluster;
 
@@ -94,4 +94,17 @@ fn the_index_keeps_one_copy_of_what_claims_of_one_size_share() {
     assert_eq!(c.annotations.get("karpenter.sh/replacement-for").map(String::as_str), Some("a"));
     let fresh = crate::state::NodeClaimRecord::from_k8s(&claim("a", "Standard_D2s_v5", hashes)).unwrap();
     assert_eq!(a, fresh);
+}
+
+#[test]
+fn a_sweep_is_due_at_the_floor_then_once_the_table_has_doubled() {
+    let mut sweeps = SweepSchedule::new(100);
+    assert!(!sweeps.due(99));
+    assert!(sweeps.due(100), "a fresh table is swept at the floor");
+    sweeps.swept(300);
+    assert!(!sweeps.due(599), "a table of live entries waits to double");
+    assert!(sweeps.due(600));
+    sweeps.swept(10);
+    assert!(!sweeps.due(99), "a nearly empty table waits for the floor again");
+    assert!(sweeps.due(100));
 }
