@@ -210,8 +210,7 @@ pub fn measure(dir: &Path, now: Option<Timestamp>) -> Result<Vec<Row>, BenchErro
         let decisions = crate::disruption::decide(&snapshot, now, &options);
         let pass_seconds = started.elapsed().as_secs_f64();
         let started = Instant::now();
-        let repack = crate::disruption::repack(&snapshot, &|| false)
-            .expect("a solve that is never cancelled completes");
+        let repack = crate::disruption::repack(&snapshot);
         let bound_seconds = started.elapsed().as_secs_f64();
         let lower_bound_per_hour = repack.lower_bound_per_hour;
         let rss = peak_rss_bytes();

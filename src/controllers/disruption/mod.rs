@@ -129,7 +129,7 @@ async fn pass<C: CloudProvider + 'static>(
             // The bound is this controller's own report: upstream's pass computes none, so its solve
             // is kept out of the evaluation time that upstream's metric reports.
             if options.repack_bound {
-                decisions.repack_lower_bound_per_hour = repack_bound(&snapshot);
+                decisions.repack_lower_bound_per_hour = disruption::repack_lower_bound(&snapshot);
             }
             (snapshot, decisions, took)
         })
@@ -158,14 +158,6 @@ async fn pass<C: CloudProvider + 'static>(
         commands.spawn(async move { execute::finish(&shared, &disrupting, command, started).await });
     }
     Ok(acted)
-}
-
-/// The repack lower bound of `snapshot`, in $/hour (0 for no managed node).
-fn repack_bound(snapshot: &Snapshot) -> f64 {
-    match disruption::repack_lower_bound(snapshot, &|| false) {
-        Ok(bound) => bound,
-        Err(crate::scheduling::Cancelled) => unreachable!("a hook that never cancels"),
-    }
 }
 
 /// The commands that still hold on a fresh snapshot.

@@ -615,7 +615,7 @@ impl Engine<'_> {
             Some((v, bound)) if v == version => bound,
             _ => {
                 let snapshot = self.snapshot(now)?;
-                let bound = disruption::repack_lower_bound(&snapshot, &|| false).unwrap_or(0.0);
+                let bound = disruption::repack_lower_bound(&snapshot);
                 self.bound = Some((version, bound));
                 bound
             }

@@ -21,8 +21,13 @@ use super::Options;
 
 /// Decides what to disrupt at `now`. Pure and deterministic.
 pub fn decide(snapshot: &Snapshot, now: Timestamp, options: &Options) -> Decisions {
-    match decide_with_cancel(snapshot, now, options, &|| false) {
-        Ok(d) => d,
+    never_cancelled(decide_with_cancel(snapshot, now, options, &|| false))
+}
+
+/// The outcome of a computation whose cancel hook never says so.
+fn never_cancelled<T>(outcome: Result<T, Cancelled>) -> T {
+    match outcome {
+        Ok(value) => value,
         Err(Cancelled) => unreachable!("a hook that never cancels"),
     }
 }
@@ -72,7 +77,7 @@ pub fn decide_with_cancel(
         blocked,
         cluster_price_per_hour: snapshot.nodes.iter().fold(0.0, |sum, n| sum + n.price_per_hour),
         repack_lower_bound_per_hour: if options.repack_bound {
-            repack_lower_bound(snapshot, cancel)?
+            repack_lower_bound_with_cancel(snapshot, cancel)?
         } else {
             0.0
         },
@@ -80,18 +85,31 @@ pub fn decide_with_cancel(
 }
 
 /// The solver's lower bound for placing every pending pod and every pod of the managed nodes on fresh
-/// capacity, with the unmanaged nodes as they are.
-pub fn repack_lower_bound(snapshot: &Snapshot, cancel: &dyn ShouldCancel) -> Result<f64, Cancelled> {
+/// capacity, with the unmanaged nodes as they are; 0 for a cluster of no managed node.
+pub fn repack_lower_bound(snapshot: &Snapshot) -> f64 {
+    never_cancelled(repack_lower_bound_with_cancel(snapshot, &|| false))
+}
+
+/// [`repack_lower_bound`], stopped at the first safe point of its solve where `cancel` says so.
+pub fn repack_lower_bound_with_cancel(
+    snapshot: &Snapshot,
+    cancel: &dyn ShouldCancel,
+) -> Result<f64, Cancelled> {
     if snapshot.nodes.is_empty() {
         return Ok(0.0);
     }
-    Ok(repack(snapshot, cancel)?.lower_bound_per_hour)
+    Ok(repack_with_cancel(snapshot, cancel)?.lower_bound_per_hour)
 }
 
 /// The solver's plan for placing every pending pod and every pod of the managed nodes on fresh
 /// capacity, with the unmanaged nodes as they are: what a from-scratch repack would cost
 /// (`price_per_hour`) beside what none can beat (`lower_bound_per_hour`).
-pub fn repack(snapshot: &Snapshot, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
+pub fn repack(snapshot: &Snapshot) -> Plan {
+    never_cancelled(repack_with_cancel(snapshot, &|| false))
+}
+
+/// [`repack`], stopped at the first safe point of its solve where `cancel` says so.
+pub fn repack_with_cancel(snapshot: &Snapshot, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
     let mut pods = snapshot.pending.clone();
     for n in &snapshot.nodes {
         pods.extend(n.pods.iter().filter(|p| p.reschedulable()).map(|p| p.pod.clone()));

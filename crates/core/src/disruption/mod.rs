@@ -26,7 +26,10 @@ mod validate;
 
 pub use budgets::{Budget, BudgetError, BudgetNodes, BudgetWindow};
 pub use command::{BlockReason, Blocked, Command, Decisions, Expired, Invalid, Method, Move};
-pub use decide::{decide, decide_with_cancel, repack, repack_lower_bound};
+pub use decide::{
+    decide, decide_with_cancel, repack, repack_lower_bound, repack_lower_bound_with_cancel,
+    repack_with_cancel,
+};
 pub use expiration::expired;
 pub use snapshot::{
     offering_price, DoNotDisrupt, Drifted, ManagedNode, NodePod, Pdb, PodKind, PolicyError, PoolPolicy,
