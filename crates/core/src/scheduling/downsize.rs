@@ -19,6 +19,8 @@
 //! pod (hostname anti-affinity in both directions, hostname spread caps, host ports). Pods of a
 //! hostname affinity group, and pods such a group needs on their node, stay where they are.
 
+use std::borrow::Cow;
+
 use crate::scheduling::cancel::Cancelled;
 use crate::scheduling::node_fit;
 use crate::scheduling::shapes::{fits, Rule};
@@ -60,7 +62,7 @@ pub(crate) fn downsize_nodes(solver: &mut Solver) -> Result<(), Cancelled> {
                         receivers.refresh(solver, &[to]);
                     }
                     receivers.refresh(solver, &[a]);
-                } else if let Some(s) = swap_from(solver, &by_price, a, &holders) {
+                } else if let Some(s) = swap_from(solver, &by_price, a, &holders, &receivers) {
                     let (t_b, mask_b) = (s.receiver_template, s.receiver_mask);
                     solver.move_pod(a, s.to, s.class, s.template, s.mask);
                     solver.move_pod(s.to, a, s.back, t_b, mask_b);
@@ -85,6 +87,8 @@ pub(crate) fn downsize_nodes(solver: &mut Solver) -> Result<(), Cancelled> {
 /// that hold a pod it could take; and the classes on new nodes grouped by demand, so a swap checks
 /// each distinct demand against the room once (pods come in far fewer sizes than classes).
 struct Holders {
+    /// Per class, its holders in ascending order, so a swap takes the lowest that works however
+    /// it finds the candidates.
     of_class: Vec<Vec<usize>>,
     by_demand: Vec<(Vec<i64>, Vec<usize>)>,
 }
@@ -114,8 +118,8 @@ impl Holders {
         if !holds(from) {
             list.retain(|&i| i != from);
         }
-        if !list.contains(&to) {
-            list.push(to);
+        if let Err(at) = list.binary_search(&to) {
+            list.insert(at, to);
         }
     }
 }
@@ -272,7 +276,13 @@ const SWAP_TARGETS: usize = 3;
 /// pod and takes back a smaller one, and the other node's size holds the difference without growing
 /// (nor its price rising). For each pod and each cheaper size (cheapest first) the first swap found
 /// is taken: looking for the best of all would read every node for every pod.
-fn swap_from(solver: &Solver, by_price: &[Vec<usize>], a: usize, holders: &Holders) -> Option<Swap> {
+fn swap_from(
+    solver: &Solver,
+    by_price: &[Vec<usize>],
+    a: usize,
+    holders: &Holders,
+    receivers: &Receivers,
+) -> Option<Swap> {
     let slot = &solver.slots()[a];
     let t_a = slot.template()?;
     if slot.classes().iter().map(|(_, n)| n).sum::<u64>() < 2 {
@@ -285,17 +295,31 @@ fn swap_from(solver: &Solver, by_price: &[Vec<usize>], a: usize, holders: &Holde
         }
         let rest = without(slot.classes(), &[p]);
         let demand_rest = node_fit::total_demand(solver, &rest);
+        let demand_p = &solver.classes()[p].traits.demand;
+        // Per pod size, found once for all the cheaper sizes tried.
+        let mut partners_of: Vec<Option<Partners>> = holders.by_demand.iter().map(|_| None).collect();
         for t in cheaper_sizes(solver, by_price, t_a, &demand_rest, current) {
             let room: Vec<i64> =
                 solver.templates()[t].capacity.iter().zip(&demand_rest).map(|(c, d)| c - d).collect();
-            for (demand_q, classes) in &holders.by_demand {
+            for ((demand_q, classes), partners) in holders.by_demand.iter().zip(&mut partners_of) {
                 if !fits(demand_q, &room) {
                     continue;
                 }
+                let partners = partners.get_or_insert_with(|| Partners::new(receivers, demand_p, demand_q));
+                if partners.none() {
+                    continue;
+                }
                 for &q in classes.iter().filter(|&&q| q != p) {
-                    if let Some(swap) = swap_with(solver, holders, (a, p, &rest), (q, demand_q), (t, current))
-                    {
-                        return Some(swap);
+                    let candidates = partners.holding(solver, holders, q);
+                    let found = swap_with(solver, &candidates, (a, p, &rest), (q, demand_q), (t, current));
+                    debug_assert_eq!(
+                        found.as_ref().map(|s| s.to),
+                        swap_with(solver, &holders.of_class[q], (a, p, &rest), (q, demand_q), (t, current))
+                            .map(|s| s.to),
+                        "the nodes with room for the difference find what reading every holder finds"
+                    );
+                    if found.is_some() {
+                        return found;
                     }
                 }
             }
@@ -304,18 +328,63 @@ fn swap_from(solver: &Solver, by_price: &[Vec<usize>], a: usize, holders: &Holde
     None
 }
 
-/// The first node holding a pod of class `q` that can trade it for node `a`'s pod of class `p`, so
-/// that `a` (holding `rest` besides) becomes a node of template `t` cheaper than `current`.
+/// The nodes that could take a pod of one size in place of one of another: those with free capacity
+/// for the difference. Most nodes of a packed plan are full, so when the pod given is larger in some
+/// resource these are few, found from the receivers' lists by free capacity, and a swap reads them
+/// instead of every holder of the pod it takes back.
+enum Partners {
+    /// The new nodes with room for the difference, ascending.
+    WithRoom(Vec<usize>),
+    /// The pod given is no larger in any resource: any holder may do.
+    Any,
+}
+
+impl Partners {
+    fn new(receivers: &Receivers, demand_given: &[i64], demand_taken: &[i64]) -> Self {
+        let extra: Vec<i64> = demand_given.iter().zip(demand_taken).map(|(g, t)| (g - t).max(0)).collect();
+        if extra.iter().all(|&e| e == 0) {
+            return Partners::Any;
+        }
+        let mut with_room: Vec<usize> =
+            receivers.with_room(&extra).filter(|&b| fits(&extra, receivers.free_of(b))).collect();
+        with_room.sort_unstable();
+        Partners::WithRoom(with_room)
+    }
+
+    /// Whether no node has room for the difference.
+    fn none(&self) -> bool {
+        matches!(self, Partners::WithRoom(nodes) if nodes.is_empty())
+    }
+
+    /// The candidates that hold a pod of class `q`, ascending: the shorter of the two lists to read.
+    fn holding<'h>(&self, solver: &Solver, holders: &'h Holders, q: usize) -> Cow<'h, [usize]> {
+        let of_class = &holders.of_class[q];
+        match self {
+            Partners::WithRoom(nodes) if nodes.len() < of_class.len() => Cow::Owned(
+                nodes
+                    .iter()
+                    .copied()
+                    .filter(|&b| solver.slots()[b].classes().iter().any(|&(k, _)| k == q))
+                    .collect(),
+            ),
+            _ => Cow::Borrowed(of_class),
+        }
+    }
+}
+
+/// The first of `candidates` (nodes, ascending) holding a pod of class `q` that can trade it for node
+/// `a`'s pod of class `p`, so that `a` (holding `rest` besides) becomes a node of template `t`
+/// cheaper than `current`.
 fn swap_with(
     solver: &Solver,
-    holders: &Holders,
+    candidates: &[usize],
     (a, p, rest): (usize, usize, &[(usize, u64)]),
     (q, demand_q): (usize, &[i64]),
     (t, current): (usize, f64),
 ) -> Option<Swap> {
     let demand_p = &solver.classes()[p].traits.demand;
     let mut mask_a = None;
-    for &b in &holders.of_class[q] {
+    for &b in candidates {
         let other = &solver.slots()[b];
         let Some(t_b) = other.template() else { continue };
         // The other node's size must hold p in place of q.
@@ -597,6 +666,11 @@ impl Receivers {
         Search { at: self.changes, from, best, complete: all_known && eligible <= REMEMBERED }
     }
 
+    /// The free capacity of slot `b` as last refreshed.
+    fn free_of(&self, b: usize) -> &[i64] {
+        &self.free[b * self.dims..(b + 1) * self.dims]
+    }
+
     /// The new slots with at least `demand` free in the dimension where fewest have.
     fn with_room(&self, demand: &[i64]) -> impl Iterator<Item = usize> + '_ {
         self.by_free
@@ -614,7 +688,7 @@ impl Receivers {
     fn room_after(&self, solver: &Solver, c: usize, from: usize, b: usize) -> Option<f64> {
         let class = &solver.classes()[c];
         let demand = &class.traits.demand;
-        if b == from || !fits(demand, &self.free[b * self.dims..(b + 1) * self.dims]) {
+        if b == from || !fits(demand, self.free_of(b)) {
             return None;
         }
         let slot = &solver.slots()[b];
