@@ -638,7 +638,9 @@ impl Receivers {
 
     /// Ranks `candidates` (distinct) together with `known` entries (nodes not among them),
     /// keeping the best [`REMEMBERED`]; complete when `all_known` says no node outside both could
-    /// take the pod and no more than [`REMEMBERED`] can.
+    /// take the pod and no more than [`REMEMBERED`] can. A candidate with room that ranks after a
+    /// full list is not asked whether it may take the pod (most of a long read are such): the
+    /// search is then not known to be complete, which only makes a later search read more.
     fn ranked(
         &self,
         solver: &Solver,
@@ -652,18 +654,23 @@ impl Receivers {
         best.sort_by(|&x, &y| order(x, y));
         best.truncate(REMEMBERED);
         let mut eligible = best.len();
+        let mut unasked = false;
         for &b in candidates {
-            if let Some(left) = self.room_after(solver, c, from, b) {
-                eligible += 1;
-                let entry = (left, b);
-                if best.len() < REMEMBERED || best.last().is_some_and(|&last| ranks_before(entry, last)) {
-                    let at = best.partition_point(|&e| ranks_before(e, entry));
-                    best.insert(at, entry);
-                    best.truncate(REMEMBERED);
-                }
+            let Some(left) = self.room_after(solver, c, from, b) else { continue };
+            let entry = (left, b);
+            if best.len() == REMEMBERED && best.last().is_some_and(|&last| !ranks_before(entry, last)) {
+                unasked = true;
+                continue;
             }
+            if !self.may_take(solver, c, b) {
+                continue;
+            }
+            eligible += 1;
+            let at = best.partition_point(|&e| ranks_before(e, entry));
+            best.insert(at, entry);
+            best.truncate(REMEMBERED);
         }
-        Search { at: self.changes, from, best, complete: all_known && eligible <= REMEMBERED }
+        Search { at: self.changes, from, best, complete: all_known && !unasked && eligible <= REMEMBERED }
     }
 
     /// The free capacity of slot `b` as last refreshed.
@@ -683,12 +690,13 @@ impl Receivers {
             .map(|&(_, b)| b)
     }
 
-    /// The room node `b` keeps after taking one pod of class `c`, or None when it may not take it
-    /// (as [`Receivers::find`] says; `from` never takes it).
+    /// The room node `b` keeps after taking one pod of class `c`, if it has room for it at its size
+    /// and holds pods (`from` never takes it). Whether it may take the pod is [`Receivers::may_take`]:
+    /// together they say what [`Receivers::find`] says.
     fn room_after(&self, solver: &Solver, c: usize, from: usize, b: usize) -> Option<f64> {
-        let class = &solver.classes()[c];
-        let demand = &class.traits.demand;
-        if b == from || !fits(demand, self.free_of(b)) {
+        let demand = &solver.classes()[c].traits.demand;
+        let free = self.free_of(b);
+        if b == from || !fits(demand, free) {
             return None;
         }
         let slot = &solver.slots()[b];
@@ -696,20 +704,23 @@ impl Receivers {
         if slot.classes().is_empty() {
             return None;
         }
-        // The node's price must not rise: the pod's offerings may leave out its cheapest one.
+        Some(room_left(&solver.templates()[t].capacity, free, demand))
+    }
+
+    /// Whether node `b`, which has room for one pod of class `c`, may take it: its price does not
+    /// rise, and its per-node counters and the pods on it admit the pod.
+    fn may_take(&self, solver: &Solver, c: usize, b: usize) -> bool {
+        let class = &solver.classes()[c];
+        let slot = &solver.slots()[b];
+        let Some(t) = slot.template() else { return false };
+        // The pod's offerings may leave out the node's cheapest one.
         let mask = slot.mask() & class.masks[t];
-        let template = &solver.templates()[t];
         let (price, priced_at) = self.price[b];
-        if mask == 0 || (mask & priced_at == 0 && template.price(mask) > price + 1e-9) {
-            return None;
+        if mask == 0 || (mask & priced_at == 0 && solver.templates()[t].price(mask) > price + 1e-9) {
+            return false;
         }
-        if slot.state().max_addable(&class.traits, 1, |_| false) == 0 {
-            return None;
-        }
-        if !slot.classes().iter().all(|&(other, _)| other == c || solver.pair_ok(other, c)) {
-            return None;
-        }
-        Some(room_left(&template.capacity, &slot.state().free, demand))
+        slot.state().max_addable(&class.traits, 1, |_| false) > 0
+            && slot.classes().iter().all(|&(other, _)| other == c || solver.pair_ok(other, c))
     }
 }
 
