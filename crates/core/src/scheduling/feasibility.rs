@@ -19,7 +19,7 @@
 //! - NodePool limits sum the *capacity* of each claim's chosen type (not the max over its options).
 //! - Startup taints are ignored for scheduling, as upstream ignores them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -75,7 +75,11 @@ impl fmt::Display for Violation {
 
 /// Checks `plan` against `input`; `Err` lists every violation found (sorted, deduplicated).
 pub fn check(input: &SolveInput, plan: &Plan) -> Result<(), Vec<Violation>> {
-    let mut checker = Checker { input, violations: BTreeSet::new() };
+    let mut pending_by_id = HashMap::new();
+    for pod in &input.pods {
+        pending_by_id.entry(pod.id()).or_insert(pod.as_ref());
+    }
+    let mut checker = Checker { input, pending_by_id, violations: BTreeSet::new() };
     let nodes = checker.build_nodes(plan);
     checker.check_accounting(plan);
     checker.check_claims(plan);
@@ -113,6 +117,8 @@ use topology::World;
 
 struct Checker<'a> {
     input: &'a SolveInput,
+    /// The pending pods by id (the first of a repeated id), so a plan's pods are looked up once each.
+    pending_by_id: HashMap<PodId, &'a Pod>,
     violations: BTreeSet<Violation>,
 }
 
@@ -122,7 +128,7 @@ impl<'a> Checker<'a> {
     }
 
     fn pending(&self, id: &str) -> Option<&'a Pod> {
-        self.input.pods.iter().find(|p| p.id() == id).map(Arc::as_ref)
+        self.pending_by_id.get(id).copied()
     }
 
     fn pool(&self, name: &str) -> Option<&'a NodePoolInput> {
