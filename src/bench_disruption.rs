@@ -69,7 +69,7 @@ pub fn run(pods: usize, max_vcpus: Option<u32>, options: &Options) -> Fragmented
     let first = decide(&snapshot, now, options);
     let first_pass = started.elapsed();
     let peak = peak_rss_kib();
-    let lower_bound = first.repack_lower_bound_per_hour;
+    let lower_bound = crate::disruption::repack_lower_bound(&snapshot);
     let first_pass_commands = first.commands.len();
 
     let (mut decide_time, mut last_pass) = (Duration::ZERO, first_pass);
@@ -179,9 +179,8 @@ pub struct SettledResult {
 pub fn run_settled(pods: usize, max_vcpus: Option<u32>, options: &Options) -> SettledResult {
     let now: Timestamp = NOW.parse().expect("a valid time");
     let snapshot = provisioned_cluster(pods, max_vcpus, now, 0);
-    let pass_options = Options { repack_bound: false, ..options.clone() };
     let started = Instant::now();
-    let decisions = decide(&snapshot, now, &pass_options);
+    let decisions = decide(&snapshot, now, options);
     let pass = started.elapsed();
     let started = Instant::now();
     std::hint::black_box(crate::disruption::repack_lower_bound(&snapshot));

@@ -89,6 +89,7 @@ pub fn run(args: &SimulateArgs) -> Result<String, SimulateError> {
     let options = crate::disruption::Options::default();
     let disruption = DisruptionReport {
         decisions: crate::disruption::decide(&snapshot, now, &options),
+        repack_lower_bound_per_hour: crate::disruption::repack_lower_bound(&snapshot),
         expired: crate::disruption::expired(&snapshot, now),
         static_pools: crate::disruption::static_pools::decide(
             &snapshot,

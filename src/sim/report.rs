@@ -27,6 +27,8 @@ pub struct Report<'a> {
 /// The disruption decisions at one moment, and the NodeClaims past their expireAfter.
 pub struct DisruptionReport {
     pub decisions: Decisions,
+    /// The repack lower bound of the cluster ($/h), see [`crate::disruption::repack_lower_bound`].
+    pub repack_lower_bound_per_hour: f64,
     pub expired: Vec<Expired>,
     /// What the static NodePools need to hold their replica counts.
     pub static_pools: Vec<StaticAction>,
@@ -112,7 +114,7 @@ pub fn disruption_json(report: &DisruptionReport) -> Value {
     json!({
         "now": report.now.to_string(),
         "cluster_price_per_hour": d.cluster_price_per_hour,
-        "repack_lower_bound_per_hour": d.repack_lower_bound_per_hour,
+        "repack_lower_bound_per_hour": report.repack_lower_bound_per_hour,
         "commands": commands,
         "blocked": d.blocked.iter().map(|b| json!({"node": b.node, "reason": b.reason.to_string()})).collect::<Vec<_>>(),
         "expired": report.expired.iter().map(|e| json!({
@@ -167,11 +169,11 @@ fn static_lines(actions: &[StaticAction]) -> String {
 fn disruption_table(report: &DisruptionReport) -> String {
     let d = &report.decisions;
     let managed = d.blocked.len() + d.commands.iter().map(|c| c.candidates.len()).sum::<usize>();
-    let ratio = d.repack_ratio();
+    let ratio = crate::disruption::repack_ratio(d.cluster_price_per_hour, report.repack_lower_bound_per_hour);
     let ratio = if ratio.is_finite() { format!("{ratio:.3}") } else { "-".to_string() };
     let mut out = format!(
         "\nDisruption at {}: {managed} managed nodes, {:.4} $/h (repack lower bound {:.4} $/h, ratio {ratio})\n",
-        report.now, d.cluster_price_per_hour, d.repack_lower_bound_per_hour
+        report.now, d.cluster_price_per_hour, report.repack_lower_bound_per_hour
     );
     if d.commands.is_empty() {
         out.push_str("No disruption commands.\n");

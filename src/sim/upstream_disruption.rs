@@ -197,9 +197,7 @@ pub fn measure(dir: &Path, now: Option<Timestamp>) -> Result<Vec<Row>, BenchErro
     };
     let shape = name(Some(dir));
     let size = name(dir.parent());
-    // Upstream's pass computes no lower bound, so ours is timed without it; the bound is solved
-    // (and timed) on its own.
-    let options = crate::disruption::Options { repack_bound: false, ..crate::disruption::Options::default() };
+    let options = crate::disruption::Options::default();
     let mut rows = vec![];
     for (policy_name, policy) in POLICIES {
         let mut snapshot = base.clone();

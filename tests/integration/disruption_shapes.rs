@@ -161,7 +161,7 @@ proptest! {
         pdb in prop::bool::ANY,
     ) {
         let case = shaped(pods, max_vcpus, shape, drop_empty, seed, policy, budget, pdb);
-        let options = Options { repack_bound: false, ..Options::default() };
+        let options = Options::default();
         let mut end = case.snapshot.clone();
         let first = decided_with_at(&end, &options, now());
         let mut prices = vec![price(&end)];
@@ -217,7 +217,7 @@ fn a_uniform_scale_in_of_upstreams_pods_is_consolidated() {
         "100%",
         false,
     );
-    let options = Options { repack_bound: false, ..Options::default() };
+    let options = Options::default();
     let before = price(&case.snapshot);
     let mut end = case.snapshot.clone();
     let first = decided_with_at(&end, &options, now());

@@ -121,21 +121,18 @@ async fn pass<C: CloudProvider + 'static>(
             return Ok(true);
         }
         let options = shared.settings.disruption.clone();
-        let (snapshot, decisions, took) = tokio::task::spawn_blocking(move || {
+        let (snapshot, decisions, took, bound) = tokio::task::spawn_blocking(move || {
             let started = Instant::now();
-            let decide = disruption::Options { repack_bound: false, ..options.clone() };
-            let mut decisions = disruption::decide(&snapshot, now, &decide);
+            let decisions = disruption::decide(&snapshot, now, &options);
             let took = started.elapsed();
             // The bound is this controller's own report: upstream's pass computes none, so its solve
             // is kept out of the evaluation time that upstream's metric reports.
-            if options.repack_bound {
-                decisions.repack_lower_bound_per_hour = disruption::repack_lower_bound(&snapshot);
-            }
-            (snapshot, decisions, took)
+            let bound = disruption::repack_lower_bound(&snapshot);
+            (snapshot, decisions, took, bound)
         })
         .await
         .map_err(|e| ControllerError::Invalid(format!("the disruption decision panicked: {e}")))?;
-        report::decisions(shared, &snapshot, &decisions, now, took);
+        report::decisions(shared, &snapshot, &decisions, bound, now, took);
         decisions
     };
     let Decisions { commands: decided, .. } = decisions;

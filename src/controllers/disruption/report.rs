@@ -44,6 +44,7 @@ pub fn decisions<C>(
     shared: &Shared<C>,
     snapshot: &Snapshot,
     decisions: &Decisions,
+    repack_lower_bound_per_hour: f64,
     now: Timestamp,
     took: Duration,
 ) {
@@ -66,7 +67,7 @@ pub fn decisions<C>(
     }
     let no_labels: &[&str] = &[];
     m.cluster_price.with_label_values(no_labels).set(decisions.cluster_price_per_hour);
-    m.repack_lower_bound.with_label_values(no_labels).set(decisions.repack_lower_bound_per_hour);
+    m.repack_lower_bound.with_label_values(no_labels).set(repack_lower_bound_per_hour);
     let registered = registered_by_name(snapshot);
     consolidation_moves(shared, snapshot, decisions, &registered);
     // The single-node search stops at its per-pass cap (the deterministic stand-in for upstream's
@@ -95,7 +96,7 @@ pub fn decisions<C>(
         commands = decisions.commands.len(),
         blocked = decisions.blocked.len(),
         price_per_hour = decisions.cluster_price_per_hour,
-        repack_lower_bound_per_hour = decisions.repack_lower_bound_per_hour,
+        repack_lower_bound_per_hour,
         took_ms = took.as_millis() as u64,
         "disruption pass"
     );

@@ -41,8 +41,8 @@ pub enum Judging {
     /// Every single-node candidate, and nothing else. The controller gets there over many passes,
     /// as its window moves on (one candidate every [`PASS_INTERVAL_SECONDS`]); with nothing else
     /// changing, those passes find the same moves a pass that judges everyone finds at once. Such a
-    /// pass follows one that decided nothing on the same cluster, so the multi-node moves and the
-    /// repack bound, which do not depend on the window, are not computed again.
+    /// pass follows one that decided nothing on the same cluster, so the multi-node moves, which do
+    /// not depend on the window, are not solved again.
     Everyone,
 }
 
@@ -51,12 +51,9 @@ impl Judging {
     pub fn options(self, options: &Options) -> Options {
         match self {
             Judging::Window => options.clone(),
-            Judging::Everyone => Options {
-                max_single_node_solves: usize::MAX,
-                max_multi_node_solves: 0,
-                repack_bound: false,
-                ..options.clone()
-            },
+            Judging::Everyone => {
+                Options { max_single_node_solves: usize::MAX, max_multi_node_solves: 0, ..options.clone() }
+            }
         }
     }
 }

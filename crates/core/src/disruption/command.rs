@@ -19,22 +19,17 @@ pub struct Decisions {
     pub blocked: Vec<Blocked>,
     /// $/hour of all managed nodes now.
     pub cluster_price_per_hour: f64,
-    /// No placement of all running and pending pods on fresh managed capacity can cost less than this
-    /// ($/hour), by the solver's lower bound for a from-scratch repack. 0 when the pass was asked not to
-    /// compute it ([`super::Options::repack_bound`]).
-    pub repack_lower_bound_per_hour: f64,
 }
 
-impl Decisions {
-    /// Cluster price over the repack lower bound (1.0 = nothing left to gain).
-    pub fn repack_ratio(&self) -> f64 {
-        if self.repack_lower_bound_per_hour > 0.0 {
-            self.cluster_price_per_hour / self.repack_lower_bound_per_hour
-        } else if self.cluster_price_per_hour > 0.0 {
-            f64::INFINITY
-        } else {
-            1.0
-        }
+/// A cluster's price over its repack lower bound ([`super::repack_lower_bound`]); 1.0 = nothing left
+/// to gain.
+pub fn repack_ratio(cluster_price_per_hour: f64, repack_lower_bound_per_hour: f64) -> f64 {
+    if repack_lower_bound_per_hour > 0.0 {
+        cluster_price_per_hour / repack_lower_bound_per_hour
+    } else if cluster_price_per_hour > 0.0 {
+        f64::INFINITY
+    } else {
+        1.0
     }
 }
 

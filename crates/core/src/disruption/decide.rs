@@ -76,11 +76,6 @@ pub fn decide_with_cancel(
         commands,
         blocked,
         cluster_price_per_hour: snapshot.nodes.iter().fold(0.0, |sum, n| sum + n.price_per_hour),
-        repack_lower_bound_per_hour: if options.repack_bound {
-            repack_lower_bound_with_cancel(snapshot, cancel)?
-        } else {
-            0.0
-        },
     })
 }
 

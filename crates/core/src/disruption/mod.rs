@@ -25,7 +25,7 @@ pub mod static_pools;
 mod validate;
 
 pub use budgets::{Budget, BudgetError, BudgetNodes, BudgetWindow};
-pub use command::{BlockReason, Blocked, Command, Decisions, Expired, Invalid, Method, Move};
+pub use command::{repack_ratio, BlockReason, Blocked, Command, Decisions, Expired, Invalid, Method, Move};
 pub use decide::{
     decide, decide_with_cancel, repack, repack_lower_bound, repack_lower_bound_with_cancel,
     repack_with_cancel,
@@ -55,10 +55,6 @@ pub struct Options {
     /// whole order, then a binary search upward); smaller moves are left to the single-node solves and
     /// later passes.
     pub max_multi_node_solves: usize,
-    /// Whether a pass also solves for the repack lower bound it reports
-    /// ([`Decisions::repack_lower_bound_per_hour`], 0 when off). The controller reports it every pass;
-    /// benchmarks turn it off to time the decisions alone, as upstream's pass computes no bound.
-    pub repack_bound: bool,
 }
 
 impl Default for Options {
@@ -68,7 +64,6 @@ impl Default for Options {
             consolidation_threshold: 0.5,
             max_single_node_solves: 8,
             max_multi_node_solves: 10,
-            repack_bound: true,
         }
     }
 }
