@@ -15,7 +15,9 @@ use kube::ResourceExt;
 use crate::apis::common::Operator;
 use crate::apis::conditions;
 use crate::apis::NodeClaim;
-use crate::model::labels::{FINALIZER_TERMINATION, LABEL_INSTANCE_TYPE};
+use crate::model::labels::{
+    FINALIZER_TERMINATION, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
+};
 
 /// Upstream liveness: a claim not launched within 5 minutes is deleted.
 pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
@@ -111,12 +113,37 @@ pub fn phase_at_age(
     Phase::Settled
 }
 
+/// The labels a registered claim keeps in the store: the termination and disruption metrics' labels
+/// (`crate::controllers::metrics`), and its size.
+const KEPT_WHEN_REGISTERED: [&str; 4] =
+    [LABEL_NODEPOOL, LABEL_CAPACITY_TYPE, LABEL_ZONE, LABEL_INSTANCE_TYPE];
+
 /// What the lifecycle controller's store keeps of a claim, which it holds for every claim while it
 /// runs. No step reads `managedFields` (a JSON tree per field manager). Nor does any step read the
 /// instance-type options (up to 60 sizes) once the claim has launched: the launch was their one reader,
 /// and the size it got is the claim's instance-type label. So a launched claim keeps that size only.
+/// Once registered (a condition that stays true), a claim's labels, annotations and requirements have
+/// had their last reader (the registration, which copies them onto the Node), as have the capacity
+/// and allocatable the launch wrote: the steps after it read the conditions, the Node's name, the
+/// providerID, the startup taints, the requested resources and the termination grace period, and the
+/// termination metrics read the labels of [`KEPT_WHEN_REGISTERED`]. So a registered claim keeps those
+/// labels only, and none of the rest.
 pub fn trim_for_store(claim: &mut NodeClaim) {
     claim.metadata.managed_fields = None;
+    let registered =
+        claim.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, conditions::REGISTERED));
+    if registered {
+        if let Some(labels) = claim.metadata.labels.as_mut() {
+            labels.retain(|key, _| KEPT_WHEN_REGISTERED.contains(&key.as_str()));
+        }
+        claim.metadata.annotations = None;
+        claim.spec.requirements = Vec::new();
+        if let Some(status) = claim.status.as_mut() {
+            status.capacity.clear();
+            status.allocatable.clear();
+        }
+        return;
+    }
     let launched = provider_id(claim).is_some();
     let size = claim.metadata.labels.as_ref().and_then(|l| l.get(LABEL_INSTANCE_TYPE)).cloned();
     let (true, Some(size)) = (launched, size) else { return };
@@ -215,6 +242,54 @@ mod tests {
         let mut unlabelled = launched(fresh);
         trim_for_store(&mut unlabelled);
         assert_eq!(unlabelled.spec.requirements, before);
+    }
+
+    #[test]
+    fn a_registered_claim_keeps_what_the_steps_after_registration_read() {
+        let mut fresh = claim();
+        fresh.spec.requirements = serde_json::from_value(serde_json::json!([
+            { "key": LABEL_INSTANCE_TYPE, "operator": "In", "values": ["Standard_D2s_v5", "Standard_D4s_v5"] },
+        ]))
+        .unwrap();
+        fresh.spec.termination_grace_period = Some("1h".into());
+        for (key, value) in [
+            (LABEL_NODEPOOL, "general"),
+            (LABEL_CAPACITY_TYPE, "spot"),
+            (LABEL_ZONE, "westus2-1"),
+            (LABEL_INSTANCE_TYPE, "Standard_D2s_v5"),
+            ("kubernetes.azure.com/mode", "user"),
+            ("team", "web"),
+        ] {
+            fresh.labels_mut().insert(key.into(), value.into());
+        }
+        fresh.annotations_mut().insert("karpenter.sh/nodepool-hash".into(), "123".into());
+        let status = launched(fresh.clone()).status.unwrap_or_default();
+        fresh.status = Some(crate::apis::nodeclaim::NodeClaimStatus {
+            node_name: Some("aks-general-abcde".into()),
+            capacity: [("cpu".to_string(), crate::apis::common::Quantity("2".into()))].into(),
+            ..status
+        });
+        // Launched, not registered: the registration still copies every label and annotation.
+        let mut unregistered = fresh.clone();
+        trim_for_store(&mut unregistered);
+        assert_eq!(unregistered.labels(), fresh.labels());
+        assert_eq!(unregistered.annotations(), fresh.annotations());
+        // Registered: the metrics' labels and the size stay; what only the launch and the
+        // registration read goes.
+        let mut done = registered(fresh.clone());
+        trim_for_store(&mut done);
+        let kept: Vec<&str> = done.labels().keys().map(String::as_str).collect();
+        assert_eq!(kept, [LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_INSTANCE_TYPE, LABEL_ZONE]);
+        assert!(done.annotations().is_empty());
+        assert!(done.spec.requirements.is_empty());
+        let status = done.status.as_ref().unwrap();
+        assert!(status.capacity.is_empty() && status.allocatable.is_empty());
+        // What the later steps read stays.
+        assert_eq!(status.node_name.as_deref(), Some("aks-general-abcde"));
+        assert_eq!(provider_id(&done), Some(PROVIDER_ID));
+        assert_eq!(done.spec.termination_grace_period.as_deref(), Some("1h"));
+        let timeouts = Timeouts::default();
+        assert_eq!(phase_at_age(&done, None, Duration::from_secs(60), &timeouts), Phase::Initialize);
     }
 
     #[test]
