@@ -271,6 +271,35 @@ async fn get_list_delete() {
     assert_eq!(h.provider.list().await.unwrap().len(), 1);
 }
 
+#[tokio::test]
+async fn a_paged_listing_reads_every_vm_as_a_get_does() {
+    // ARM pages a listing with `nextLink`; each VM is read from its page's text as it is parsed.
+    let h = harness(FakeArmConfig { list_page_size: Some(2), ..FakeArmConfig::default() }).await;
+    let zones = ["eastus-1", "eastus-2", "eastus-3"];
+    let mut launched = vec![];
+    for i in 0..5 {
+        let zone = zones[i % zones.len()];
+        let name = format!("default-p{i}");
+        let size = if i % 2 == 0 { "Standard_D2s_v5" } else { "Standard_D4s_v5" };
+        launched
+            .push(h.provider.create(&request(&name, vec![option(size, &[on_demand(zone)])])).await.unwrap());
+    }
+    let mut listed = h.provider.list().await.unwrap();
+    listed.sort_by(|a, b| a.name.cmp(&b.name));
+    assert_eq!(listed.len(), 5, "{listed:#?}");
+    for instance in &listed {
+        assert_eq!(instance, &h.provider.get(&instance.provider_id).await.unwrap());
+        assert!(launched.iter().any(|l| l.provider_id == instance.provider_id));
+    }
+    let pages = h
+        .fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path.ends_with("/providers/Microsoft.Compute/virtualMachines"))
+        .count();
+    assert_eq!(pages, 3, "five VMs, two a page");
+}
+
 async fn capacity_case(fault: Fault, size: &str, ct: CapacityType) -> (Harness, CloudError) {
     let h = harness(FakeArmConfig::default()).await;
     h.fake.inject(fault);

@@ -241,12 +241,7 @@ impl ArmClients {
     /// bodies the SDK's models cannot carry: its `UserAssignedIdentities` has no fields, so identities
     /// would be dropped on the way.
     pub async fn patch_json(&self, path: &str, api_version: &str, body: &Value) -> Result<Value, ArmFailure> {
-        let mut url = self.endpoint.join(path.trim_start_matches('/')).map_err(|e| ArmFailure {
-            status: 0,
-            code: "InvalidUrl".into(),
-            message: e.to_string(),
-        })?;
-        url.query_pairs_mut().append_pair("api-version", api_version);
+        let url = self.url(path, api_version)?;
         let token = self.credential.get_token(&[&self.scope]).await.map_err(|e| ArmFailure::from_sdk(&e))?;
         let response = self
             .http
@@ -255,20 +250,55 @@ impl ArmClients {
             .json(body)
             .send()
             .await
-            .map_err(|e| ArmFailure { status: 0, code: String::new(), message: e.to_string() })?;
+            .map_err(not_sent)?;
         read_json(response).await
+    }
+
+    /// Lists the ARM collection at `path` (`/subscriptions/...`) with `api_version`, following each
+    /// page's `nextLink`, and hands every item to `each` as its page is read ([`super::list_page`]):
+    /// the listing holds one page's text and one item at a time, not a typed model of every item.
+    pub async fn list_each(
+        &self,
+        path: &str,
+        api_version: &str,
+        each: &mut (dyn FnMut(Value) + Send),
+    ) -> Result<(), ArmFailure> {
+        let mut next = Some(self.url(path, api_version)?.to_string());
+        while let Some(url) = next.take() {
+            let token =
+                self.credential.get_token(&[&self.scope]).await.map_err(|e| ArmFailure::from_sdk(&e))?;
+            let response =
+                self.http.get(&url).bearer_auth(token.token.secret()).send().await.map_err(not_sent)?;
+            let status = response.status().as_u16();
+            let page = response.bytes().await.map_err(not_sent)?;
+            if !(200..300).contains(&status) {
+                return Err(failure(status, &serde_json::from_slice(&page).unwrap_or(Value::Null)));
+            }
+            next = super::list_page::each_item(&page, each).map_err(|e| ArmFailure {
+                status,
+                code: "InvalidResponse".into(),
+                message: format!("reading a page of {path}: {e}"),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The URL of the ARM resource at `path` with `api_version`.
+    fn url(&self, path: &str, api_version: &str) -> Result<Url, ArmFailure> {
+        let mut url = self.endpoint.join(path.trim_start_matches('/')).map_err(|e| ArmFailure {
+            status: 0,
+            code: "InvalidUrl".into(),
+            message: e.to_string(),
+        })?;
+        url.query_pairs_mut().append_pair("api-version", api_version);
+        Ok(url)
     }
 
     /// GETs an operation-status (or `Location`) URL ARM handed out, with a bearer token; also returns
     /// ARM's advice on when to ask again (`lro::retry_after`).
     pub async fn get_json_polled(&self, url: &str) -> Result<(Value, Option<Duration>), ArmFailure> {
         let token = self.credential.get_token(&[&self.scope]).await.map_err(|e| ArmFailure::from_sdk(&e))?;
-        let response =
-            self.http.get(url).bearer_auth(token.token.secret()).send().await.map_err(|e| ArmFailure {
-                status: 0,
-                code: String::new(),
-                message: e.to_string(),
-            })?;
+        let response = self.http.get(url).bearer_auth(token.token.secret()).send().await.map_err(not_sent)?;
         let headers = response.headers();
         let advice = super::lro::retry_after(|name| headers.get(name).and_then(|v| v.to_str().ok()));
         Ok((read_json(response).await?, advice))
@@ -282,9 +312,19 @@ async fn read_json(response: reqwest::Response) -> Result<Value, ArmFailure> {
     if (200..300).contains(&status) {
         return Ok(body);
     }
-    Err(ArmFailure {
+    Err(failure(status, &body))
+}
+
+/// The ARM error a non-2xx answer's `body` carries.
+fn failure(status: u16, body: &Value) -> ArmFailure {
+    ArmFailure {
         status,
         code: body.pointer("/error/code").and_then(Value::as_str).unwrap_or_default().to_string(),
         message: body.pointer("/error/message").and_then(Value::as_str).unwrap_or_default().to_string(),
-    })
+    }
+}
+
+/// A request that got no answer from ARM (connection, timeout, a body cut short).
+fn not_sent(e: reqwest::Error) -> ArmFailure {
+    ArmFailure { status: 0, code: String::new(), message: e.to_string() }
 }

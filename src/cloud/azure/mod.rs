@@ -23,6 +23,7 @@ pub mod errors;
 pub mod imagefamily;
 pub mod instancetypes;
 pub mod launch;
+pub mod list_page;
 pub mod lookups;
 pub mod lro;
 pub mod naming;
