@@ -15,6 +15,7 @@ use kube::ResourceExt;
 use crate::apis::common::Operator;
 use crate::apis::conditions;
 use crate::apis::NodeClaim;
+use crate::controllers::node::drain::ANNOTATION_TERMINATION_TIMESTAMP;
 use crate::model::labels::{
     FINALIZER_TERMINATION, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
 };
@@ -115,8 +116,12 @@ pub fn phase_at_age(
 
 /// The labels a registered claim keeps in the store: the termination and disruption metrics' labels
 /// (`crate::controllers::metrics`), and its size.
-const KEPT_WHEN_REGISTERED: [&str; 4] =
+const LABELS_KEPT_WHEN_REGISTERED: [&str; 4] =
     [LABEL_NODEPOOL, LABEL_CAPACITY_TYPE, LABEL_ZONE, LABEL_INSTANCE_TYPE];
+
+/// The annotations a registered claim keeps in the store: the deadline node repair sets, which the
+/// drain reads (`crate::controllers::node::drain::termination_deadline`).
+const ANNOTATIONS_KEPT_WHEN_REGISTERED: [&str; 1] = [ANNOTATION_TERMINATION_TIMESTAMP];
 
 /// What the lifecycle controller's store keeps of a claim, which it holds for every claim while it
 /// runs. No step reads `managedFields` (a JSON tree per field manager). Nor does any step read the
@@ -125,18 +130,21 @@ const KEPT_WHEN_REGISTERED: [&str; 4] =
 /// Once registered (a condition that stays true), a claim's labels, annotations and requirements have
 /// had their last reader (the registration, which copies them onto the Node), as have the capacity
 /// and allocatable the launch wrote: the steps after it read the conditions, the Node's name, the
-/// providerID, the startup taints, the requested resources and the termination grace period, and the
-/// termination metrics read the labels of [`KEPT_WHEN_REGISTERED`]. So a registered claim keeps those
-/// labels only, and none of the rest.
+/// providerID, the startup taints, the requested resources, the termination grace period and the
+/// termination deadline annotation ([`ANNOTATIONS_KEPT_WHEN_REGISTERED`]), and the termination
+/// metrics read the labels of [`LABELS_KEPT_WHEN_REGISTERED`]. So a registered claim keeps those, and
+/// none of the rest.
 pub fn trim_for_store(claim: &mut NodeClaim) {
     claim.metadata.managed_fields = None;
     let registered =
         claim.status.as_ref().is_some_and(|s| conditions::is_true(&s.conditions, conditions::REGISTERED));
     if registered {
         if let Some(labels) = claim.metadata.labels.as_mut() {
-            labels.retain(|key, _| KEPT_WHEN_REGISTERED.contains(&key.as_str()));
+            labels.retain(|key, _| LABELS_KEPT_WHEN_REGISTERED.contains(&key.as_str()));
         }
-        claim.metadata.annotations = None;
+        if let Some(annotations) = claim.metadata.annotations.as_mut() {
+            annotations.retain(|key, _| ANNOTATIONS_KEPT_WHEN_REGISTERED.contains(&key.as_str()));
+        }
         claim.spec.requirements = Vec::new();
         if let Some(status) = claim.status.as_mut() {
             status.capacity.clear();
@@ -281,6 +289,18 @@ mod tests {
         let kept: Vec<&str> = done.labels().keys().map(String::as_str).collect();
         assert_eq!(kept, [LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_INSTANCE_TYPE, LABEL_ZONE]);
         assert!(done.annotations().is_empty());
+        // Node repair's deadline stays: the drain reads it.
+        let mut repaired = registered(fresh.clone());
+        let deadline = "2026-01-01T00:10:00Z";
+        repaired.annotations_mut().insert(ANNOTATION_TERMINATION_TIMESTAMP.into(), deadline.into());
+        trim_for_store(&mut repaired);
+        let kept: Vec<(&str, &str)> =
+            repaired.annotations().iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(kept, [(ANNOTATION_TERMINATION_TIMESTAMP, deadline)]);
+        assert_eq!(
+            crate::controllers::node::drain::termination_deadline(&repaired).unwrap(),
+            Some(deadline.parse().unwrap())
+        );
         assert!(done.spec.requirements.is_empty());
         let status = done.status.as_ref().unwrap();
         assert!(status.capacity.is_empty() && status.allocatable.is_empty());
