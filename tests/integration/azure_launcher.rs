@@ -12,6 +12,7 @@ use karpenter_azure::apis::common::{Taint, TaintEffect};
 use karpenter_azure::catalog::unavailable::OfferingRef;
 use karpenter_azure::catalog::{embedded_sku, Timestamp, UnavailableOfferings};
 use karpenter_azure::cloud::azure::instancetypes::Catalog;
+use karpenter_azure::cloud::azure::naming;
 use karpenter_azure::cloud::azure::{
     ArmClients, ArmSettings, AzureCloudProvider, HttpTimeouts, LaunchSettings, RetrySettings,
 };
@@ -272,8 +273,9 @@ async fn get_list_delete() {
 }
 
 #[tokio::test]
-async fn a_paged_listing_reads_every_vm_as_a_get_does() {
-    // ARM pages a listing with `nextLink`; each VM is read from its page's text as it is parsed.
+async fn a_paged_listing_reads_every_vm_as_a_get_does_and_every_nic() {
+    // ARM pages a listing with `nextLink`; each VM and NIC is read from its page's text as it is parsed.
+    // A page ARM fails (500) or throttles (429) is asked for again, as the SDK retries its calls.
     let h = harness(FakeArmConfig { list_page_size: Some(2), ..FakeArmConfig::default() }).await;
     let zones = ["eastus-1", "eastus-2", "eastus-3"];
     let mut launched = vec![];
@@ -284,6 +286,16 @@ async fn a_paged_listing_reads_every_vm_as_a_get_does() {
         launched
             .push(h.provider.create(&request(&name, vec![option(size, &[on_demand(zone)])])).await.unwrap());
     }
+    let group =
+        format!("/subscriptions/{}/resourceGroups/{}", h.fake.subscription_id(), h.fake.resource_group());
+    let vm_collection = format!("{group}/providers/Microsoft.Compute/virtualMachines");
+    let nic_collection = format!("{group}/providers/Microsoft.Network/networkInterfaces");
+    h.fake.inject(Fault::ServerError { requests: 1, path_prefix: Some(vm_collection.clone()) });
+    h.fake.inject(Fault::Throttle {
+        requests: 1,
+        retry_after_secs: 1,
+        path_prefix: Some(nic_collection.clone()),
+    });
     let mut listed = h.provider.list().await.unwrap();
     listed.sort_by(|a, b| a.name.cmp(&b.name));
     assert_eq!(listed.len(), 5, "{listed:#?}");
@@ -291,13 +303,25 @@ async fn a_paged_listing_reads_every_vm_as_a_get_does() {
         assert_eq!(instance, &h.provider.get(&instance.provider_id).await.unwrap());
         assert!(launched.iter().any(|l| l.provider_id == instance.provider_id));
     }
-    let pages = h
-        .fake
-        .requests()
-        .into_iter()
-        .filter(|r| r.method == "GET" && r.path.ends_with("/providers/Microsoft.Compute/virtualMachines"))
-        .count();
-    assert_eq!(pages, 3, "five VMs, two a page");
+    let page_statuses = |collection: &str| -> Vec<u16> {
+        let requests = h.fake.requests().into_iter();
+        requests.filter(|r| r.method == "GET" && r.path == collection).map(|r| r.status).collect()
+    };
+    assert_eq!(
+        page_statuses(&vm_collection),
+        [500, 200, 200, 200],
+        "five VMs, two a page, the first asked twice"
+    );
+
+    let mut nics = h.provider.list_nics().await.unwrap();
+    nics.sort();
+    let names: Vec<String> = listed.iter().map(|i| i.name.clone()).collect();
+    assert_eq!(nics, names, "each VM's NIC has the VM's name");
+    assert_eq!(
+        page_statuses(&nic_collection),
+        [429, 200, 200, 200],
+        "five NICs, two a page, the first asked twice"
+    );
 }
 
 async fn capacity_case(fault: Fault, size: &str, ct: CapacityType) -> (Harness, CloudError) {
@@ -628,10 +652,19 @@ async fn a_hung_arm_request_is_cut_off_at_its_time_limit_and_retried() {
     let provider = AzureCloudProvider::new(clients.clone(), launch, Arc::new(catalog));
     let arm_paths = format!("/subscriptions/{}/resourceGroups", fake.subscription_id());
 
-    // The SDK's calls: the hung attempt is cut off and the retry answers.
-    fake.inject(Fault::Hang { requests: 1, secs: 60, path_prefix: Some(arm_paths) });
+    // A listing (its pages are read outside the SDK, retried as the SDK retries its calls): the hung
+    // attempt is cut off and the retry answers.
+    fake.inject(Fault::Hang { requests: 1, secs: 60, path_prefix: Some(arm_paths.clone()) });
     let started = std::time::Instant::now();
     assert_eq!(provider.list_nics().await.expect("the retry answers"), Vec::<String>::new());
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+
+    // The SDK's calls: the same, through its retry policy.
+    fake.inject(Fault::Hang { requests: 1, secs: 60, path_prefix: Some(arm_paths) });
+    let started = std::time::Instant::now();
+    let missing = naming::provider_id(fake.subscription_id(), fake.resource_group(), "aks-missing");
+    let err = provider.get(&missing).await.expect_err("the retry answers: no such VM");
+    assert!(matches!(err, CloudError::NotFound(_)), "{err}");
     assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
 
     // Operation polls go outside the SDK: a hung one fails at the limit instead of waiting.

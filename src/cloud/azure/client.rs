@@ -1,8 +1,10 @@
 //! Building the ARM clients and the credential from settings.
 //!
 //! Owns [`ArmSettings`] (endpoint, authority host, identity, retry budget) and [`ArmClients`]: the
-//! azure_mgmt_compute / azure_mgmt_network 0.21 clients plus a raw GET for operation-status URLs, which the
-//! SDK cannot poll for VMs (its VM create LRO ignores `Azure-AsyncOperation`).
+//! azure_mgmt_compute / azure_mgmt_network 0.21 clients plus the calls made outside them: a GET for
+//! operation-status URLs, which the SDK cannot poll for VMs (its VM create LRO ignores
+//! `Azure-AsyncOperation`), a PATCH for bodies its models drop, and listings read one item at a time
+//! (their pages retried on the SDK's schedule, [`RetrySettings::wait_before_retry`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -67,6 +69,28 @@ const MAX_RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(4);
 const MAX_RETRY_ELAPSED: std::time::Duration = std::time::Duration::from_secs(20);
 
 impl RetrySettings {
+    /// How long to wait before retrying a call that failed with `status` (0: no answer) after
+    /// `retries` retries and `elapsed` since its first attempt, or `None` to give up: the SDK's
+    /// schedule for the calls made outside it. It retries what azure_core's policy retries (no
+    /// answer, 408, 429, 500, 502, 503, 504), waits `initial_delay` doubled per retry up to
+    /// `max_delay` but never less than ARM's `advised` wait, and stops after `max_retries` or when
+    /// the wait would end past `max_total_elapsed`.
+    pub fn wait_before_retry(
+        &self,
+        status: u16,
+        retries: u32,
+        elapsed: Duration,
+        advised: Option<Duration>,
+    ) -> Option<Duration> {
+        let retryable = matches!(status, 0 | 408 | 429 | 500 | 502 | 503 | 504);
+        if !retryable || retries >= self.max_retries {
+            return None;
+        }
+        let backoff = self.initial_delay.saturating_mul(1 << retries.min(16)).min(self.max_delay);
+        let wait = advised.map_or(backoff, |advice| advice.max(backoff));
+        (elapsed + wait <= self.max_total_elapsed).then_some(wait)
+    }
+
     fn to_options(self) -> RetryOptions {
         if self.max_retries == 0 {
             return RetryOptions::none();
@@ -156,6 +180,8 @@ pub struct ArmClients {
     scope: String,
     http: reqwest::Client,
     endpoint: url::Url,
+    /// The retry budget of the calls made outside the SDK that are safe to repeat (listing pages).
+    retry: RetrySettings,
 }
 
 impl std::fmt::Debug for ArmClients {
@@ -234,6 +260,7 @@ impl ArmClients {
             scope,
             endpoint: settings.arm_endpoint.clone(),
             http: http_client(settings.timeouts, true)?,
+            retry: settings.retry,
         })
     }
 
@@ -265,22 +292,54 @@ impl ArmClients {
     ) -> Result<(), ArmFailure> {
         let mut next = Some(self.url(path, api_version)?.to_string());
         while let Some(url) = next.take() {
-            let token =
-                self.credential.get_token(&[&self.scope]).await.map_err(|e| ArmFailure::from_sdk(&e))?;
-            let response =
-                self.http.get(&url).bearer_auth(token.token.secret()).send().await.map_err(not_sent)?;
-            let status = response.status().as_u16();
-            let page = response.bytes().await.map_err(not_sent)?;
-            if !(200..300).contains(&status) {
-                return Err(failure(status, &serde_json::from_slice(&page).unwrap_or(Value::Null)));
-            }
+            let page = self.get_page(&url).await?;
             next = super::list_page::each_item(&page, each).map_err(|e| ArmFailure {
-                status,
+                status: 200,
                 code: "InvalidResponse".into(),
                 message: format!("reading a page of {path}: {e}"),
             })?;
         }
         Ok(())
+    }
+
+    /// The text of one listing page, its GET retried as the SDK retries its own calls
+    /// ([`RetrySettings::wait_before_retry`]): a page is safe to ask for again.
+    async fn get_page(&self, url: &str) -> Result<bytes::Bytes, ArmFailure> {
+        let started = tokio::time::Instant::now();
+        let mut retries = 0;
+        loop {
+            let (failure, advised) = match self.get_page_once(url).await {
+                Ok(page) => return Ok(page),
+                Err(failed) => failed,
+            };
+            let wait = self
+                .retry
+                .wait_before_retry(failure.status, retries, started.elapsed(), advised)
+                .ok_or(failure)?;
+            tokio::time::sleep(wait).await;
+            retries += 1;
+        }
+    }
+
+    /// One GET of a listing page: its text, or the failure with ARM's advice on when to ask again.
+    async fn get_page_once(&self, url: &str) -> Result<bytes::Bytes, (ArmFailure, Option<Duration>)> {
+        let token =
+            self.credential.get_token(&[&self.scope]).await.map_err(|e| (ArmFailure::from_sdk(&e), None))?;
+        let response = self
+            .http
+            .get(url)
+            .bearer_auth(token.token.secret())
+            .send()
+            .await
+            .map_err(|e| (not_sent(e), None))?;
+        let status = response.status().as_u16();
+        let headers = response.headers();
+        let advised = super::lro::retry_after(|name| headers.get(name).and_then(|v| v.to_str().ok()));
+        let page = response.bytes().await.map_err(|e| (not_sent(e), advised))?;
+        if !(200..300).contains(&status) {
+            return Err((failure(status, &serde_json::from_slice(&page).unwrap_or(Value::Null)), advised));
+        }
+        Ok(page)
     }
 
     /// The URL of the ARM resource at `path` with `api_version`.
@@ -327,4 +386,51 @@ fn failure(status: u16, body: &Value) -> ArmFailure {
 /// A request that got no answer from ARM (connection, timeout, a body cut short).
 fn not_sent(e: reqwest::Error) -> ArmFailure {
     ArmFailure { status: 0, code: String::new(), message: e.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SETTINGS: RetrySettings = RetrySettings {
+        max_retries: 4,
+        initial_delay: Duration::from_millis(100),
+        max_delay: Duration::from_millis(500),
+        max_total_elapsed: Duration::from_secs(2),
+    };
+
+    #[test]
+    fn what_the_sdk_retries_is_retried_with_a_doubling_wait_up_to_its_cap() {
+        let wait = |status, retries| SETTINGS.wait_before_retry(status, retries, Duration::ZERO, None);
+        for status in [0, 408, 429, 500, 502, 503, 504] {
+            assert_eq!(wait(status, 0), Some(Duration::from_millis(100)), "{status}");
+        }
+        assert_eq!(wait(503, 1), Some(Duration::from_millis(200)));
+        assert_eq!(wait(503, 2), Some(Duration::from_millis(400)));
+        assert_eq!(wait(503, 3), Some(Duration::from_millis(500)), "capped at max_delay");
+        assert_eq!(wait(503, 4), None, "max_retries spent");
+        for status in [400, 401, 403, 404, 409, 501] {
+            assert_eq!(wait(status, 0), None, "{status} is an answer, not a hiccup");
+        }
+    }
+
+    #[test]
+    fn arm_advice_lengthens_the_wait_and_the_budget_ends_it() {
+        let advised = Some(Duration::from_secs(1));
+        assert_eq!(SETTINGS.wait_before_retry(429, 0, Duration::ZERO, advised), Some(Duration::from_secs(1)));
+        let short = Some(Duration::from_millis(10));
+        assert_eq!(
+            SETTINGS.wait_before_retry(429, 1, Duration::ZERO, short),
+            Some(Duration::from_millis(200))
+        );
+        let spent = Duration::from_millis(1_500);
+        assert_eq!(
+            SETTINGS.wait_before_retry(429, 0, spent, advised),
+            None,
+            "would end past max_total_elapsed"
+        );
+        assert_eq!(SETTINGS.wait_before_retry(429, 0, spent, None), Some(Duration::from_millis(100)));
+        let none = RetrySettings { max_retries: 0, ..SETTINGS };
+        assert_eq!(none.wait_before_retry(500, 0, Duration::ZERO, None), None);
+    }
 }

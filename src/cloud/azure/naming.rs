@@ -34,14 +34,24 @@ pub fn claim_name(resource_name: &str) -> Option<&str> {
     resource_name.strip_prefix(RESOURCE_PREFIX).filter(|rest| !rest.is_empty())
 }
 
+/// The ARM path of the resource group's VMs (Virtual Machines - List); a VM's ID is under it.
+pub fn vm_collection(subscription: &str, resource_group: &str) -> String {
+    format!("/subscriptions/{subscription}/resourceGroups/{resource_group}/providers/Microsoft.Compute/virtualMachines")
+}
+
 /// The ARM ID of a VM.
 pub fn vm_id(subscription: &str, resource_group: &str, vm_name: &str) -> String {
-    format!("/subscriptions/{subscription}/resourceGroups/{resource_group}/providers/Microsoft.Compute/virtualMachines/{vm_name}")
+    format!("{}/{vm_name}", vm_collection(subscription, resource_group))
+}
+
+/// The ARM path of the resource group's NICs (Network Interfaces - List); a NIC's ID is under it.
+pub fn nic_collection(subscription: &str, resource_group: &str) -> String {
+    format!("/subscriptions/{subscription}/resourceGroups/{resource_group}/providers/Microsoft.Network/networkInterfaces")
 }
 
 /// The ARM ID of a NIC.
 pub fn nic_id(subscription: &str, resource_group: &str, nic_name: &str) -> String {
-    format!("/subscriptions/{subscription}/resourceGroups/{resource_group}/providers/Microsoft.Network/networkInterfaces/{nic_name}")
+    format!("{}/{nic_name}", nic_collection(subscription, resource_group))
 }
 
 /// The providerID of a VM; the resource group is lower-cased as the Azure cloud provider does, so the

@@ -6,14 +6,13 @@
 
 use std::collections::BTreeMap;
 
-use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::client::ArmClients;
 use super::errors::ArmFailure;
-use super::lro;
 use super::network::{attach_nsg, NetworkAttachments};
 use super::LaunchSettings;
+use super::{lro, naming};
 
 /// Per-node inputs of the NIC body.
 #[derive(Debug, Clone, Copy)]
@@ -159,27 +158,29 @@ pub async fn update_tags(
     }
 }
 
-/// Names of the NICs in the resource group whose tags include `key=value`.
+/// Names of the NICs in the resource group whose tags include `key=value`, each read from its page's
+/// text as it is parsed ([`ArmClients::list_each`]), as the VM listing is.
 pub async fn list_tagged(
     clients: &ArmClients,
     rg: &str,
     key: &str,
     value: &str,
 ) -> Result<Vec<String>, ArmFailure> {
+    let path = naming::nic_collection(&clients.subscription_id, rg);
     let mut names = Vec::new();
-    let mut pages =
-        clients.network.network_interfaces_client().list(rg, &clients.subscription_id).into_stream();
-    while let Some(page) = pages.next().await {
-        let page = page.map_err(|e| ArmFailure::from_sdk(&e))?;
-        for nic in page.value {
-            let tagged = nic.resource.tags.as_ref().is_some_and(|t| t[key] == value);
-            if let (true, Some(name)) = (tagged, nic.resource.name) {
-                names.push(name);
+    clients
+        .list_each(&path, NETWORK_API_VERSION, &mut |nic| {
+            let tagged = nic.get("tags").and_then(|t| t.get(key)).and_then(Value::as_str) == Some(value);
+            if let (true, Some(name)) = (tagged, nic.get("name").and_then(Value::as_str)) {
+                names.push(name.to_string());
             }
-        }
-    }
+        })
+        .await?;
     Ok(names)
 }
+
+/// The Network API version of the SDK package the provider uses (`azure_mgmt_network`'s default tag).
+const NETWORK_API_VERSION: &str = "2024-03-01";
 
 fn timed_out(name: &str) -> ArmFailure {
     ArmFailure {

@@ -304,10 +304,7 @@ pub async fn update_in_place(
             desired.identities.iter().map(|id| (id.clone(), json!({}))).collect();
         body["identity"] = json!({ "type": "UserAssigned", "userAssignedIdentities": identities });
     }
-    let path = format!(
-        "/subscriptions/{}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines/{name}",
-        clients.subscription_id
-    );
+    let path = naming::vm_id(&clients.subscription_id, rg, name);
     clients.patch_json(&path, COMPUTE_API_VERSION, &body).await.map(|_| ())
 }
 
@@ -352,10 +349,7 @@ pub async fn list_tagged<T: Send>(
     value: &str,
     read: impl Fn(&Value) -> T + Sync,
 ) -> Result<Vec<T>, ArmFailure> {
-    let path = format!(
-        "/subscriptions/{}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines",
-        clients.subscription_id
-    );
+    let path = naming::vm_collection(&clients.subscription_id, rg);
     let mut found = Vec::new();
     clients
         .list_each(&path, COMPUTE_API_VERSION, &mut |vm| {
