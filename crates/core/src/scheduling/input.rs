@@ -95,8 +95,13 @@ impl Toleration {
 /// Whether `tolerations` tolerate every NoSchedule and NoExecute taint in `taints`
 /// (PreferNoSchedule never blocks).
 pub fn tolerates_all(tolerations: &[Toleration], taints: &[Taint]) -> bool {
+    tolerates_each(tolerations, taints)
+}
+
+/// [`tolerates_all`] over taints as they are iterated, with nothing collected.
+pub fn tolerates_each<'a>(tolerations: &[Toleration], taints: impl IntoIterator<Item = &'a Taint>) -> bool {
     taints
-        .iter()
+        .into_iter()
         .filter(|t| t.effect != TaintEffect::PreferNoSchedule)
         .all(|t| tolerations.iter().any(|tol| tol.tolerates(t)))
 }

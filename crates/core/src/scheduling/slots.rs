@@ -4,7 +4,7 @@
 
 use crate::scheduling::anchors;
 use crate::scheduling::colgen;
-use crate::scheduling::input::tolerates_all;
+use crate::scheduling::input::tolerates_each;
 use crate::scheduling::pack::repeats;
 use crate::scheduling::shapes::Rule;
 use crate::scheduling::valuation;
@@ -20,13 +20,12 @@ pub(crate) fn fill_existing(solver: &mut Solver, order: &[usize], remaining: &mu
             if remaining[c] == 0 {
                 break;
             }
-            if !slot_accepts(solver, i, c) {
-                continue;
-            }
+            // Room first: on a cluster at rest most nodes have none, and that check is a few integer
+            // comparisons where the node's labels and taints are string comparisons.
             let bootstrap = |s: usize| solver.matching_anywhere(s) == 0;
             let n =
                 solver.slots()[i].state().max_addable(&solver.classes()[c].traits, remaining[c], bootstrap);
-            if n > 0 {
+            if n > 0 && slot_accepts(solver, i, c) {
                 solver.commit(i, c, n);
                 remaining[c] -= n;
             }
@@ -39,9 +38,8 @@ fn slot_accepts(solver: &Solver, i: usize, c: usize) -> bool {
         (Some(n), _) => {
             let node = &solver.input().nodes[n];
             let pod = &solver.input().pods[solver.classes()[c].pods[0]];
-            let taints: Vec<_> =
-                node.taints.iter().filter(|t| !node.startup_taints.contains(t)).cloned().collect();
-            solver.classes()[c].requirements.matches(&node.labels) && tolerates_all(&pod.tolerations, &taints)
+            let taints = node.taints.iter().filter(|t| !node.startup_taints.contains(t));
+            solver.classes()[c].requirements.matches(&node.labels) && tolerates_each(&pod.tolerations, taints)
         }
         (None, Some(t)) => {
             let m = solver.classes()[c].masks[t] & solver.slots()[i].mask();
