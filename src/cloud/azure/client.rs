@@ -269,16 +269,7 @@ impl ArmClients {
     /// would be dropped on the way.
     pub async fn patch_json(&self, path: &str, api_version: &str, body: &Value) -> Result<Value, ArmFailure> {
         let url = self.url(path, api_version)?;
-        let token = self.credential.get_token(&[&self.scope]).await.map_err(|e| ArmFailure::from_sdk(&e))?;
-        let response = self
-            .http
-            .patch(url.as_str())
-            .bearer_auth(token.token.secret())
-            .json(body)
-            .send()
-            .await
-            .map_err(not_sent)?;
-        read_json(response).await
+        read_json(self.send(self.http.patch(url.as_str()).json(body)).await?).await
     }
 
     /// Lists the ARM collection at `path` (`/subscriptions/...`) with `api_version`, following each
@@ -323,15 +314,7 @@ impl ArmClients {
 
     /// One GET of a listing page: its text, or the failure with ARM's advice on when to ask again.
     async fn get_page_once(&self, url: &str) -> Result<bytes::Bytes, (ArmFailure, Option<Duration>)> {
-        let token =
-            self.credential.get_token(&[&self.scope]).await.map_err(|e| (ArmFailure::from_sdk(&e), None))?;
-        let response = self
-            .http
-            .get(url)
-            .bearer_auth(token.token.secret())
-            .send()
-            .await
-            .map_err(|e| (not_sent(e), None))?;
+        let response = self.send(self.http.get(url)).await.map_err(|e| (e, None))?;
         let status = response.status().as_u16();
         let headers = response.headers();
         let advised = super::lro::retry_after(|name| headers.get(name).and_then(|v| v.to_str().ok()));
@@ -340,6 +323,12 @@ impl ArmClients {
             return Err((failure(status, &serde_json::from_slice(&page).unwrap_or(Value::Null)), advised));
         }
         Ok(page)
+    }
+
+    /// Sends `request` with a bearer token for ARM: the one place the raw (non-SDK) calls authenticate.
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, ArmFailure> {
+        let token = self.credential.get_token(&[&self.scope]).await.map_err(|e| ArmFailure::from_sdk(&e))?;
+        request.bearer_auth(token.token.secret()).send().await.map_err(not_sent)
     }
 
     /// The URL of the ARM resource at `path` with `api_version`.
@@ -356,8 +345,7 @@ impl ArmClients {
     /// GETs an operation-status (or `Location`) URL ARM handed out, with a bearer token; also returns
     /// ARM's advice on when to ask again (`lro::retry_after`).
     pub async fn get_json_polled(&self, url: &str) -> Result<(Value, Option<Duration>), ArmFailure> {
-        let token = self.credential.get_token(&[&self.scope]).await.map_err(|e| ArmFailure::from_sdk(&e))?;
-        let response = self.http.get(url).bearer_auth(token.token.secret()).send().await.map_err(not_sent)?;
+        let response = self.send(self.http.get(url)).await?;
         let headers = response.headers();
         let advice = super::lro::retry_after(|name| headers.get(name).and_then(|v| v.to_str().ok()));
         Ok((read_json(response).await?, advice))

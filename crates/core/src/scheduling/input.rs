@@ -93,13 +93,9 @@ impl Toleration {
 }
 
 /// Whether `tolerations` tolerate every NoSchedule and NoExecute taint in `taints`
-/// (PreferNoSchedule never blocks).
-pub fn tolerates_all(tolerations: &[Toleration], taints: &[Taint]) -> bool {
-    tolerates_each(tolerations, taints)
-}
-
-/// [`tolerates_all`] over taints as they are iterated, with nothing collected.
-pub fn tolerates_each<'a>(tolerations: &[Toleration], taints: impl IntoIterator<Item = &'a Taint>) -> bool {
+/// (PreferNoSchedule never blocks). Takes the taints as an iterator, so a caller whose taints are
+/// spread over several places passes them chained, with nothing collected.
+pub fn tolerates_all<'a>(tolerations: &[Toleration], taints: impl IntoIterator<Item = &'a Taint>) -> bool {
     taints
         .into_iter()
         .filter(|t| t.effect != TaintEffect::PreferNoSchedule)

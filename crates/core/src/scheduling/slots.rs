@@ -4,7 +4,7 @@
 
 use crate::scheduling::anchors;
 use crate::scheduling::colgen;
-use crate::scheduling::input::tolerates_each;
+use crate::scheduling::input::tolerates_all;
 use crate::scheduling::pack::repeats;
 use crate::scheduling::shapes::Rule;
 use crate::scheduling::valuation;
@@ -39,7 +39,7 @@ fn slot_accepts(solver: &Solver, i: usize, c: usize) -> bool {
             let node = &solver.input().nodes[n];
             let pod = &solver.input().pods[solver.classes()[c].pods[0]];
             let taints = node.taints.iter().filter(|t| !node.startup_taints.contains(t));
-            solver.classes()[c].requirements.matches(&node.labels) && tolerates_each(&pod.tolerations, taints)
+            solver.classes()[c].requirements.matches(&node.labels) && tolerates_all(&pod.tolerations, taints)
         }
         (None, Some(t)) => {
             let m = solver.classes()[c].masks[t] & solver.slots()[i].mask();
