@@ -43,6 +43,9 @@ fn three_lightly_used_nodes_fold_into_one() {
     assert!((d.cluster_price_per_hour - 1.2).abs() < 1e-9);
     let bound = karpenter_azure::disruption::repack_lower_bound(&s);
     assert!((bound - 0.3).abs() < 0.1 + 1e-9, "3 cores at 0.1 $/core: {bound}");
+    // The bound alone is the bound of the whole repack plan, to the bit.
+    let repack = karpenter_azure::disruption::repack(&s);
+    assert_eq!(bound.to_bits(), repack.lower_bound_per_hour.to_bits(), "{bound} vs {repack:?}");
     assert!(karpenter_azure::disruption::repack_ratio(d.cluster_price_per_hour, bound) > 1.0);
 }
 

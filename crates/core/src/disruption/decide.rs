@@ -93,7 +93,7 @@ pub fn repack_lower_bound_with_cancel(
     if snapshot.nodes.is_empty() {
         return Ok(0.0);
     }
-    Ok(repack_with_cancel(snapshot, cancel)?.lower_bound_per_hour)
+    crate::scheduling::lower_bound_with_cancel(&repack_input(snapshot), cancel)
 }
 
 /// The solver's plan for placing every pending pod and every pod of the managed nodes on fresh
@@ -105,19 +105,24 @@ pub fn repack(snapshot: &Snapshot) -> Plan {
 
 /// [`repack`], stopped at the first safe point of its solve where `cancel` says so.
 pub fn repack_with_cancel(snapshot: &Snapshot, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
+    solve_with_cancel(&repack_input(snapshot), cancel)
+}
+
+/// The solve of a from-scratch repack: every pending pod and every reschedulable pod of the managed
+/// nodes, onto the unmanaged nodes as they are and fresh capacity of the launchable pools.
+fn repack_input(snapshot: &Snapshot) -> SolveInput {
     let mut pods = snapshot.pending.clone();
     for n in &snapshot.nodes {
         pods.extend(n.pods.iter().filter(|p| p.reschedulable()).map(|p| p.pod.clone()));
     }
-    let input = SolveInput {
+    SolveInput {
         pods,
         running: snapshot.unmanaged.iter().flat_map(|u| u.pods.iter().cloned()).collect(),
         nodes: snapshot.unmanaged.iter().map(|u| u.node.clone()).collect(),
         nodepools: snapshot.nodepools.iter().filter_map(|p| p.launchable().cloned()).collect(),
         daemonsets: snapshot.daemonsets.clone(),
         options: snapshot.solve_options.clone(),
-    };
-    solve_with_cancel(&input, cancel)
+    }
 }
 
 /// Takes candidates in order while their pool's budget allows; the rest are blocked by the budget.

@@ -45,5 +45,5 @@ pub use input::{
     ExistingNode, MinValuesPolicy, NodePoolInput, Pod, PodId, PreferencePolicy, SolveInput, SolveOptions,
 };
 pub use plan::{NewNodeClaim, Plan, Unschedulable};
-pub use solve::{place_with_base, place_with_cancel, solve, solve_with_cancel};
+pub use solve::{lower_bound_with_cancel, place_with_base, place_with_cancel, solve, solve_with_cancel};
 pub use static_claim::static_claim;

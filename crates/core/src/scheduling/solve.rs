@@ -89,6 +89,14 @@ pub fn place_with_base(
     solve_steps(input, cancel, Bound::Skip, Some(base))
 }
 
+/// [`solve_with_cancel`]'s `lower_bound_per_hour` alone: the same solve and the same certified bound,
+/// without writing the plan's NodeClaims (their requirements, labels and instance-type lists), which
+/// on a large cluster is a fair share of the solve's time and its largest allocation.
+pub fn lower_bound_with_cancel(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<f64, Cancelled> {
+    let (solver, _) = placed_solver(input, cancel, None)?;
+    Ok(certified_lower_bound(&solver))
+}
+
 /// Whether a solve certifies its lower bound.
 #[derive(Clone, Copy, PartialEq)]
 enum Bound {
@@ -102,6 +110,21 @@ fn solve_steps(
     bound: Bound,
     base: Option<&RunningBase>,
 ) -> Result<Plan, Cancelled> {
+    let (solver, unschedulable) = placed_solver(input, cancel, base)?;
+    let lower_bound_per_hour = match bound {
+        Bound::Certify => certified_lower_bound(&solver),
+        Bound::Skip => 0.0,
+    };
+    Ok(claims::build_plan(&solver, unschedulable, lower_bound_per_hour))
+}
+
+/// Steps 1 to 6: the working state with every pod that can be placed on a node, and the pods left
+/// pending with their reasons.
+fn placed_solver<'a>(
+    input: &'a SolveInput,
+    cancel: &'a dyn ShouldCancel,
+    base: Option<&'a RunningBase>,
+) -> Result<(Solver<'a>, Vec<Unschedulable>), Cancelled> {
     // Step 1: the shapes, with the templates and the existing nodes, make the working state.
     let mut solver = match base {
         Some(base) => Solver::with_base(input, base, cancel),
@@ -113,11 +136,7 @@ fn solve_steps(
     improve::merge_nodes(&mut solver)?;
     downsize::downsize_nodes(&mut solver)?;
     solver.check_cancel()?;
-    let lower_bound_per_hour = match bound {
-        Bound::Certify => certified_lower_bound(&solver),
-        Bound::Skip => 0.0,
-    };
-    Ok(claims::build_plan(&solver, unschedulable, lower_bound_per_hour))
+    Ok((solver, unschedulable))
 }
 
 /// Steps 2 to 5: rounds until every pod is placed or has nothing left to relax. Returns the pods

@@ -1,11 +1,11 @@
 //! The cancel hook of [`solve_with_cancel`]: it stops the solve, and while it does not, the plan is
-//! exactly [`solve`]'s.
+//! exactly [`solve`]'s. And [`lower_bound_with_cancel`] is exactly the bound of [`solve`]'s plan.
 
 use std::cell::Cell;
 use std::sync::Arc;
 
 use crate::scheduling::test_support::{instance_type_in, pod, pool, GI};
-use crate::scheduling::{solve, solve_with_cancel, Cancelled, Pod, SolveInput};
+use crate::scheduling::{lower_bound_with_cancel, solve, solve_with_cancel, Cancelled, Pod, SolveInput};
 
 /// Two workloads of different shapes and one pod too big for any type, so the solve runs several
 /// relaxation rounds, opens several nodes and has merges to consider.
@@ -75,4 +75,22 @@ fn stopping_at_any_safe_point_gives_no_plan() {
         calls.get() > safe_points
     };
     assert_eq!(solve_with_cancel(&input, &late), Ok(expected), "a deadline after the last safe point");
+}
+
+#[test]
+fn the_bound_alone_is_exactly_the_bound_of_the_whole_solve() {
+    let mut inputs = vec![input()];
+    // Pods of many sizes over types of one family: a bound the configuration LP has to work for.
+    let mut varied = input();
+    varied.pods = (0..60)
+        .map(|i| Arc::new(pod(&format!("p-{i}"), 300 + (i * 137) % 3_500, (1 + i % 7) * GI / 2)))
+        .collect();
+    inputs.push(varied);
+    for input in inputs {
+        let plan = solve(&input);
+        assert!(plan.lower_bound_per_hour > 0.0, "{plan:?}");
+        let bound = lower_bound_with_cancel(&input, &|| false).expect("never cancelled");
+        assert_eq!(bound.to_bits(), plan.lower_bound_per_hour.to_bits(), "{bound} vs {plan:?}");
+    }
+    assert_eq!(lower_bound_with_cancel(&input(), &|| true), Err(Cancelled));
 }
