@@ -23,8 +23,10 @@ use crate::state::{Cluster, NodeRecord};
 /// The per-node gauges' label values of `node`, in [`crate::operator::metrics::node_labels`]' order.
 fn node_values(node: &NodeRecord, managed: bool) -> Vec<String> {
     let labels = &node.node.labels;
-    let mut values: Vec<String> =
-        node_label_keys().into_iter().map(|(key, _)| labels.get(key).cloned().unwrap_or_default()).collect();
+    let mut values: Vec<String> = node_label_keys()
+        .into_iter()
+        .map(|(key, _)| labels.get(key).map(|v| v.to_string()).unwrap_or_default())
+        .collect();
     values.push(node.name().to_string());
     values.push(node.phase.clone());
     values.push(managed.to_string());

@@ -145,7 +145,8 @@ fn phase_label(phase: PodPhase) -> &'static str {
 fn state_values(cluster: &Cluster, pod: &PodRecord) -> [String; 13] {
     let node_name = pod.pod.node_name.clone().unwrap_or_default();
     let node = pod.pod.node_name.as_deref().and_then(|name| cluster.node(name));
-    let label = |key: &str| node.and_then(|n| n.node.labels.get(key)).cloned().unwrap_or_default();
+    let label =
+        |key: &str| node.and_then(|n| n.node.labels.get(key)).map(|v| v.to_string()).unwrap_or_default();
     let pool = label(LABEL_NODEPOOL);
     [
         pod.pod.name.clone(),

@@ -17,6 +17,7 @@ use kube::ResourceExt;
 
 use crate::apis::conditions::{Condition, ConditionStatus};
 use crate::disruption::repair::NodeCondition;
+use crate::model::LabelLookup;
 use crate::operator::metrics::status::{self, Family, Kind};
 use crate::operator::metrics::Metrics;
 use crate::operator::metrics::RebuiltGauge;
@@ -77,8 +78,8 @@ fn from_conditions(conditions: &[Condition]) -> BTreeMap<String, Seen> {
         .collect()
 }
 
-fn labels_of(kind: &Kind, labels: &BTreeMap<String, String>) -> Vec<String> {
-    kind.labels.iter().map(|key| labels.get(*key).cloned().unwrap_or_default()).collect()
+fn labels_of(kind: &Kind, labels: &impl LabelLookup) -> Vec<String> {
+    kind.labels.iter().map(|key| labels.label(key).unwrap_or_default().to_string()).collect()
 }
 
 fn claim_object(claim: &NodeClaimRecord) -> Object {

@@ -24,7 +24,7 @@ use crate::disruption::{
     UnmanagedNode,
 };
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE, TAINT_DISRUPTED};
-use crate::model::{CapacityType, InstanceType};
+use crate::model::{CapacityType, InstanceType, LabelLookup};
 use crate::scheduling::{ExistingNode, SolveOptions};
 
 use super::records::{NodeClaimRecord, NodeRecord, PodRecord};
@@ -168,7 +168,7 @@ impl Cluster {
     ) -> Option<ManagedNode> {
         let nodepool = existing.nodepool.clone().or_else(|| claim.nodepool.clone())?;
         let label = |key: &str| {
-            existing.labels.get(key).or_else(|| claim.labels.get(key)).cloned().unwrap_or_default()
+            existing.labels.label(key).or_else(|| claim.labels.label(key)).unwrap_or_default().to_string()
         };
         let instance_type = label(LABEL_INSTANCE_TYPE);
         let zone = label(LABEL_ZONE);

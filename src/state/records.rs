@@ -20,6 +20,7 @@ use crate::model::labels::{
 };
 use crate::model::requirements::Requirements;
 use crate::model::resources::{Resources, NODES};
+use crate::model::{node_labels, NodeLabels};
 use crate::scheduling::from_k8s::{self, FromK8sError, PodContext};
 use crate::scheduling::{ExistingNode, Pod};
 
@@ -248,7 +249,7 @@ impl NodeRecord {
         let node = from_k8s::node(n)?;
         let ready = is_ready(n);
         Ok(Self {
-            initialized: node.labels.get(LABEL_INITIALIZED).is_some_and(|v| v == "true"),
+            initialized: node.labels.get(LABEL_INITIALIZED).is_some_and(|v| &**v == "true"),
             node: Arc::new(node),
             provider_id: n.spec.as_ref().and_then(|s| s.provider_id.clone()).filter(|p| !p.is_empty()),
             uid: n.metadata.uid.clone(),
@@ -420,8 +421,8 @@ impl NodeClaimRecord {
     /// them), its taints and startup taints (ignored, since a daemon removes them), and the
     /// allocatable the cloud reported.
     pub fn in_flight_node(&self) -> ExistingNode {
-        let mut labels: BTreeMap<String, String> = self.pinned.iter().cloned().collect();
-        labels.extend(self.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut labels: NodeLabels = node_labels(self.pinned.iter().map(|(k, v)| (k, v)));
+        labels.extend(node_labels(self.labels.iter()));
         let mut taints = self.taints.clone();
         taints.extend(self.startup_taints.iter().cloned());
         ExistingNode {

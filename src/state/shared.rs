@@ -14,7 +14,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use crate::scheduling::input::Toleration;
-use crate::state::records::{NodeClaimRecord, PodRecord};
+use crate::state::records::{NodeClaimRecord, NodeRecord, PodRecord};
 
 /// When a table whose entries outlive their use is swept: once it has doubled since the last sweep,
 /// and never below a floor. A sweep scans the whole table, so sweeping at a fixed size would scan a
@@ -98,6 +98,9 @@ pub struct SharedParts {
     tolerations: Interner<[Toleration]>,
     /// Owners as `Kind/name` and as the owner link of the pod metrics.
     owners: Interner<str>,
+    /// The keys and values of Nodes' labels: a node's pool, size, zone, image and size facts repeat
+    /// on every node of its kind.
+    node_label_strings: Interner<str>,
 }
 
 impl SharedParts {
@@ -110,6 +113,19 @@ impl SharedParts {
             pod.owner = pod.owner.take().map(|owner| self.owners.share(owner));
         }
         record.owner_link = self.owners.share(record.owner_link);
+        record
+    }
+
+    /// `record` with the keys and values of its labels replaced by the held copies. The record's
+    /// solver node must be its own (just converted), as it is changed in place.
+    pub fn node(&mut self, mut record: NodeRecord) -> NodeRecord {
+        if let Some(node) = Arc::get_mut(&mut record.node) {
+            let strings = &mut self.node_label_strings;
+            node.labels = std::mem::take(&mut node.labels)
+                .into_iter()
+                .map(|(key, value)| (strings.share(key), strings.share(value)))
+                .collect();
+        }
         record
     }
 

@@ -1,6 +1,7 @@
 //! Tests of the shared parts of records: equal values are held once, values no record uses are swept,
 //! the index's pods of one template point at the same labels, tolerations and owner, and its
-//! NodeClaims of one size at the same labels and annotations.
+//! NodeClaims of one size at the same labels and annotations, and its Nodes at the same label keys and
+//! values.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -93,6 +94,41 @@ fn the_index_keeps_one_copy_of_what_claims_of_one_size_share() {
     assert_eq!(c.labels.get("node.kubernetes.io/instance-type").map(String::as_str), Some("Standard_D4s_v5"));
     assert_eq!(c.annotations.get("karpenter.sh/replacement-for").map(String::as_str), Some("a"));
     let fresh = crate::state::NodeClaimRecord::from_k8s(&claim("a", "Standard_D2s_v5", hashes)).unwrap();
+    assert_eq!(a, fresh);
+}
+
+fn node(name: &str, size: &str) -> core::Node {
+    yaml(&format!(
+        "apiVersion: v1\nkind: Node\n\
+         metadata: {{name: {name}, labels: {{karpenter.sh/nodepool: general, kubernetes.io/hostname: {name}, \
+         node.kubernetes.io/instance-type: {size}}}}}\n\
+         status: {{allocatable: {{cpu: '2', memory: 8Gi, pods: '110'}}}}\n"
+    ))
+}
+
+#[test]
+fn the_index_keeps_one_copy_of_each_label_key_and_value_its_nodes_share() {
+    let mut cluster = Cluster::default();
+    cluster.apply(&node("a", "Standard_D2s_v5"));
+    cluster.apply(&node("b", "Standard_D2s_v5"));
+    cluster.apply(&node("c", "Standard_D4s_v5"));
+    let record = |name: &str| cluster.node(name).expect("node is indexed").clone();
+    let (a, b, c) = (record("a"), record("b"), record("c"));
+    let entry = |n: &crate::state::NodeRecord, key: &str| {
+        let (k, v) = n.node.labels.get_key_value(key).expect("label is there");
+        (k.clone(), v.clone())
+    };
+    let size = "node.kubernetes.io/instance-type";
+    let (a_key, a_size) = entry(&a, size);
+    let (b_key, b_size) = entry(&b, size);
+    let (c_key, c_size) = entry(&c, size);
+    assert!(Arc::ptr_eq(&a_key, &b_key) && Arc::ptr_eq(&a_key, &c_key), "one copy of a key");
+    assert!(Arc::ptr_eq(&a_size, &b_size), "one copy of a value");
+    assert!(!Arc::ptr_eq(&a_size, &c_size));
+    assert!(Arc::ptr_eq(&entry(&a, "karpenter.sh/nodepool").1, &entry(&c, "karpenter.sh/nodepool").1));
+    assert_eq!(&*entry(&b, "kubernetes.io/hostname").1, "b");
+    // Sharing changes nothing a reader sees: the records equal fresh conversions.
+    let fresh = crate::state::NodeRecord::from_k8s(&node("a", "Standard_D2s_v5")).unwrap();
     assert_eq!(a, fresh);
 }
 

@@ -489,8 +489,8 @@ fn snapshot_of_a_small_cluster() {
     assert_eq!(b.startup_taints, vec![taint("example.com/agent"), taint("node.kubernetes.io/not-ready")]);
     assert_eq!(c.allocatable.get(CPU), 1900);
     assert_eq!(c.nodepool.as_deref(), Some("general"));
-    assert_eq!(c.labels.get(LABEL_INSTANCE_TYPE).map(String::as_str), Some("Standard_D2s_v5"));
-    assert_eq!(c.labels.get("topology.kubernetes.io/zone").map(String::as_str), Some("eastus-1"));
+    assert_eq!(c.labels.get(LABEL_INSTANCE_TYPE).map(|v| &**v), Some("Standard_D2s_v5"));
+    assert_eq!(c.labels.get("topology.kubernetes.io/zone").map(|v| &**v), Some("eastus-1"));
     assert!(!c.labels.contains_key("kubernetes.io/arch"), "two values: no label yet");
     assert_eq!(c.taints.len(), 2);
     assert_eq!(c.startup_taints, vec![taint("example.com/agent")]);

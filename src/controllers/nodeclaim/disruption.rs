@@ -105,7 +105,7 @@ pub fn decide(
         };
         let node = input.node.map(|n| NodeFacts {
             kubelet_version: n.kubelet_version.as_deref(),
-            kubelet_identity: n.node.labels.get(LABEL_KUBELET_IDENTITY).map(String::as_str),
+            kubelet_identity: n.node.labels.get(LABEL_KUBELET_IDENTITY).map(|v| &**v),
             ready: n.ready,
             deleting: n.deleting,
         });

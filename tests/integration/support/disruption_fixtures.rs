@@ -119,7 +119,7 @@ pub fn add_node(
     snapshot.nodes.push(ManagedNode {
         node: Arc::new(ExistingNode {
             name: name.into(),
-            labels,
+            labels: karpenter_azure::model::node_labels(&labels),
             taints: vec![],
             allocatable: it.allocatable.clone(),
             nodepool: Some(pool_name.into()),

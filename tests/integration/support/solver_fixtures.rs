@@ -204,7 +204,7 @@ pub fn existing_node(name: &str, zone: &str, allocatable: Resources) -> Existing
     ];
     ExistingNode {
         name: name.into(),
-        labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        labels: karpenter_azure::model::node_labels(labels),
         taints: vec![],
         allocatable,
         nodepool: None,

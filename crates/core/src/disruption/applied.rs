@@ -13,6 +13,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use super::consolidation::PASS_INTERVAL_SECONDS;
 use super::{Command, Decisions, DoNotDisrupt, ManagedNode, NodePod, Options, PodKind, Snapshot};
 use crate::model::labels::LABEL_HOSTNAME;
+use crate::model::node_labels;
 use crate::scheduling::{ExistingNode, NewNodeClaim, Pod, PodId};
 
 /// Passes stop here even if commands keep coming (they should not: every pass must save money).
@@ -156,7 +157,7 @@ pub fn managed_node(
     ManagedNode {
         node: Arc::new(ExistingNode {
             name: name.into(),
-            labels,
+            labels: node_labels(&labels),
             taints: claim.taints.clone(),
             allocatable: claim.allocatable.clone(),
             nodepool: Some(claim.nodepool.clone()),

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::apis::duration::NillableDuration;
+use crate::model::node_labels;
 use crate::model::resources::NODES;
 use crate::scheduling::{static_claim, Cancelled, ExistingNode, NewNodeClaim, ShouldCancel};
 
@@ -184,7 +185,7 @@ pub fn drift_outcome(
     with.unmanaged.push(UnmanagedNode {
         node: Arc::new(ExistingNode {
             name: claim.name.clone(),
-            labels: claim.labels.clone(),
+            labels: node_labels(&claim.labels),
             taints: claim.taints.clone(),
             allocatable: claim.allocatable.saturating_sub(&claim.daemon_overhead),
             nodepool: Some(claim.nodepool.clone()),

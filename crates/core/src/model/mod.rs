@@ -13,11 +13,13 @@
 
 pub mod instancetype;
 pub mod labels;
+pub mod node_labels;
 pub mod requirements;
 pub mod resources;
 pub mod selection;
 mod value_set;
 
 pub use instancetype::{CapacityType, InstanceType, Offering, Overhead};
+pub use node_labels::{node_labels, LabelLookup, NodeLabels};
 pub use requirements::{Requirement, Requirements};
 pub use resources::Resources;

@@ -24,6 +24,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::model::labels;
+use crate::model::node_labels::LabelLookup;
 use crate::model::value_set::ValueSet;
 
 /// A node selector operator, as in `corev1.NodeSelectorOperator`.
@@ -424,8 +425,8 @@ impl Requirements {
     }
 
     /// Whether a node with these labels satisfies every requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.by_key.iter().all(|r| r.admits(labels.get(&r.key).map(String::as_str)))
+    pub fn matches(&self, labels: &(impl LabelLookup + ?Sized)) -> bool {
+        self.by_key.iter().all(|r| r.admits(labels.label(&r.key)))
     }
 
     /// The first key whose requirement admits nothing at all.

@@ -59,7 +59,7 @@ impl RunningBase {
             .map(|n| {
                 let domains = scopes
                     .iter()
-                    .filter_map(|&s| n.labels.get(selectors.key_of(s)).map(|d| (s, d.clone())))
+                    .filter_map(|&s| n.labels.get(selectors.key_of(s)).map(|d| (s, d.to_string())))
                     .collect();
                 let base = NodeBase {
                     used: Resources::new(),

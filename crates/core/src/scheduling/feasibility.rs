@@ -140,7 +140,8 @@ impl<'a> Checker<'a> {
         for node in &self.input.nodes {
             let ignored =
                 |t: &Taint| node.startup_taints.iter().any(|s| s.key == t.key && s.effect == t.effect);
-            let mut labels = node.labels.clone();
+            let mut labels: BTreeMap<String, String> =
+                node.labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
             labels.entry(LABEL_HOSTNAME.to_string()).or_insert_with(|| node.name.clone());
             let placed = plan.existing.get(&node.name).into_iter().flatten();
             nodes.push(NodeView {

@@ -14,7 +14,7 @@ use crate::apis::{NodePool, Operator, Taint, TaintEffect};
 use crate::model::labels::{AKS_MODE_DEFAULT, LABEL_AKS_MODE, LABEL_NODEPOOL};
 use crate::model::requirements::{Requirement, RequirementError, Requirements};
 use crate::model::resources::{Resources, ResourcesError, NODES};
-use crate::model::InstanceType;
+use crate::model::{node_labels, InstanceType};
 use crate::scheduling::input::{ExistingNode, NodePoolInput};
 
 mod pod;
@@ -178,7 +178,7 @@ pub fn node(node: &core::Node) -> Result<ExistingNode, FromK8sError> {
     Ok(ExistingNode {
         nodepool: labels.get(LABEL_NODEPOOL).cloned(),
         name,
-        labels,
+        labels: node_labels(labels),
         taints,
         allocatable: node_allocatable(node)?,
         in_flight: false,

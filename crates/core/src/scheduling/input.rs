@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::apis::{Taint, TaintEffect};
 use crate::model::requirements::Requirements;
 use crate::model::resources::Resources;
-use crate::model::InstanceType;
+use crate::model::{InstanceType, NodeLabels};
 
 /// `namespace/name`, the identity of a pod in plans and messages.
 pub type PodId = String;
@@ -159,7 +159,7 @@ impl HostPort {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExistingNode {
     pub name: String,
-    pub labels: BTreeMap<String, String>,
+    pub labels: NodeLabels,
     pub taints: Vec<Taint>,
     pub allocatable: Resources,
     /// The NodePool that owns it, if any.

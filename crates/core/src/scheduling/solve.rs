@@ -394,8 +394,8 @@ fn eligible_domains(solver: &Solver, requirements: &Requirements, masks: &[u32])
         let mut matching = group.nodes.iter().map(|&i| &nodes[i]).filter(|n| requirements.matches(&n.labels));
         let Some((zone, capacity_type)) = group.pair else {
             for n in matching {
-                zones.extend(n.labels.get(LABEL_ZONE).cloned());
-                capacity_types.extend(n.labels.get(LABEL_CAPACITY_TYPE).cloned());
+                zones.extend(n.labels.get(LABEL_ZONE).map(|z| z.to_string()));
+                capacity_types.extend(n.labels.get(LABEL_CAPACITY_TYPE).map(|c| c.to_string()));
             }
             continue;
         };
@@ -438,7 +438,7 @@ fn label_domains(
             domains.extend(label_domains_of_type(key, instance_type, &allowed));
         }
         for n in solver.input().nodes.iter().filter(|n| requirements.matches(&n.labels)) {
-            domains.extend(n.labels.get(key).cloned());
+            domains.extend(n.labels.get(key).map(|d| d.to_string()));
         }
         out.insert(scope, domains.into_iter().collect());
     }

@@ -118,12 +118,12 @@ impl Domains {
                 let Some(domain) = node.labels.get(selectors.key_of(scope)) else { continue };
                 let counts = domains.scope_mut(scope);
                 for &s in matched {
-                    *counts.matching[s].entry(domain.clone()).or_default() += 1;
+                    *counts.matching[s].entry(domain.to_string()).or_default() += 1;
                 }
                 for t in &pod.anti_affinity {
                     if selectors.scope_of(&t.topology_key) == Some(scope) {
                         if let Some(s) = selectors.find(&t.namespaces, &t.selector) {
-                            *counts.repelling[s].entry(domain.clone()).or_default() += 1;
+                            *counts.repelling[s].entry(domain.to_string()).or_default() += 1;
                         }
                     }
                 }

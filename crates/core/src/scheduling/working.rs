@@ -117,7 +117,7 @@ impl<'a> NodesByPair<'a> {
         for (i, node) in input.nodes.iter().enumerate() {
             let zone = node.labels.get(LABEL_ZONE);
             let capacity_type = node.labels.get(LABEL_CAPACITY_TYPE);
-            let pair = zone.zip(capacity_type).map(|(z, c)| (z.as_str(), c.as_str()));
+            let pair = zone.zip(capacity_type).map(|(z, c)| (&**z, &**c));
             let g = *index.entry(pair).or_insert_with(|| {
                 groups.push(NodesByPair { pair, nodes: vec![] });
                 groups.len() - 1

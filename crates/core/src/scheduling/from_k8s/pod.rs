@@ -410,7 +410,7 @@ fn affinity_term(
         Some(ns_selector) => {
             let wanted = label_selector(&format!("{field}.namespaceSelector"), ns_selector)?;
             namespaces
-                .extend(ctx.namespaces.iter().filter(|(_, l)| wanted.matches(l)).map(|(n, _)| n.clone()));
+                .extend(ctx.namespaces.iter().filter(|(_, l)| wanted.matches(*l)).map(|(n, _)| n.clone()));
         }
         None if namespaces.is_empty() => {
             namespaces.insert(src.namespace.to_string());

@@ -129,7 +129,7 @@ fn a_bound_pod_keeps_its_node_selector_for_when_it_is_moved() {
     );
     assert_eq!(bound.required_terms.len(), 1);
     assert!(!bound.required_terms[0]
-        .matches(&[("karpenter.sh/nodepool".to_string(), "general".to_string())].into()));
+        .matches(&BTreeMap::from([("karpenter.sh/nodepool".to_string(), "general".to_string())])));
 }
 
 #[test]
