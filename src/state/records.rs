@@ -421,7 +421,7 @@ impl NodeClaimRecord {
     /// them), its taints and startup taints (ignored, since a daemon removes them), and the
     /// allocatable the cloud reported.
     pub fn in_flight_node(&self) -> ExistingNode {
-        let mut labels: NodeLabels = node_labels(self.pinned.iter().map(|(k, v)| (k, v)));
+        let mut labels: NodeLabels = node_labels(self.pinned.iter().map(|(key, value)| (key, value)));
         labels.extend(node_labels(self.labels.iter()));
         let mut taints = self.taints.clone();
         taints.extend(self.startup_taints.iter().cloned());

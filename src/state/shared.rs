@@ -1,8 +1,10 @@
 //! One copy of what many objects carry alike. The pods of one Deployment, Job or DaemonSet have the
 //! same labels, the same tolerations (the API server's `DefaultTolerationSeconds` admission adds the
 //! same two to nearly every pod) and the same owner; the NodeClaims of one NodePool, size, zone and
-//! capacity type have the same labels and, but for a replacement's, the same annotations. So the index
-//! keeps each distinct value once and every record points at it.
+//! capacity type have the same labels and, but for a replacement's, the same annotations; the Nodes of
+//! one pool and size differ in a few labels of their thirty (hostname, ids), so their label keys and
+//! values are shared one string at a time. So the index keeps each distinct value once and every
+//! record points at it.
 //!
 //! A value no record uses any more is dropped by a sweep that runs when the table has doubled since
 //! the last one, so the work is constant per value shared and the table holds at most about twice the
