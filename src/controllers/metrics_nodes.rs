@@ -17,6 +17,7 @@ use super::metrics::{resource_type, resource_value, Catalog};
 use crate::model::instancetype::CapacityType;
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE};
 use crate::model::resources::{parse_resource_quantity, Resources, PODS};
+use crate::model::LabelLookup;
 use crate::operator::metrics::{node_label_keys, Metrics};
 use crate::state::{Cluster, NodeRecord};
 
@@ -25,7 +26,7 @@ fn node_values(node: &NodeRecord, managed: bool) -> Vec<String> {
     let labels = &node.node.labels;
     let mut values: Vec<String> = node_label_keys()
         .into_iter()
-        .map(|(key, _)| labels.get(key).map(|v| v.to_string()).unwrap_or_default())
+        .map(|(key, _)| labels.label(key).unwrap_or_default().to_string())
         .collect();
     values.push(node.name().to_string());
     values.push(node.phase.clone());

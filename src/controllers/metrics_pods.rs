@@ -20,6 +20,7 @@ use kube::ResourceExt;
 use crate::model::labels::{
     LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
 };
+use crate::model::LabelLookup;
 use crate::operator::metrics::Metrics;
 use crate::state::{self, Cluster, PodPhase, PodRecord};
 
@@ -145,8 +146,7 @@ fn phase_label(phase: PodPhase) -> &'static str {
 fn state_values(cluster: &Cluster, pod: &PodRecord) -> [String; 13] {
     let node_name = pod.pod.node_name.clone().unwrap_or_default();
     let node = pod.pod.node_name.as_deref().and_then(|name| cluster.node(name));
-    let label =
-        |key: &str| node.and_then(|n| n.node.labels.get(key)).map(|v| v.to_string()).unwrap_or_default();
+    let label = |key: &str| node.and_then(|n| n.node.labels.label(key)).unwrap_or_default().to_string();
     let pool = label(LABEL_NODEPOOL);
     [
         pod.pod.name.clone(),

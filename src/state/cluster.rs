@@ -228,7 +228,7 @@ impl Cluster {
                 self.pods.insert(key, Box::new(record));
             }
             Object::Node(n) => {
-                let record = self.shared.node(NodeRecord::from_k8s(n)?);
+                let record = self.shared.node(n)?;
                 if let Some(id) = &record.provider_id {
                     self.node_by_provider_id.insert(id.clone(), key.clone());
                 }

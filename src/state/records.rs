@@ -20,7 +20,7 @@ use crate::model::labels::{
 };
 use crate::model::requirements::Requirements;
 use crate::model::resources::{Resources, NODES};
-use crate::model::{node_labels, NodeLabels};
+use crate::model::{node_labels, LabelLookup, NodeLabels};
 use crate::scheduling::from_k8s::{self, FromK8sError, PodContext};
 use crate::scheduling::{ExistingNode, Pod};
 
@@ -246,10 +246,18 @@ pub fn is_ready(node: &core::Node) -> bool {
 
 impl NodeRecord {
     pub fn from_k8s(n: &core::Node) -> Result<Self, FromK8sError> {
-        let node = from_k8s::node(n)?;
+        Self::from_k8s_sharing_labels(n, |s: &str| Arc::from(s))
+    }
+
+    /// [`Self::from_k8s`], with each label key and value made by `share` (the index's held copy).
+    pub fn from_k8s_sharing_labels(
+        n: &core::Node,
+        share: impl FnMut(&str) -> Arc<str>,
+    ) -> Result<Self, FromK8sError> {
+        let node = from_k8s::node_sharing_labels(n, share)?;
         let ready = is_ready(n);
         Ok(Self {
-            initialized: node.labels.get(LABEL_INITIALIZED).is_some_and(|v| &**v == "true"),
+            initialized: node.labels.label(LABEL_INITIALIZED) == Some("true"),
             node: Arc::new(node),
             provider_id: n.spec.as_ref().and_then(|s| s.provider_id.clone()).filter(|p| !p.is_empty()),
             uid: n.metadata.uid.clone(),

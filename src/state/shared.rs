@@ -15,6 +15,9 @@ use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1 as core;
+
+use crate::scheduling::from_k8s::FromK8sError;
 use crate::scheduling::input::Toleration;
 use crate::state::records::{NodeClaimRecord, NodeRecord, PodRecord};
 
@@ -80,6 +83,18 @@ impl<T: ?Sized + Hash + Eq> Interner<T> {
         value
     }
 
+    /// The held copy equal to `value`, or a new copy of it, now held. Unlike [`Self::share`], nothing
+    /// is allocated when a copy is already held.
+    pub fn share_ref(&mut self, value: &T) -> Arc<T>
+    where
+        for<'a> Arc<T>: From<&'a T>,
+    {
+        match self.values.get(value) {
+            Some(held) => held.clone(),
+            None => self.share(Arc::from(value)),
+        }
+    }
+
     /// Drops the values only this table still points at.
     fn sweep(&mut self) {
         self.values.retain(|value| Arc::strong_count(value) > 1);
@@ -118,17 +133,11 @@ impl SharedParts {
         record
     }
 
-    /// `record` with the keys and values of its labels replaced by the held copies. The record's
-    /// solver node must be its own (just converted), as it is changed in place.
-    pub fn node(&mut self, mut record: NodeRecord) -> NodeRecord {
-        if let Some(node) = Arc::get_mut(&mut record.node) {
-            let strings = &mut self.node_label_strings;
-            node.labels = std::mem::take(&mut node.labels)
-                .into_iter()
-                .map(|(key, value)| (strings.share(key), strings.share(value)))
-                .collect();
-        }
-        record
+    /// The Node as a record whose label keys and values are the held copies; a new string is
+    /// allocated only for a key or value no indexed node carries yet.
+    pub fn node(&mut self, node: &core::Node) -> Result<NodeRecord, FromK8sError> {
+        let strings = &mut self.node_label_strings;
+        NodeRecord::from_k8s_sharing_labels(node, |s| strings.share_ref(s))
     }
 
     /// `record` with its labels and annotations replaced by the held copies.

@@ -24,6 +24,17 @@ fn equal_values_are_held_once() {
 }
 
 #[test]
+fn a_borrowed_value_gets_the_held_copy_or_becomes_one() {
+    let mut table: Interner<str> = Interner::default();
+    let held = table.share(Arc::from("eastus-1"));
+    assert!(Arc::ptr_eq(&held, &table.share_ref("eastus-1")), "the held copy, not a new one");
+    let new = table.share_ref("eastus-2");
+    assert_eq!(&*new, "eastus-2");
+    assert!(Arc::ptr_eq(&new, &table.share(Arc::from("eastus-2"))), "a new value is held from then on");
+    assert_eq!(table.len(), 2);
+}
+
+#[test]
 fn values_no_one_uses_are_swept_and_used_ones_kept() {
     let mut table: Interner<str> = Interner::default();
     let kept: Vec<Arc<str>> = (0..10).map(|i| table.share(Arc::from(format!("kept-{i}")))).collect();

@@ -15,6 +15,7 @@ use crate::apis::{NodeClaim, TaintEffect};
 use crate::model::labels::LABEL_INSTANCE_TYPE;
 use crate::model::resources::{Resources, CPU, NODES};
 use crate::model::InstanceType;
+use crate::model::LabelLookup;
 use crate::scheduling::SolveOptions;
 
 pub(crate) fn yaml<T: DeserializeOwned>(text: &str) -> T {
@@ -489,8 +490,8 @@ fn snapshot_of_a_small_cluster() {
     assert_eq!(b.startup_taints, vec![taint("example.com/agent"), taint("node.kubernetes.io/not-ready")]);
     assert_eq!(c.allocatable.get(CPU), 1900);
     assert_eq!(c.nodepool.as_deref(), Some("general"));
-    assert_eq!(c.labels.get(LABEL_INSTANCE_TYPE).map(|v| &**v), Some("Standard_D2s_v5"));
-    assert_eq!(c.labels.get("topology.kubernetes.io/zone").map(|v| &**v), Some("eastus-1"));
+    assert_eq!(c.labels.label(LABEL_INSTANCE_TYPE), Some("Standard_D2s_v5"));
+    assert_eq!(c.labels.label("topology.kubernetes.io/zone"), Some("eastus-1"));
     assert!(!c.labels.contains_key("kubernetes.io/arch"), "two values: no label yet");
     assert_eq!(c.taints.len(), 2);
     assert_eq!(c.startup_taints, vec![taint("example.com/agent")]);

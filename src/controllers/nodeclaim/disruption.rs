@@ -36,6 +36,7 @@ use crate::cloud::CloudProvider;
 use crate::controllers::{events, writes, ControllerError, Shared};
 use crate::disruption::drift::{self, ClaimFacts, ClassDrift, DriftReason, NodeFacts, PoolDrift};
 use crate::model::InstanceType;
+use crate::model::LabelLookup;
 use crate::operator::metrics::in_controller;
 use crate::state::{Cluster, NodeClaimRecord, NodeRecord};
 
@@ -105,7 +106,7 @@ pub fn decide(
         };
         let node = input.node.map(|n| NodeFacts {
             kubelet_version: n.kubelet_version.as_deref(),
-            kubelet_identity: n.node.labels.get(LABEL_KUBELET_IDENTITY).map(|v| &**v),
+            kubelet_identity: n.node.labels.label(LABEL_KUBELET_IDENTITY),
             ready: n.ready,
             deleting: n.deleting,
         });

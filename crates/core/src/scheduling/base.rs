@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use crate::model::labels::LABEL_HOSTNAME;
 use crate::model::resources::Resources;
+use crate::model::LabelLookup;
 use crate::scheduling::input::SolveInput;
 use crate::scheduling::node::{NodeState, PodTraits};
 use crate::scheduling::shapes::{intern_rules, relevant_label_keys, Rule, Scope, Selectors};
@@ -59,7 +60,7 @@ impl RunningBase {
             .map(|n| {
                 let domains = scopes
                     .iter()
-                    .filter_map(|&s| n.labels.get(selectors.key_of(s)).map(|d| (s, d.to_string())))
+                    .filter_map(|&s| n.labels.label(selectors.key_of(s)).map(|d| (s, d.to_string())))
                     .collect();
                 let base = NodeBase {
                     used: Resources::new(),

@@ -14,7 +14,7 @@ use crate::apis::{NodePool, Operator, Taint, TaintEffect};
 use crate::model::labels::{AKS_MODE_DEFAULT, LABEL_AKS_MODE, LABEL_NODEPOOL};
 use crate::model::requirements::{Requirement, RequirementError, Requirements};
 use crate::model::resources::{Resources, ResourcesError, NODES};
-use crate::model::{node_labels, InstanceType};
+use crate::model::InstanceType;
 use crate::scheduling::input::{ExistingNode, NodePoolInput};
 
 mod pod;
@@ -156,8 +156,17 @@ pub fn node_capacity(node: &core::Node) -> Result<Resources, FromK8sError> {
 /// A Node as existing capacity. A cordoned node (`spec.unschedulable`) gets the unschedulable taint
 /// when it does not carry it yet, as the node lifecycle controller would add it.
 pub fn node(node: &core::Node) -> Result<ExistingNode, FromK8sError> {
+    node_sharing_labels(node, |s: &str| Arc::from(s))
+}
+
+/// [`node`], with each label key and value made by `share`: a caller that holds the strings other
+/// nodes carry hands out its copy instead of a new one.
+pub fn node_sharing_labels(
+    node: &core::Node,
+    mut share: impl FnMut(&str) -> Arc<str>,
+) -> Result<ExistingNode, FromK8sError> {
     let name = node.metadata.name.clone().unwrap_or_default();
-    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let labels = node.metadata.labels.as_ref();
     let spec = node.spec.as_ref();
     let mut taints = spec
         .and_then(|s| s.taints.as_ref())
@@ -176,9 +185,9 @@ pub fn node(node: &core::Node) -> Result<ExistingNode, FromK8sError> {
         });
     }
     Ok(ExistingNode {
-        nodepool: labels.get(LABEL_NODEPOOL).cloned(),
+        nodepool: labels.and_then(|l| l.get(LABEL_NODEPOOL)).cloned(),
         name,
-        labels: node_labels(labels),
+        labels: labels.into_iter().flatten().map(|(key, value)| (share(key), share(value))).collect(),
         taints,
         allocatable: node_allocatable(node)?,
         in_flight: false,

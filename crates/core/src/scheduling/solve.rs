@@ -33,6 +33,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_ZONE};
 use crate::model::requirements::{Requirement, Requirements};
 use crate::model::selection::label_domains as label_domains_of_type;
+use crate::model::LabelLookup;
 use crate::scheduling::base::RunningBase;
 use crate::scheduling::cancel::{Cancelled, ShouldCancel};
 use crate::scheduling::claims;
@@ -394,8 +395,8 @@ fn eligible_domains(solver: &Solver, requirements: &Requirements, masks: &[u32])
         let mut matching = group.nodes.iter().map(|&i| &nodes[i]).filter(|n| requirements.matches(&n.labels));
         let Some((zone, capacity_type)) = group.pair else {
             for n in matching {
-                zones.extend(n.labels.get(LABEL_ZONE).map(|z| z.to_string()));
-                capacity_types.extend(n.labels.get(LABEL_CAPACITY_TYPE).map(|c| c.to_string()));
+                zones.extend(n.labels.label(LABEL_ZONE).map(str::to_string));
+                capacity_types.extend(n.labels.label(LABEL_CAPACITY_TYPE).map(str::to_string));
             }
             continue;
         };
@@ -438,7 +439,7 @@ fn label_domains(
             domains.extend(label_domains_of_type(key, instance_type, &allowed));
         }
         for n in solver.input().nodes.iter().filter(|n| requirements.matches(&n.labels)) {
-            domains.extend(n.labels.get(key).map(|d| d.to_string()));
+            domains.extend(n.labels.label(key).map(str::to_string));
         }
         out.insert(scope, domains.into_iter().collect());
     }
