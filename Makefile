@@ -33,7 +33,7 @@ PROPTEST_TESTS = intersection_agrees_with_concrete_labels intersection_is_commut
 	decisions_are_deterministic_within_budgets_and_never_cost_more the_index_never_goes_back_in_time \
 	prices_stay_sorted_and_non_negative \
 	every_pass_to_the_fixpoint_keeps_every_pod_budget_and_pdb_and_never_raises_the_price \
-	a_solve_on_the_pass_base_places_pods_as_the_solve_of_the_listed_input
+	a_solve_on_the_pass_base_places_pods_as_the_solve_of_the_listed_input a_moves_sketch_says_what_its_outcome_says
 PROPTEST_RUNS ?= 10
 proptest-random:
 	@for run in $$(seq $(PROPTEST_RUNS)); do \

@@ -18,7 +18,9 @@ use karpenter_azure::apis::nodepool::ConsolidationPolicy;
 use karpenter_azure::bench::{nodepool, upstream_instance_types, upstream_pods, UPSTREAM_ZONES};
 use karpenter_azure::bench_disruption::SplitMix;
 use karpenter_azure::disruption::applied::{managed_node, price, to_fixpoint, workload_pod, MAX_PASSES};
-use karpenter_azure::disruption::simulate::{outcome, outcome_on_base, running_base, Replace};
+use karpenter_azure::disruption::simulate::{
+    outcome, outcome_on_base_unless, running_base, Outcome, Replace,
+};
 use karpenter_azure::disruption::{Budget, Options, Pdb, PoolPolicy, Snapshot};
 use karpenter_azure::model::requirements::{Requirement, Requirements};
 use karpenter_azure::model::CapacityType;
@@ -197,8 +199,47 @@ proptest! {
         for removed in removals {
             let removed: BTreeSet<usize> = removed.into_iter().filter(|&i| i < snapshot.nodes.len()).collect();
             let listed = outcome(snapshot, &removed, now(), replace, &|| false).unwrap();
-            let on_base = outcome_on_base(snapshot, &base, &removed, now(), replace, &|| false).unwrap();
+            let on_base = outcome_on_base_unless(snapshot, &base, &removed, now(), replace, &|| false, |_| None::<()>)
+                .unwrap()
+                .unwrap();
             prop_assert_eq!(format!("{listed:?}"), format!("{on_base:?}"), "removing {:?}", removed);
+        }
+    }
+
+    /// What a pass refuses a move on before its replacements' NodeClaims are written (the move's
+    /// sketch) must be what the written outcome says: the first stranded pod with its reason, and
+    /// each replacement's price, in order, to the bit.
+    #[test]
+    fn a_moves_sketch_says_what_its_outcome_says(
+        pods in 40usize..140,
+        max_vcpus in 2usize..9,
+        shape in prop::sample::select(vec![Shape::Uniform, Shape::ZoneDrained, Shape::Fragmented, Shape::SpotMixed]),
+        drop_empty in any::<bool>(),
+        seed in any::<u64>(),
+        removals in prop::collection::vec(prop::collection::btree_set(0usize..64, 1..6), 1..5),
+        replace in prop::sample::select(vec![Replace::Any, Replace::SpotOnly, Replace::OffSpot, Replace::Never]),
+    ) {
+        let case = shaped(pods, max_vcpus, shape, drop_empty, seed, ConsolidationPolicy::WhenEmptyOrUnderutilized, "100%", false);
+        let snapshot = &case.snapshot;
+        let base = running_base(snapshot, now());
+        for removed in removals {
+            let removed: BTreeSet<usize> = removed.into_iter().filter(|&i| i < snapshot.nodes.len()).collect();
+            let sketched = outcome_on_base_unless(snapshot, &base, &removed, now(), replace, &|| false, |sketch| {
+                let stranded = sketch.first_stranded.map(|(pod, reason)| (pod.to_string(), reason.to_string()));
+                Some((stranded, sketch.replacement_prices.clone(), sketch.replacement_price()))
+            })
+            .unwrap();
+            let outcome = outcome_on_base_unless(snapshot, &base, &removed, now(), replace, &|| false, |_| None::<()>)
+                .unwrap()
+                .unwrap();
+            let Err((stranded, prices, price)) = sketched else {
+                return Err(TestCaseError::fail("no minValues here, so every placement has a sketch"));
+            };
+            prop_assert_eq!(stranded, outcome.stranded.first().cloned(), "removing {:?}", removed);
+            let bits = |prices: &[f64]| prices.iter().map(|p| p.to_bits()).collect::<Vec<_>>();
+            let written: Vec<f64> = outcome.replacements.iter().map(|c| c.price_per_hour).collect();
+            prop_assert_eq!(bits(&prices), bits(&written), "removing {:?}", removed);
+            prop_assert_eq!(price.to_bits(), Outcome::replacement_price(&outcome).to_bits());
         }
     }
 }

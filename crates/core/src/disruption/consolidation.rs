@@ -42,7 +42,7 @@ use super::budgets::{within, Allowance};
 use super::command::{BlockReason, Command, Method};
 use super::cost::node_disruption_cost;
 use super::replacement;
-use super::simulate::{outcome_on_base, running_base, solve_move, used, Outcome, Replace};
+use super::simulate::{outcome_on_base_unless, running_base, solve_move, used, MoveSketch, Outcome, Replace};
 use super::snapshot::{ManagedNode, Snapshot};
 use super::Options;
 use crate::apis::nodepool::ConsolidationPolicy;
@@ -136,9 +136,15 @@ fn evaluate_on_base(
     cancel: &dyn ShouldCancel,
 ) -> Result<Result<Evaluation, BlockReason>, Cancelled> {
     let removed: BTreeSet<usize> = nodes.iter().copied().collect();
-    let (replace, outcome) = solve_move(replace_mode(pass.snapshot, nodes, pass.options), |replace| {
-        outcome_on_base(pass.snapshot, &pass.base, &removed, pass.now, replace, cancel)
+    let (replace, solved) = solve_move(replace_mode(pass.snapshot, nodes, pass.options), |replace| {
+        outcome_on_base_unless(pass.snapshot, &pass.base, &removed, pass.now, replace, cancel, |sketch| {
+            refused_before_claims(pass.snapshot, nodes, replace, sketch)
+        })
     })?;
+    let outcome = match solved {
+        Ok(outcome) => outcome,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
     if let Some(rest) = replacement::deletion_instead(pass.snapshot, nodes, &outcome) {
         return evaluate_on_base(pass, &rest, cancel);
     }
@@ -182,9 +188,7 @@ fn judge(
     replace: Replace,
     outcome: &mut Outcome,
 ) -> Result<(f64, f64, f64), BlockReason> {
-    if let Some((pod, reason)) = outcome.stranded.first() {
-        return Err(BlockReason::NoCheaperPlacement { detail: format!("pod {pod} has no place: {reason}") });
-    }
+    stranded_rule(outcome.stranded.first().map(|(pod, reason)| (pod.as_str(), reason.as_str())))?;
     if let Some(detail) = replacement::spot_rule_broken(snapshot, replace, &outcome.replacements) {
         return Err(match replace {
             Replace::OffSpot => BlockReason::SpotToSpotDisabled,
@@ -193,21 +197,9 @@ fn judge(
     }
     let m = nodes.len();
     let k = outcome.replacements.len();
-    if !(k <= 1 || k < m) {
-        return Err(BlockReason::NoCheaperPlacement {
-            detail: format!("{m} node(s) would need {k} replacements"),
-        });
-    }
-    let price: f64 = nodes.iter().map(|&i| snapshot.nodes[i].price_per_hour).sum();
-    let savings = price - outcome.replacement_price();
-    if savings <= ROUNDING_PER_HOUR {
-        return Err(BlockReason::NoCheaperPlacement {
-            detail: format!(
-                "replacements cost ${:.4}/h, the node(s) ${price:.4}/h",
-                outcome.replacement_price()
-            ),
-        });
-    }
+    count_rule(m, k)?;
+    let price = nodes_price(snapshot, nodes);
+    let savings = savings_rule(price, outcome.replacement_price())?;
     let no_place = |detail| BlockReason::NoCheaperPlacement { detail };
     for claim in &mut outcome.replacements {
         replacement::pin_capacity_type(claim);
@@ -245,6 +237,70 @@ fn judge(
         return Err(BlockReason::NotWorthIt { savings_per_hour: savings, required_per_hour: required });
     }
     Ok((savings, disruption, required))
+}
+
+/// [`judge`]'s refusal of a move, read from the move's [`MoveSketch`] where that alone decides it, so
+/// that a move refused there never has its replacements' NodeClaims written. `None` when the move
+/// needs them to be judged:
+/// - under [`Replace::Never`], stranded pods send the move to a second solve ([`solve_move`]);
+/// - the spot rule, which only moves of spot nodes have, reads the replacements' requirements and
+///   options, and comes before the count and the price;
+/// - one replacement of several nodes may be the deletion of the others instead
+///   ([`replacement::deletion_instead`]), which reads the replacement's type.
+fn refused_before_claims(
+    snapshot: &Snapshot,
+    nodes: &[usize],
+    replace: Replace,
+    sketch: &MoveSketch,
+) -> Option<BlockReason> {
+    if replace == Replace::Never {
+        return None;
+    }
+    if let Err(refusal) = stranded_rule(sketch.first_stranded) {
+        return Some(refusal);
+    }
+    let (m, k) = (nodes.len(), sketch.replacement_prices.len());
+    if replace != Replace::Any || (k == 1 && m >= 2) {
+        return None;
+    }
+    count_rule(m, k)
+        .and_then(|()| savings_rule(nodes_price(snapshot, nodes), sketch.replacement_price()))
+        .err()
+}
+
+/// Every pod of the nodes must find a place: `first_stranded` is the first that did not, with why.
+fn stranded_rule(first_stranded: Option<(&str, &str)>) -> Result<(), BlockReason> {
+    match first_stranded {
+        Some((pod, reason)) => {
+            Err(BlockReason::NoCheaperPlacement { detail: format!("pod {pod} has no place: {reason}") })
+        }
+        None => Ok(()),
+    }
+}
+
+/// `m` nodes may become `k` replacements for any `k < m`, or one replacement of one node.
+fn count_rule(m: usize, k: usize) -> Result<(), BlockReason> {
+    if k <= 1 || k < m {
+        return Ok(());
+    }
+    Err(BlockReason::NoCheaperPlacement { detail: format!("{m} node(s) would need {k} replacements") })
+}
+
+/// What the nodes cost, $/hour.
+fn nodes_price(snapshot: &Snapshot, nodes: &[usize]) -> f64 {
+    nodes.iter().map(|&i| snapshot.nodes[i].price_per_hour).sum()
+}
+
+/// The saving of replacing nodes costing `price` by replacements costing `replacement_price`, which
+/// must be more than rounding.
+fn savings_rule(price: f64, replacement_price: f64) -> Result<f64, BlockReason> {
+    let savings = price - replacement_price;
+    if savings <= ROUNDING_PER_HOUR {
+        return Err(BlockReason::NoCheaperPlacement {
+            detail: format!("replacements cost ${replacement_price:.4}/h, the node(s) ${price:.4}/h"),
+        });
+    }
+    Ok(savings)
 }
 
 /// How often the disruption controller runs a pass, in seconds (upstream `disruption/controller.go`

@@ -15,8 +15,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::model::resources::{Resources, NODES};
 use crate::scheduling::{
-    place_with_base, place_with_cancel, Cancelled, ExistingNode, NewNodeClaim, Plan, PodId, RunningBase,
-    ShouldCancel, SolveInput,
+    place_with_cancel, placement_with_base, Cancelled, ExistingNode, NewNodeClaim, Plan, PodId, RunningBase,
+    ShouldCancel, Sketch, SolveInput,
 };
 
 use super::candidates::{destination_open, pool_of};
@@ -43,16 +43,18 @@ pub enum Replace {
 }
 
 /// Solves a move under `replace` with `solve`: a [`Replace::Never`] move whose pods do not all fit
-/// on what exists is solved again as [`Replace::OffSpot`]. Returns the mode of the outcome.
-pub fn solve_move(
+/// on what exists is solved again as [`Replace::OffSpot`]. Returns the mode of the outcome. `solve`
+/// may answer a move with a refusal (`E`) instead of an outcome, except under [`Replace::Never`],
+/// whose stranded pods decide the second solve.
+pub fn solve_move<E>(
     replace: Replace,
-    mut solve: impl FnMut(Replace) -> Result<Outcome, Cancelled>,
-) -> Result<(Replace, Outcome), Cancelled> {
-    let outcome = solve(replace)?;
-    if replace == Replace::Never && !outcome.stranded.is_empty() {
+    mut solve: impl FnMut(Replace) -> Result<Result<Outcome, E>, Cancelled>,
+) -> Result<(Replace, Result<Outcome, E>), Cancelled> {
+    let solved = solve(replace)?;
+    if replace == Replace::Never && solved.as_ref().is_ok_and(|outcome| !outcome.stranded.is_empty()) {
         return Ok((Replace::OffSpot, solve(Replace::OffSpot)?));
     }
-    Ok((replace, outcome))
+    Ok((replace, solved))
 }
 
 /// What removing a set of nodes would take.
@@ -180,30 +182,75 @@ pub fn outcome(
 ) -> Result<Outcome, Cancelled> {
     let input = input_without(snapshot, removed, now, replace);
     let plan = place_with_cancel(&input, cancel)?;
-    Ok(read_outcome(snapshot, removed, plan))
+    Ok(read_outcome(&moved_pods(snapshot, removed), plan))
 }
 
 /// [`outcome`] with the running pods read from the pass's `base` ([`running_base`] of the same
-/// snapshot and `now`) instead of from a copy of them in each solve's input.
-pub fn outcome_on_base(
+/// snapshot and `now`) instead of from a copy of them in each solve's input; or the refusal `refuse`
+/// makes of the move's [`MoveSketch`] before the replacements' NodeClaims are written.
+#[allow(clippy::too_many_arguments)]
+pub fn outcome_on_base_unless<E>(
     snapshot: &Snapshot,
     base: &RunningBase,
     removed: &BTreeSet<usize>,
     now: Timestamp,
     replace: Replace,
     cancel: &dyn ShouldCancel,
-) -> Result<Outcome, Cancelled> {
+    refuse: impl FnOnce(&MoveSketch) -> Option<E>,
+) -> Result<Result<Outcome, E>, Cancelled> {
     let input = input_of(snapshot, removed, now, replace, Running::InBase);
-    let plan = place_with_base(&input, base, cancel)?;
-    Ok(read_outcome(snapshot, removed, plan))
+    let placement = placement_with_base(&input, base, cancel)?;
+    let moved = moved_pods(snapshot, removed);
+    if let Some(sketch) = placement.sketch() {
+        if let Some(refusal) = refuse(&MoveSketch::read(&sketch, &moved)) {
+            return Ok(Err(refusal));
+        }
+    }
+    Ok(Ok(read_outcome(&moved, placement.into_plan())))
 }
 
-/// The plan of a solve without `removed`, as the moves and replacements of their pods.
-fn read_outcome(snapshot: &Snapshot, removed: &BTreeSet<usize>, plan: Plan) -> Outcome {
-    let moved: HashSet<PodId> = removed
+/// The reschedulable pods of `removed`: those a move of them places.
+fn moved_pods(snapshot: &Snapshot, removed: &BTreeSet<usize>) -> HashSet<PodId> {
+    removed
         .iter()
         .flat_map(|&i| snapshot.nodes[i].pods.iter().filter(|p| p.reschedulable()).map(|p| p.pod.id()))
-        .collect();
+        .collect()
+}
+
+/// What a move's [`Outcome`] will say of its stranded pods and replacements, read from the solve's
+/// placement before the NodeClaims are written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoveSketch<'p> {
+    /// The outcome's first stranded pod, with the solve's reason.
+    pub first_stranded: Option<(&'p str, &'p str)>,
+    /// The `price_per_hour` of each of the outcome's replacements, in order.
+    pub replacement_prices: Vec<f64>,
+}
+
+impl<'p> MoveSketch<'p> {
+    fn read(sketch: &'p Sketch<'_>, moved: &HashSet<PodId>) -> MoveSketch<'p> {
+        let first_stranded = sketch
+            .unschedulable
+            .iter()
+            .find(|u| moved.contains(&u.pod))
+            .map(|u| (u.pod.as_str(), u.reason.as_str()));
+        let replacement_prices = sketch
+            .new_nodes
+            .iter()
+            .filter(|n| n.pods.iter().any(|p| moved.contains(p)))
+            .map(|n| n.price_per_hour)
+            .collect();
+        MoveSketch { first_stranded, replacement_prices }
+    }
+
+    /// What the outcome's [`Outcome::replacement_price`] will be.
+    pub fn replacement_price(&self) -> f64 {
+        self.replacement_prices.iter().sum()
+    }
+}
+
+/// The plan of a solve as the moves and replacements of the `moved` pods.
+fn read_outcome(moved: &HashSet<PodId>, plan: Plan) -> Outcome {
     let mut moves = vec![];
     for (node, placed) in plan.existing {
         moves.extend(

@@ -5,6 +5,7 @@
 //! controller and the simulator share it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -65,7 +66,10 @@ pub fn validate(
         Some(Ok(claim)) => {
             static_pools::drift_outcome(snapshot, indices[0], &claim, now, &|| false).map(|o| (replace, o))
         }
-        None => solve_move(replace, |replace| outcome(snapshot, &removed, now, replace, &|| false)),
+        None => solve_move(replace, |replace| {
+            outcome(snapshot, &removed, now, replace, &|| false).map(Ok::<_, Infallible>)
+        })
+        .map(|(replace, Ok(outcome))| (replace, outcome)),
     }
     .expect("never cancelled");
     if let Some((pod, why)) = result.stranded.first() {

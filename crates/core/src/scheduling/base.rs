@@ -5,7 +5,7 @@
 //! pods to place), and on a large cluster reading them is most of a small solve's cost: interning
 //! the selectors of their rules, matching every pod against every selector, and counting the
 //! matches per node and per topology domain. [`RunningBase`] does that once over the whole cluster;
-//! a solve built on it ([`crate::scheduling::place_with_base`]) takes its input's nodes and adds up
+//! a solve built on it ([`crate::scheduling::placement_with_base`]) takes its input's nodes and adds up
 //! the counts of each, so its cost grows with the nodes, not the pods.
 //!
 //! The counts are those [`crate::scheduling::solve`] makes from the input's running pods: a solve

@@ -8,10 +8,11 @@ use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE}
 use crate::model::requirements::{Requirement, Requirements};
 use crate::model::selection::offering_labels;
 use crate::model::{CapacityType, InstanceType, Offering};
+use crate::scheduling::input::PodId;
 use crate::scheduling::input::{MinValuesPolicy, NodePoolInput};
 use crate::scheduling::node_fit;
 use crate::scheduling::plan::{NewNodeClaim, Plan, Unschedulable};
-use crate::scheduling::templates::TemplateOffering;
+use crate::scheduling::templates::{Template, TemplateOffering};
 use crate::scheduling::working::{Slot, Solver};
 
 /// Builds the plan; `unschedulable` comes from the relaxation rounds, `lower_bound_per_hour` from
@@ -22,18 +23,10 @@ pub(crate) fn build_plan(
     lower_bound_per_hour: f64,
 ) -> Plan {
     let mut plan = Plan::default();
-    let mut cursor = vec![0usize; solver.classes().len()];
     let mut names = ClaimNames::new(solver);
-    let mut zone_use: BTreeMap<String, usize> = BTreeMap::new();
-    for slot in solver.slots() {
-        let mut pods = vec![];
-        for &(c, n) in slot.classes() {
-            let list = &solver.classes()[c].pods;
-            for &p in &list[cursor[c]..cursor[c] + n as usize] {
-                pods.push(solver.input().pods[p].id());
-            }
-            cursor[c] += n as usize;
-        }
+    let mut zone_use = ZoneUse::new();
+    for (slot, held) in slots_with_pods(solver) {
+        let pods: Vec<PodId> = held.iter().map(|&p| solver.input().pods[p].id()).collect();
         match (slot.existing(), slot.template()) {
             (Some(i), _) if !pods.is_empty() => {
                 plan.existing.entry(solver.input().nodes[i].name.clone()).or_default().extend(pods);
@@ -56,62 +49,58 @@ pub(crate) fn build_plan(
     plan
 }
 
-/// Templates of the slot's pool and tier that hold its pods, cheapest first (ties by name), limited
-/// so that a pool with limits never gets an option larger than the chosen node.
-fn options(solver: &Solver, slot: &Slot) -> Vec<(usize, u32, f64)> {
-    let chosen = slot.template().expect("new slots have a template");
-    let pool = solver.templates()[chosen].pool;
-    if !node_fit::rules_allow(solver, slot.classes()) {
-        return vec![];
-    }
-    let demand = node_fit::total_demand(solver, slot.classes());
-    let mut out: Vec<(usize, u32, f64)> = solver
-        .templates()
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| t.pool == pool)
-        .filter_map(|(t, tpl)| {
-            if !crate::scheduling::shapes::fits(&demand, &tpl.capacity) {
-                return None;
-            }
-            let mask = node_fit::joint_mask(solver, slot.classes(), t);
-            if mask == 0 {
-                return None;
-            }
-            if !node_fit::within_pool_limits(solver, t, chosen) {
-                return None;
-            }
-            Some((t, mask, tpl.price(mask)))
-        })
-        .collect();
-    out.sort_by(|a, b| a.2.total_cmp(&b.2).then_with(|| type_name(solver, a.0).cmp(type_name(solver, b.0))));
-    out
+/// Every slot with the input indices of the pods it holds: the first placed pods of each class go to
+/// its slots in slot order.
+pub(crate) fn slots_with_pods<'s>(solver: &'s Solver) -> impl Iterator<Item = (&'s Slot, Vec<usize>)> + 's {
+    let mut cursor = vec![0usize; solver.classes().len()];
+    solver.slots().iter().map(move |slot| {
+        let mut pods = vec![];
+        for &(c, n) in slot.classes() {
+            let list = &solver.classes()[c].pods;
+            pods.extend_from_slice(&list[cursor[c]..cursor[c] + n as usize]);
+            cursor[c] += n as usize;
+        }
+        (slot, pods)
+    })
 }
 
-fn type_name<'s>(solver: &'s Solver, t: usize) -> &'s str {
-    let tpl = &solver.templates()[t];
-    &solver.input().nodepools[tpl.pool].instance_types[tpl.instance_type].name
+/// How many new nodes each zone has been given so far in a plan, which breaks ties between equally
+/// cheap offerings.
+pub(crate) type ZoneUse = BTreeMap<String, usize>;
+
+/// Whether writing a new slot's NodeClaim can fail, leaving its pods unschedulable: only on a
+/// minValues the options cannot meet under [`MinValuesPolicy::Strict`].
+pub(crate) fn claims_may_fail(solver: &Solver) -> bool {
+    solver.input().options.min_values_policy == MinValuesPolicy::Strict
+        && (solver.input().nodepools.iter().any(|p| has_min_values(&p.requirements))
+            || solver.classes().iter().any(|c| has_min_values(&c.requirements)))
 }
 
-fn new_claim(
-    solver: &Solver,
+fn has_min_values(requirements: &Requirements) -> bool {
+    requirements.iter().any(|r| r.min_values().is_some())
+}
+
+/// A new slot's cheapest option and the offering its NodeClaim launches as, counted in `zone_use`:
+/// what the NodeClaim [`build_plan`] writes for the slot is priced at.
+pub(crate) fn priced_offering<'s>(
+    solver: &'s Solver,
     slot: &Slot,
-    pods: Vec<String>,
-    names: &mut ClaimNames<'_>,
-    zone_use: &mut BTreeMap<String, usize>,
-) -> Result<NewNodeClaim, String> {
-    let mut options = options(solver, slot);
-    if options.is_empty() {
-        // Cannot happen: the slot's own template holds its pods; keep it as the only option.
-        let t = slot.template().expect("new slot");
-        options.push((t, slot.mask(), solver.templates()[t].price(slot.mask())));
-    }
-    // Right-size: the cheapest option wins.
-    let (t, mask, price) = options[0];
-    let tpl = &solver.templates()[t];
-    let pool = &solver.input().nodepools[tpl.pool];
-    let it = &pool.instance_types[tpl.instance_type];
-    // Among equally cheap offerings prefer spot, then the zone with the fewest new nodes so far.
+    zone_use: &mut ZoneUse,
+) -> &'s TemplateOffering {
+    let (t, mask, price) = option_candidates(solver, slot)
+        .min_by(|a, b| by_price_then_name(solver, a, b))
+        .unwrap_or_else(|| own_option(solver, slot));
+    chosen_offering(&solver.templates()[t], mask, price, zone_use)
+}
+
+/// Among the offerings of `mask` that cost `price`, spot first, then the zone with the fewest new
+/// nodes so far; counted in `zone_use`.
+fn chosen_offering<'t>(
+    tpl: &'t Template,
+    mask: u32,
+    price: f64,
+    zone_use: &mut ZoneUse,
+) -> &'t TemplateOffering {
     let offering = tpl
         .offerings
         .iter()
@@ -126,16 +115,83 @@ fn new_claim(
         })
         .expect("the mask holds the cheapest offering");
     *zone_use.entry(offering.zone.clone()).or_default() += 1;
+    offering
+}
 
-    let mut all_options: Vec<String> =
-        options.iter().map(|&(o, ..)| type_name(solver, o).to_string()).collect();
+/// Templates of the slot's pool and tier that hold its pods, cheapest first (ties by name), limited
+/// so that a pool with limits never gets an option larger than the chosen node.
+fn options(solver: &Solver, slot: &Slot) -> Vec<(usize, u32, f64)> {
+    let mut out: Vec<(usize, u32, f64)> = option_candidates(solver, slot).collect();
+    out.sort_by(|a, b| by_price_then_name(solver, a, b));
+    out
+}
+
+/// [`options`] unsorted.
+fn option_candidates<'s>(solver: &'s Solver, slot: &'s Slot) -> impl Iterator<Item = (usize, u32, f64)> + 's {
+    let chosen = slot.template().expect("new slots have a template");
+    let pool = solver.templates()[chosen].pool;
+    let allowed = node_fit::rules_allow(solver, slot.classes());
+    let demand = node_fit::total_demand(solver, slot.classes());
+    solver.templates().iter().enumerate().filter(move |(_, t)| allowed && t.pool == pool).filter_map(
+        move |(t, tpl)| {
+            if !crate::scheduling::shapes::fits(&demand, &tpl.capacity) {
+                return None;
+            }
+            let mask = node_fit::joint_mask(solver, slot.classes(), t);
+            if mask == 0 {
+                return None;
+            }
+            if !node_fit::within_pool_limits(solver, t, chosen) {
+                return None;
+            }
+            Some((t, mask, tpl.price(mask)))
+        },
+    )
+}
+
+fn by_price_then_name(solver: &Solver, a: &(usize, u32, f64), b: &(usize, u32, f64)) -> std::cmp::Ordering {
+    a.2.total_cmp(&b.2).then_with(|| type_name(solver, a.0).cmp(type_name(solver, b.0)))
+}
+
+/// The slot's own template, the option of a slot no other option holds. Cannot happen: the slot's
+/// own template holds its pods.
+fn own_option(solver: &Solver, slot: &Slot) -> (usize, u32, f64) {
+    let t = slot.template().expect("new slot");
+    (t, slot.mask(), solver.templates()[t].price(slot.mask()))
+}
+
+fn type_name<'s>(solver: &'s Solver, t: usize) -> &'s str {
+    let tpl = &solver.templates()[t];
+    &solver.input().nodepools[tpl.pool].instance_types[tpl.instance_type].name
+}
+
+fn new_claim(
+    solver: &Solver,
+    slot: &Slot,
+    pods: Vec<String>,
+    names: &mut ClaimNames<'_>,
+    zone_use: &mut ZoneUse,
+) -> Result<NewNodeClaim, String> {
+    let mut options = options(solver, slot);
+    if options.is_empty() {
+        options.push(own_option(solver, slot));
+    }
+    // Right-size: the cheapest option wins.
+    let (t, mask, price) = options[0];
+    let tpl = &solver.templates()[t];
+    let pool = &solver.input().nodepools[tpl.pool];
+    let it = &pool.instance_types[tpl.instance_type];
+    let offering = chosen_offering(tpl, mask, price, zone_use);
+    let listed_count = options.len().min(solver.input().options.max_instance_type_options.max(1));
+    let all_options: Vec<String> =
+        options[..listed_count].iter().map(|&(o, ..)| type_name(solver, o).to_string()).collect();
     let mut requirements = pool.requirements.clone();
     for &(c, _) in slot.classes() {
         requirements = requirements.intersect(&solver.classes()[c].requirements);
     }
-    // minValues is judged on every type that would do, then the list is truncated for the claim. Under
+    // minValues is judged on every type that would do, not only on those the claim lists. Under
     // BestEffort a minValues those types cannot meet is lowered to what they meet instead.
-    if requirements.iter().any(|r| r.min_values().is_some()) {
+    if has_min_values(&requirements) {
         let label_sets = option_label_sets(solver, &options);
         if let Err(e) = requirements.check_min_values(label_sets.iter()) {
             match solver.input().options.min_values_policy {
@@ -146,8 +202,7 @@ fn new_claim(
             }
         }
     }
-    all_options.truncate(solver.input().options.max_instance_type_options.max(1));
-    let listed = &options[..all_options.len()];
+    let listed = &options[..listed_count];
     // The claim carries the zones and capacity types its listed options may launch in, so the launcher
     // chooses among exactly the offerings the plan priced (the cheapest first) and still has the others
     // to fall back on after a capacity error.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use crate::model::labels::LABEL_INSTANCE_TYPE;
 use crate::model::{Requirement, Requirements};
 use crate::scheduling::test_support::{instance_type, pod, pool, GI};
-use crate::scheduling::{solve, MinValuesPolicy, SolveInput, SolveOptions};
+use crate::scheduling::{placement_with_base, solve, MinValuesPolicy, RunningBase, SolveInput, SolveOptions};
 
 /// One pod of 1.5 CPUs, which c2, c4 and c8 hold, and a pool asking for `min_values` instance types.
 fn input(min_values: u32, policy: MinValuesPolicy) -> SolveInput {
@@ -77,4 +77,28 @@ fn relaxing_drops_a_min_values_no_option_offers_a_value_for() {
     );
     assert!(requirements.check_min_values(options.iter()).is_ok());
     assert!(!requirements.relax_min_values(options.iter()), "nothing left to relax");
+}
+
+/// A placement tells what its plan will say before the NodeClaims are written, unless writing one may
+/// fail: under Strict a claim whose minValues its sizes cannot meet leaves its pods pending instead.
+#[test]
+fn a_placement_is_sketched_only_where_no_claim_can_fail_on_min_values() {
+    let sketch_of = |input: &SolveInput| {
+        let base = RunningBase::new(input);
+        let placement = placement_with_base(input, &base, &|| false).expect("never cancelled");
+        placement.sketch().map(|s| (s.unschedulable.to_vec(), s.new_nodes))
+    };
+    assert_eq!(sketch_of(&input(4, MinValuesPolicy::Strict)), None);
+    assert_eq!(sketch_of(&input(2, MinValuesPolicy::Strict)), None);
+    for min_values in [2, 4] {
+        let input = input(min_values, MinValuesPolicy::BestEffort);
+        let plan = solve(&input);
+        let (unschedulable, new_nodes) = sketch_of(&input).expect("BestEffort claims cannot fail");
+        assert_eq!(unschedulable, plan.unschedulable);
+        let sketched: Vec<(Vec<String>, f64)> =
+            new_nodes.into_iter().map(|n| (n.pods, n.price_per_hour)).collect();
+        let planned: Vec<(Vec<String>, f64)> =
+            plan.nodeclaims.iter().map(|c| (c.pods.clone(), c.price_per_hour)).collect();
+        assert_eq!(sketched, planned, "minValues {min_values}");
+    }
 }

@@ -22,6 +22,7 @@ mod node;
 mod node_fit;
 pub mod overlay;
 mod pack;
+mod placement;
 pub mod plan;
 #[cfg(test)]
 mod preference_policy_tests;
@@ -44,6 +45,7 @@ pub use cancel::{Cancelled, ShouldCancel};
 pub use input::{
     ExistingNode, MinValuesPolicy, NodePoolInput, Pod, PodId, PreferencePolicy, SolveInput, SolveOptions,
 };
+pub use placement::{Placement, Sketch, SketchedNode};
 pub use plan::{NewNodeClaim, Plan, Unschedulable};
-pub use solve::{lower_bound_with_cancel, place_with_base, place_with_cancel, solve, solve_with_cancel};
+pub use solve::{lower_bound_with_cancel, place_with_cancel, placement_with_base, solve, solve_with_cancel};
 pub use static_claim::static_claim;

@@ -43,6 +43,7 @@ use crate::scheduling::explain;
 use crate::scheduling::improve;
 use crate::scheduling::input::{tolerates_all, PreferencePolicy, SolveInput};
 use crate::scheduling::node::PodTraits;
+use crate::scheduling::placement::Placement;
 use crate::scheduling::plan::{Plan, Unschedulable};
 use crate::scheduling::shapes::Scope;
 use crate::scheduling::slots;
@@ -69,25 +70,27 @@ pub fn solve(input: &SolveInput) -> Plan {
 /// [`solve`], stopped with [`Cancelled`] at the first safe point where `cancel` says so. While the hook
 /// says no, the plan is exactly [`solve`]'s: the hook is only asked, it changes nothing.
 pub fn solve_with_cancel(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
-    solve_steps(input, cancel, Bound::Certify, None)
+    solve_steps(input, cancel, Bound::Certify)
 }
 
 /// [`solve_with_cancel`] without the certified lower bound: the same placement, with
 /// `lower_bound_per_hour` 0. For callers that only ask where pods would go (every disruption move is
 /// such a question), since on a large cluster the bound costs several times the placement.
 pub fn place_with_cancel(input: &SolveInput, cancel: &dyn ShouldCancel) -> Result<Plan, Cancelled> {
-    solve_steps(input, cancel, Bound::Skip, None)
+    solve_steps(input, cancel, Bound::Skip)
 }
 
-/// [`place_with_cancel`] for an input whose running pods `base` holds: `input.running` is empty and
-/// the pods on `input.nodes` are the base's. The solves of a disruption pass share one base
-/// ([`crate::scheduling::base`]).
-pub fn place_with_base(
-    input: &SolveInput,
-    base: &RunningBase,
-    cancel: &dyn ShouldCancel,
-) -> Result<Plan, Cancelled> {
-    solve_steps(input, cancel, Bound::Skip, Some(base))
+/// [`place_with_cancel`] for an input whose running pods `base` holds, up to its [`Placement`]:
+/// `input.running` is empty and the pods on `input.nodes` are the base's. The solves of a
+/// disruption pass share one base ([`crate::scheduling::base`]), and a pass writes the NodeClaims
+/// only of the moves it may take.
+pub fn placement_with_base<'a>(
+    input: &'a SolveInput,
+    base: &'a RunningBase,
+    cancel: &'a dyn ShouldCancel,
+) -> Result<Placement<'a>, Cancelled> {
+    let (solver, unschedulable) = placed_solver(input, cancel, Some(base))?;
+    Ok(Placement::new(solver, unschedulable))
 }
 
 /// [`solve_with_cancel`]'s `lower_bound_per_hour` alone: the same solve and the same certified bound,
@@ -105,13 +108,8 @@ enum Bound {
     Skip,
 }
 
-fn solve_steps(
-    input: &SolveInput,
-    cancel: &dyn ShouldCancel,
-    bound: Bound,
-    base: Option<&RunningBase>,
-) -> Result<Plan, Cancelled> {
-    let (solver, unschedulable) = placed_solver(input, cancel, base)?;
+fn solve_steps(input: &SolveInput, cancel: &dyn ShouldCancel, bound: Bound) -> Result<Plan, Cancelled> {
+    let (solver, unschedulable) = placed_solver(input, cancel, None)?;
     let lower_bound_per_hour = match bound {
         Bound::Certify => certified_lower_bound(&solver),
         Bound::Skip => 0.0,
