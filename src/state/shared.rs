@@ -73,14 +73,10 @@ const SWEEP_FLOOR: usize = 64;
 impl<T: ?Sized + Hash + Eq> Interner<T> {
     /// The held copy equal to `value`, or `value` itself, now held.
     pub fn share(&mut self, value: Arc<T>) -> Arc<T> {
-        if let Some(held) = self.values.get(&*value) {
-            return held.clone();
+        match self.values.get(&*value) {
+            Some(held) => held.clone(),
+            None => self.hold(value),
         }
-        if self.sweeps.due(self.values.len()) {
-            self.sweep();
-        }
-        self.values.insert(value.clone());
-        value
     }
 
     /// The held copy equal to `value`, or a new copy of it, now held. Unlike [`Self::share`], nothing
@@ -91,8 +87,17 @@ impl<T: ?Sized + Hash + Eq> Interner<T> {
     {
         match self.values.get(value) {
             Some(held) => held.clone(),
-            None => self.share(Arc::from(value)),
+            None => self.hold(Arc::from(value)),
         }
+    }
+
+    /// Holds `value`, which no held copy equals.
+    fn hold(&mut self, value: Arc<T>) -> Arc<T> {
+        if self.sweeps.due(self.values.len()) {
+            self.sweep();
+        }
+        self.values.insert(value.clone());
+        value
     }
 
     /// Drops the values only this table still points at.
