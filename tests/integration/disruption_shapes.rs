@@ -18,9 +18,7 @@ use karpenter_azure::apis::nodepool::ConsolidationPolicy;
 use karpenter_azure::bench::{nodepool, upstream_instance_types, upstream_pods, UPSTREAM_ZONES};
 use karpenter_azure::bench_disruption::SplitMix;
 use karpenter_azure::disruption::applied::{managed_node, price, to_fixpoint, workload_pod, MAX_PASSES};
-use karpenter_azure::disruption::simulate::{
-    outcome, outcome_on_base_unless, running_base, Outcome, Replace,
-};
+use karpenter_azure::disruption::simulate::{outcome, Outcome, PassSolves, Replace};
 use karpenter_azure::disruption::{Budget, Options, Pdb, PoolPolicy, Snapshot};
 use karpenter_azure::model::requirements::{Requirement, Requirements};
 use karpenter_azure::model::CapacityType;
@@ -182,7 +180,7 @@ proptest! {
         prop_assert!(counts.iter().all(|&c| c == case.pods), "pods lost or added: {counts:?} of {}", case.pods);
     }
 
-    /// A pass reads the running pods once ([`running_base`]) and solves each removal on that base: it
+    /// A pass reads the running pods once ([`PassSolves`]) and solves each removal on that base: it
     /// must place the pods exactly as a solve of the input listing them does.
     #[test]
     fn a_solve_on_the_pass_base_places_pods_as_the_solve_of_the_listed_input(
@@ -195,11 +193,11 @@ proptest! {
     ) {
         let case = shaped(pods, max_vcpus, shape, false, seed, ConsolidationPolicy::WhenEmptyOrUnderutilized, "100%", false);
         let snapshot = &case.snapshot;
-        let base = running_base(snapshot, now());
+        let solves = PassSolves::new(snapshot, now());
         for removed in removals {
             let removed: BTreeSet<usize> = removed.into_iter().filter(|&i| i < snapshot.nodes.len()).collect();
             let listed = outcome(snapshot, &removed, now(), replace, &|| false).unwrap();
-            let on_base = outcome_on_base_unless(snapshot, &base, &removed, now(), replace, &|| false, |_| None::<()>)
+            let on_base = solves.outcome_unless(&removed, replace, &|| false, |_| None::<()>)
                 .unwrap()
                 .unwrap();
             prop_assert_eq!(format!("{listed:?}"), format!("{on_base:?}"), "removing {:?}", removed);
@@ -221,15 +219,15 @@ proptest! {
     ) {
         let case = shaped(pods, max_vcpus, shape, drop_empty, seed, ConsolidationPolicy::WhenEmptyOrUnderutilized, "100%", false);
         let snapshot = &case.snapshot;
-        let base = running_base(snapshot, now());
+        let solves = PassSolves::new(snapshot, now());
         for removed in removals {
             let removed: BTreeSet<usize> = removed.into_iter().filter(|&i| i < snapshot.nodes.len()).collect();
-            let sketched = outcome_on_base_unless(snapshot, &base, &removed, now(), replace, &|| false, |sketch| {
+            let sketched = solves.outcome_unless(&removed, replace, &|| false, |sketch| {
                 let stranded = sketch.first_stranded.map(|(pod, reason)| (pod.to_string(), reason.to_string()));
                 Some((stranded, sketch.replacement_prices.clone(), sketch.replacement_price()))
             })
             .unwrap();
-            let outcome = outcome_on_base_unless(snapshot, &base, &removed, now(), replace, &|| false, |_| None::<()>)
+            let outcome = solves.outcome_unless(&removed, replace, &|| false, |_| None::<()>)
                 .unwrap()
                 .unwrap();
             let Err((stranded, prices, price)) = sketched else {

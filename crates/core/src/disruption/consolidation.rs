@@ -36,13 +36,13 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::apis::nodepool::DisruptionReason;
 use crate::model::CapacityType;
-use crate::scheduling::{Cancelled, RunningBase, ShouldCancel};
+use crate::scheduling::{Cancelled, ShouldCancel};
 
 use super::budgets::{within, Allowance};
 use super::command::{BlockReason, Command, Method};
 use super::cost::node_disruption_cost;
 use super::replacement;
-use super::simulate::{outcome_on_base_unless, running_base, solve_move, used, MoveSketch, Outcome, Replace};
+use super::simulate::{solve_move, used, MoveSketch, Outcome, PassSolves, Replace};
 use super::snapshot::{ManagedNode, Snapshot};
 use super::Options;
 use crate::apis::nodepool::ConsolidationPolicy;
@@ -126,7 +126,7 @@ pub fn replace_mode(snapshot: &Snapshot, nodes: &[usize], options: &Options) -> 
     }
 }
 
-/// Solves the removal of `nodes` on the pass's base of running pods ([`running_base`]) and applies
+/// Solves the removal of `nodes` on the pass's base of running pods ([`PassSolves`]) and applies
 /// every consolidation rule. A move of several nodes to one replacement of a type one of them already
 /// is, costing no less than that node, is judged as the deletion of the others instead
 /// ([`replacement::deletion_instead`]).
@@ -137,7 +137,7 @@ fn evaluate_on_base(
 ) -> Result<Result<Evaluation, BlockReason>, Cancelled> {
     let removed: BTreeSet<usize> = nodes.iter().copied().collect();
     let (replace, solved) = solve_move(replace_mode(pass.snapshot, nodes, pass.options), |replace| {
-        outcome_on_base_unless(pass.snapshot, &pass.base, &removed, pass.now, replace, cancel, |sketch| {
+        pass.solves.outcome_unless(&removed, replace, cancel, |sketch| {
             refused_before_claims(pass.snapshot, nodes, replace, sketch)
         })
     })?;
@@ -154,9 +154,8 @@ fn evaluate_on_base(
 /// What one consolidation pass judges every move against.
 struct Pass<'a> {
     snapshot: &'a Snapshot,
-    base: RunningBase,
+    solves: PassSolves<'a>,
     lambdas: &'a BTreeMap<String, f64>,
-    now: Timestamp,
     options: &'a Options,
 }
 
@@ -546,7 +545,7 @@ pub fn consolidate(
         return Ok((None, blocked));
     }
     // Every solve below reads the running pods from one base.
-    let pass = Pass { snapshot, base: running_base(snapshot, now), lambdas: &lambdas, now, options };
+    let pass = Pass { snapshot, solves: PassSolves::new(snapshot, now), lambdas: &lambdas, options };
     let mut best: Option<Evaluation> = None;
     let mut judged = Judged { pass: &pass, cancel, seen: BTreeMap::new() };
     for prefixes in prefix_orders(snapshot, &order, &drained, budgets) {

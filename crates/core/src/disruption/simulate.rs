@@ -93,10 +93,40 @@ enum Running {
     InBase,
 }
 
-/// What every solve of a pass at `now` shares: the running pods of every node, and every pod a
-/// solve may place (the pending pods and those of every node).
-pub fn running_base(snapshot: &Snapshot, now: Timestamp) -> RunningBase {
-    RunningBase::new(&input_without(snapshot, &BTreeSet::new(), now, Replace::Any))
+/// The solves of one pass over `snapshot` at `now`, which share the running pods of every node and
+/// every pod a solve may place (the pending pods and those of every node) in one [`RunningBase`].
+pub struct PassSolves<'a> {
+    snapshot: &'a Snapshot,
+    base: RunningBase,
+    now: Timestamp,
+}
+
+impl<'a> PassSolves<'a> {
+    pub fn new(snapshot: &'a Snapshot, now: Timestamp) -> Self {
+        let base = RunningBase::new(&input_without(snapshot, &BTreeSet::new(), now, Replace::Any));
+        PassSolves { snapshot, base, now }
+    }
+
+    /// [`outcome`] with the running pods read from the pass's base instead of from a copy of them in
+    /// each solve's input; or the refusal `refuse` makes of the move's [`MoveSketch`] before the
+    /// replacements' NodeClaims are written.
+    pub fn outcome_unless<E>(
+        &self,
+        removed: &BTreeSet<usize>,
+        replace: Replace,
+        cancel: &dyn ShouldCancel,
+        refuse: impl FnOnce(&MoveSketch) -> Option<E>,
+    ) -> Result<Result<Outcome, E>, Cancelled> {
+        let input = input_of(self.snapshot, removed, self.now, replace, Running::InBase);
+        let placement = placement_with_base(&input, &self.base, cancel)?;
+        let moved = moved_pods(self.snapshot, removed);
+        if let Some(sketch) = placement.sketch() {
+            if let Some(refusal) = refuse(&MoveSketch::read(&sketch, &moved)) {
+                return Ok(Err(refusal));
+            }
+        }
+        Ok(Ok(read_outcome(&moved, placement.into_plan())))
+    }
 }
 
 fn input_of(
@@ -183,30 +213,6 @@ pub fn outcome(
     let input = input_without(snapshot, removed, now, replace);
     let plan = place_with_cancel(&input, cancel)?;
     Ok(read_outcome(&moved_pods(snapshot, removed), plan))
-}
-
-/// [`outcome`] with the running pods read from the pass's `base` ([`running_base`] of the same
-/// snapshot and `now`) instead of from a copy of them in each solve's input; or the refusal `refuse`
-/// makes of the move's [`MoveSketch`] before the replacements' NodeClaims are written.
-#[allow(clippy::too_many_arguments)]
-pub fn outcome_on_base_unless<E>(
-    snapshot: &Snapshot,
-    base: &RunningBase,
-    removed: &BTreeSet<usize>,
-    now: Timestamp,
-    replace: Replace,
-    cancel: &dyn ShouldCancel,
-    refuse: impl FnOnce(&MoveSketch) -> Option<E>,
-) -> Result<Result<Outcome, E>, Cancelled> {
-    let input = input_of(snapshot, removed, now, replace, Running::InBase);
-    let placement = placement_with_base(&input, base, cancel)?;
-    let moved = moved_pods(snapshot, removed);
-    if let Some(sketch) = placement.sketch() {
-        if let Some(refusal) = refuse(&MoveSketch::read(&sketch, &moved)) {
-            return Ok(Err(refusal));
-        }
-    }
-    Ok(Ok(read_outcome(&moved, placement.into_plan())))
 }
 
 /// The reschedulable pods of `removed`: those a move of them places.

@@ -8,8 +8,7 @@ use crate::model::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE}
 use crate::model::requirements::{Requirement, Requirements};
 use crate::model::selection::offering_labels;
 use crate::model::{CapacityType, InstanceType, Offering};
-use crate::scheduling::input::PodId;
-use crate::scheduling::input::{MinValuesPolicy, NodePoolInput};
+use crate::scheduling::input::{MinValuesPolicy, NodePoolInput, PodId};
 use crate::scheduling::node_fit;
 use crate::scheduling::plan::{NewNodeClaim, Plan, Unschedulable};
 use crate::scheduling::templates::{Template, TemplateOffering};
@@ -80,8 +79,8 @@ fn has_min_values(requirements: &Requirements) -> bool {
     requirements.iter().any(|r| r.min_values().is_some())
 }
 
-/// A new slot's cheapest option and the offering its NodeClaim launches as, counted in `zone_use`:
-/// what the NodeClaim [`build_plan`] writes for the slot is priced at.
+/// The offering a new slot's NodeClaim launches as (one of its cheapest option's), counted in
+/// `zone_use`: the NodeClaim [`build_plan`] writes for the slot is priced at it.
 pub(crate) fn priced_offering<'s>(
     solver: &'s Solver,
     slot: &Slot,
@@ -183,7 +182,7 @@ fn new_claim(
     let it = &pool.instance_types[tpl.instance_type];
     let offering = chosen_offering(tpl, mask, price, zone_use);
     let listed_count = options.len().min(solver.input().options.max_instance_type_options.max(1));
-    let all_options: Vec<String> =
+    let option_names: Vec<String> =
         options[..listed_count].iter().map(|&(o, ..)| type_name(solver, o).to_string()).collect();
     let mut requirements = pool.requirements.clone();
     for &(c, _) in slot.classes() {
@@ -215,7 +214,7 @@ fn new_claim(
         .collect();
     require_options(
         &mut requirements,
-        all_options.iter().cloned(),
+        option_names.iter().cloned(),
         allowed.iter().map(|o| (o.capacity_type, o.zone.as_str())),
     );
     let probe = Offering {
@@ -236,7 +235,7 @@ fn new_claim(
         name: names.fresh(tpl.pool),
         nodepool: pool.name.clone(),
         instance_type: it.name.clone(),
-        instance_type_options: all_options,
+        instance_type_options: option_names,
         zone: offering.zone.clone(),
         capacity_type: offering.capacity_type,
         price_per_hour: offering.price,
