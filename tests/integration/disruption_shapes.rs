@@ -18,7 +18,7 @@ use karpenter_azure::apis::nodepool::ConsolidationPolicy;
 use karpenter_azure::bench::{nodepool, upstream_instance_types, upstream_pods, UPSTREAM_ZONES};
 use karpenter_azure::bench_disruption::SplitMix;
 use karpenter_azure::disruption::applied::{managed_node, price, to_fixpoint, workload_pod, MAX_PASSES};
-use karpenter_azure::disruption::simulate::{outcome, Outcome, PassSolves, Replace};
+use karpenter_azure::disruption::simulate::{outcome, PassSolves, Replace};
 use karpenter_azure::disruption::{Budget, Options, Pdb, PoolPolicy, Snapshot};
 use karpenter_azure::model::requirements::{Requirement, Requirements};
 use karpenter_azure::model::CapacityType;
@@ -237,7 +237,7 @@ proptest! {
             let bits = |prices: &[f64]| prices.iter().map(|p| p.to_bits()).collect::<Vec<_>>();
             let written: Vec<f64> = outcome.replacements.iter().map(|c| c.price_per_hour).collect();
             prop_assert_eq!(bits(&prices), bits(&written), "removing {:?}", removed);
-            prop_assert_eq!(price.to_bits(), Outcome::replacement_price(&outcome).to_bits());
+            prop_assert_eq!(price.to_bits(), outcome.replacement_price().to_bits());
         }
     }
 }
