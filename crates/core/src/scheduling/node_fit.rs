@@ -2,7 +2,6 @@
 //! demand, and whether their per-node rules let them share a node. Merging nodes and right-sizing
 //! them ask this of every template.
 
-use crate::model::resources::NODES;
 use crate::scheduling::node::NodeState;
 use crate::scheduling::working::Solver;
 
@@ -42,11 +41,7 @@ pub(crate) fn rules_allow(solver: &Solver, classes: &[(usize, u64)]) -> bool {
 /// size larger than the node's own in any limited resource, so right-sizing a node never uses more
 /// of a limit.
 pub(crate) fn within_pool_limits(solver: &Solver, t: usize, chosen: usize) -> bool {
-    let pool = solver.templates()[chosen].pool;
-    let Some(limits) = solver.input().nodepools[pool].remaining.as_ref() else { return true };
-    let capacity_of = |x: usize| {
-        let tpl = &solver.templates()[x];
-        &solver.input().nodepools[pool].instance_types[tpl.instance_type].capacity
-    };
-    limits.iter().all(|(name, _)| name == NODES || capacity_of(t).get(name) <= capacity_of(chosen).get(name))
+    let (candidate, own) = (&solver.templates()[t], &solver.templates()[chosen]);
+    debug_assert_eq!(candidate.pool, own.pool, "right-sizing stays in the node's pool");
+    candidate.limited.iter().zip(&own.limited).all(|(c, o)| c <= o)
 }

@@ -3,7 +3,7 @@
 //! test of whether a class of pods can use a template (taints, requirements, offerings, fit).
 
 use crate::model::requirements::Requirements;
-use crate::model::resources::Resources;
+use crate::model::resources::{Resources, NODES};
 use crate::model::selection::{offering_labels, type_allowed};
 use crate::model::CapacityType;
 use crate::scheduling::input::{tolerates_all, NodePoolInput, Pod, SolveInput, Toleration};
@@ -29,6 +29,10 @@ pub struct Template {
     pub offerings: Vec<TemplateOffering>,
     /// 0 for the heaviest pools; pods use the lowest tier that can take them.
     pub tier: usize,
+    /// The instance type's capacity in each resource its pool limits (but the node count), in the
+    /// order of the pool's limits: whether one size takes more of a limit than another is then a
+    /// comparison of numbers (empty for a pool without limits).
+    pub limited: Vec<i64>,
 }
 
 impl Template {
@@ -48,8 +52,14 @@ impl Template {
         })
     }
 
+    /// The price of [`Template::cheapest`]: the offerings are sorted by price, so it is the price of
+    /// the first offering in the mask.
     pub fn price(&self, mask: u32) -> f64 {
-        self.cheapest(mask).map_or(f64::INFINITY, |(_, o)| o.price)
+        let within = mask & self.full_mask();
+        if within == 0 {
+            return f64::INFINITY;
+        }
+        self.offerings[within.trailing_zeros() as usize].price
     }
 
     pub fn full_mask(&self) -> u32 {
@@ -209,6 +219,13 @@ pub fn build(input: &SolveInput, dims: &Dims) -> Vec<Template> {
             if capacity.iter().any(|c| *c < 0) {
                 continue; // the DaemonSets alone do not fit
             }
+            let limited = pool.remaining.as_ref().map_or_else(Vec::new, |limits| {
+                limits
+                    .iter()
+                    .filter(|(name, _)| *name != NODES)
+                    .map(|(name, _)| it.capacity.get(name))
+                    .collect()
+            });
             templates.push(Template {
                 pool: p,
                 instance_type: t,
@@ -216,6 +233,7 @@ pub fn build(input: &SolveInput, dims: &Dims) -> Vec<Template> {
                 daemon_overhead: overhead,
                 offerings,
                 tier: tiers[p],
+                limited,
             });
         }
     }
@@ -322,6 +340,7 @@ mod tests {
                 })
                 .collect(),
             tier: 0,
+            limited: vec![],
         }
     }
 
