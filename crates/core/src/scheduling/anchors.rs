@@ -102,11 +102,14 @@ impl AnchorIndex {
         let (nodes, group) = chosen?;
         let head = *group.members.iter().find(|&&c| remaining[c] > 0)?;
         let head_pods = remaining[head].min(group.per_node);
+        // Every waiting class is asked whether it is a member: sorted, each asks in log time.
+        let mut members = group.members.clone();
+        members.sort_unstable();
         let mut others: Vec<i64> = vec![0; demand(head).len()];
         for (d, classes) in &self.by_demand {
             let pods: u64 = classes
                 .iter()
-                .filter(|&&c| !group.members.contains(&c) && may_share(head, c))
+                .filter(|&&c| members.binary_search(&c).is_err() && may_share(head, c))
                 .map(|&c| remaining[c])
                 .sum();
             for (o, x) in others.iter_mut().zip(d) {

@@ -473,6 +473,12 @@ fn may_leave(solver: &Solver, a: usize, c: usize) -> bool {
 struct Receivers {
     /// Every slot's free capacity, `dims` values per slot in one run of memory.
     free: Vec<i64>,
+    /// Every slot's capacity at its size, laid out as `free`, and whether it is a new node holding
+    /// pods (the only ones that take a moving pod): a search reads these for every node with room,
+    /// so they are kept here, next to each other, rather than looked up through the slot and its
+    /// template.
+    capacity: Vec<i64>,
+    holds_pods: Vec<bool>,
     dims: usize,
     /// Per dimension, the new slots as (free capacity, slot), ascending: a pod needs a node with
     /// room in every dimension, so only the tail of one list, found by binary search, is read. The
@@ -511,6 +517,8 @@ impl Receivers {
         let dims = solver.dims().len();
         let mut receivers = Receivers {
             free: vec![0; solver.slots().len() * dims],
+            capacity: vec![0; solver.slots().len() * dims],
+            holds_pods: vec![false; solver.slots().len()],
             dims,
             by_free: vec![],
             price: vec![(0.0, 0); solver.slots().len()],
@@ -549,6 +557,12 @@ impl Receivers {
                 }
             }
             self.free[i * self.dims..(i + 1) * self.dims].copy_from_slice(free);
+            let capacity = &mut self.capacity[i * self.dims..(i + 1) * self.dims];
+            match slot.template() {
+                Some(t) => capacity.copy_from_slice(&solver.templates()[t].capacity),
+                None => capacity.fill(0),
+            }
+            self.holds_pods[i] = slot.template().is_some() && !slot.classes().is_empty();
             self.refreshed.push((self.changes, i));
             self.refreshed_at[i] = self.changes;
             let cheapest = slot.template().and_then(|t| solver.templates()[t].cheapest(slot.mask()));
@@ -655,8 +669,9 @@ impl Receivers {
         best.truncate(REMEMBERED);
         let mut eligible = best.len();
         let mut unasked = false;
+        let demand = &solver.classes()[c].traits.demand;
         for &b in candidates {
-            let Some(left) = self.room_after(solver, c, from, b) else { continue };
+            let Some(left) = self.room_after(demand, from, b) else { continue };
             let entry = (left, b);
             if best.len() == REMEMBERED && best.last().is_some_and(|&last| !ranks_before(entry, last)) {
                 unasked = true;
@@ -690,21 +705,15 @@ impl Receivers {
             .map(|&(_, b)| b)
     }
 
-    /// The room node `b` keeps after taking one pod of class `c`, if it has room for it at its size
+    /// The room node `b` keeps after taking one pod of `demand`, if it has room for it at its size
     /// and holds pods (`from` never takes it). Whether it may take the pod is [`Receivers::may_take`]:
     /// together they say what [`Receivers::find`] says.
-    fn room_after(&self, solver: &Solver, c: usize, from: usize, b: usize) -> Option<f64> {
-        let demand = &solver.classes()[c].traits.demand;
+    fn room_after(&self, demand: &[i64], from: usize, b: usize) -> Option<f64> {
         let free = self.free_of(b);
-        if b == from || !fits(demand, free) {
+        if b == from || !fits(demand, free) || !self.holds_pods[b] {
             return None;
         }
-        let slot = &solver.slots()[b];
-        let t = slot.template()?;
-        if slot.classes().is_empty() {
-            return None;
-        }
-        Some(room_left(&solver.templates()[t].capacity, free, demand))
+        Some(room_left(&self.capacity[b * self.dims..(b + 1) * self.dims], free, demand))
     }
 
     /// Whether node `b`, which has room for one pod of class `c`, may take it: its price does not
