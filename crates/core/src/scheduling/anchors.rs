@@ -81,8 +81,9 @@ impl AnchorIndex {
     }
 
     /// The anchor for the next node, if a limited group has pods left and other pods wait to share
-    /// its nodes. Call [`Self::prune`] first: every class still listed may take pods.
-    /// `may_share(a, b)` says whether classes `a` and `b` may ever share a node (only those count
+    /// its nodes. Call [`Self::prune`] first: every class still listed may take pods, and every
+    /// group member is one of the index's classes (as when the groups are of the classes the index
+    /// was built from). `may_share(a, b)` says whether classes `a` and `b` may ever share a node (only those count
     /// toward the share).
     pub fn next_anchor<'d>(
         &self,
@@ -102,18 +103,22 @@ impl AnchorIndex {
         let (nodes, group) = chosen?;
         let head = *group.members.iter().find(|&&c| remaining[c] > 0)?;
         let head_pods = remaining[head].min(group.per_node);
-        // Every waiting class is asked whether it is a member: sorted, each asks in log time.
-        let mut members = group.members.clone();
-        members.sort_unstable();
+        // What every waiting class that may share the head's node asks, less what the group's own
+        // members ask (they wait for nodes of their own). Summing all and taking the members out
+        // spares asking each class whether it is a member; the sums are integers, so exact.
         let mut others: Vec<i64> = vec![0; demand(head).len()];
         for (d, classes) in &self.by_demand {
-            let pods: u64 = classes
-                .iter()
-                .filter(|&&c| members.binary_search(&c).is_err() && may_share(head, c))
-                .map(|&c| remaining[c])
-                .sum();
+            let pods: u64 = classes.iter().filter(|&&c| may_share(head, c)).map(|&c| remaining[c]).sum();
             for (o, x) in others.iter_mut().zip(d) {
                 *o += x * pods as i64;
+            }
+        }
+        let mut members = group.members.clone();
+        members.sort_unstable();
+        members.dedup();
+        for &c in members.iter().filter(|&&c| may_share(head, c)) {
+            for (o, x) in others.iter_mut().zip(demand(c)) {
+                *o -= x * remaining[c] as i64;
             }
         }
         if others.iter().all(|x| *x <= 0) {
