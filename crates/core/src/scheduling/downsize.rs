@@ -20,6 +20,7 @@
 //! hostname affinity group, and pods such a group needs on their node, stay where they are.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use crate::scheduling::cancel::Cancelled;
 use crate::scheduling::node_fit;
@@ -489,6 +490,8 @@ struct Receivers {
     price: Vec<(f64, u32)>,
     /// Per class, the last search with nothing skipped.
     last: Vec<Option<Search>>,
+    /// Per demand, the nodes with room for it, best first, as they are since the last refresh.
+    nearest: HashMap<Vec<i64>, Nearest>,
     /// The slots refreshed, with the change count at the time, in order, and each slot's last
     /// change count: after a search only these can have changed their answer for a class.
     refreshed: Vec<(u64, usize)>,
@@ -499,6 +502,17 @@ struct Receivers {
 /// At most this many of a search's best nodes are remembered: a search from a node that receives a
 /// pod, or that skips the nodes a chain already uses, can then often take the next one.
 const REMEMBERED: usize = 4;
+
+/// At most this many nodes with room for a demand are kept for the searches of its classes, enough
+/// for [`REMEMBERED`] after the node a pod leaves, the nodes a chain skips and the nodes that may
+/// not take a class's pod.
+const NEAREST: usize = 16;
+
+/// The nodes with room for one demand, best first, and whether they are all such nodes.
+struct Nearest {
+    nodes: Vec<(f64, usize)>,
+    all: bool,
+}
 
 /// A search for a node for one pod of a class, with no node skipped: the change count then, the
 /// node it was made from (the one node it did not read), and the best nodes it found (room left,
@@ -523,6 +537,7 @@ impl Receivers {
             by_free: vec![],
             price: vec![(0.0, 0); solver.slots().len()],
             last: vec![None; solver.classes().len()],
+            nearest: HashMap::new(),
             refreshed: vec![],
             refreshed_at: vec![0; solver.slots().len()],
             changes: 0,
@@ -543,6 +558,7 @@ impl Receivers {
 
     /// Copies the free capacity of `slots` after they changed.
     fn refresh(&mut self, solver: &Solver, slots: &[usize]) {
+        self.nearest.clear();
         for &i in slots {
             let slot = &solver.slots()[i];
             let free = &slot.state().free;
@@ -608,7 +624,7 @@ impl Receivers {
         }
         debug_assert_eq!(
             found,
-            self.read_all(solver, c, from, skip).best.first().map(|&(_, b)| b),
+            self.read_every(solver, c, from, skip).best.first().map(|&(_, b)| b),
             "a search from what an earlier one remembered finds what reading every node finds"
         );
         if skip.is_empty() {
@@ -617,8 +633,63 @@ impl Receivers {
         found
     }
 
-    /// A search that reads every node with room for the pod, but `skip`.
-    fn read_all(&self, solver: &Solver, c: usize, from: usize, skip: &[usize]) -> Search {
+    /// A search over every node with room for the pod, but `skip`. Which nodes have room for a pod,
+    /// and how much each keeps, depend only on the pod's demand, not its class; so the best
+    /// [`NEAREST`] of them for a demand are read once until a node changes, and a class asks only
+    /// those whether they may take its pod. When they yield fewer than [`REMEMBERED`] and are not all
+    /// the nodes with room, every node is read. Either way the best nodes found are those reading
+    /// every node finds; a search that did not ask every node with room is not complete.
+    fn read_all(&mut self, solver: &Solver, c: usize, from: usize, skip: &[usize]) -> Search {
+        let demand = &solver.classes()[c].traits.demand;
+        if !self.nearest.contains_key(demand.as_slice()) {
+            let nearest = self.nearest_to(demand);
+            self.nearest.insert(demand.clone(), nearest);
+        }
+        let nearest = &self.nearest[demand.as_slice()];
+        let mut best = vec![];
+        let mut unasked = false;
+        for &(left, b) in &nearest.nodes {
+            if b == from || skip.contains(&b) {
+                continue;
+            }
+            if best.len() == REMEMBERED {
+                unasked = true;
+                break;
+            }
+            if self.may_take(solver, c, b) {
+                best.push((left, b));
+            }
+        }
+        if best.len() < REMEMBERED && !nearest.all {
+            return self.read_every(solver, c, from, skip);
+        }
+        Search { at: self.changes, from, best, complete: nearest.all && !unasked }
+    }
+
+    /// The best [`NEAREST`] nodes with room for `demand` (by the room they keep, then index), and
+    /// whether they are all the nodes with room.
+    fn nearest_to(&self, demand: &[i64]) -> Nearest {
+        let mut nodes: Vec<(f64, usize)> = Vec::with_capacity(NEAREST + 1);
+        let mut all = true;
+        for b in self.with_room(demand) {
+            let Some(left) = self.room_after(demand, b) else { continue };
+            let entry = (left, b);
+            if nodes.len() == NEAREST && nodes.last().is_some_and(|&last| !ranks_before(entry, last)) {
+                all = false;
+                continue;
+            }
+            let at = nodes.partition_point(|&e| ranks_before(e, entry));
+            nodes.insert(at, entry);
+            if nodes.len() > NEAREST {
+                nodes.pop();
+                all = false;
+            }
+        }
+        Nearest { nodes, all }
+    }
+
+    /// [`Receivers::read_all`] reading every node with room.
+    fn read_every(&self, solver: &Solver, c: usize, from: usize, skip: &[usize]) -> Search {
         let candidates: Vec<usize> =
             self.with_room(&solver.classes()[c].traits.demand).filter(|b| !skip.contains(b)).collect();
         self.ranked(solver, c, from, &candidates, vec![], true)
@@ -670,8 +741,8 @@ impl Receivers {
         let mut eligible = best.len();
         let mut unasked = false;
         let demand = &solver.classes()[c].traits.demand;
-        for &b in candidates {
-            let Some(left) = self.room_after(demand, from, b) else { continue };
+        for &b in candidates.iter().filter(|&&b| b != from) {
+            let Some(left) = self.room_after(demand, b) else { continue };
             let entry = (left, b);
             if best.len() == REMEMBERED && best.last().is_some_and(|&last| !ranks_before(entry, last)) {
                 unasked = true;
@@ -706,11 +777,11 @@ impl Receivers {
     }
 
     /// The room node `b` keeps after taking one pod of `demand`, if it has room for it at its size
-    /// and holds pods (`from` never takes it). Whether it may take the pod is [`Receivers::may_take`]:
-    /// together they say what [`Receivers::find`] says.
-    fn room_after(&self, demand: &[i64], from: usize, b: usize) -> Option<f64> {
+    /// and holds pods. Whether it may take the pod is [`Receivers::may_take`]: together (and the
+    /// node the pod leaves never taking it) they say what [`Receivers::find`] says.
+    fn room_after(&self, demand: &[i64], b: usize) -> Option<f64> {
         let free = self.free_of(b);
-        if b == from || !fits(demand, free) || !self.holds_pods[b] {
+        if !fits(demand, free) || !self.holds_pods[b] {
             return None;
         }
         Some(room_left(&self.capacity[b * self.dims..(b + 1) * self.dims], free, demand))
