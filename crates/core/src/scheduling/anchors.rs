@@ -83,8 +83,8 @@ impl AnchorIndex {
     /// The anchor for the next node, if a limited group has pods left and other pods wait to share
     /// its nodes. Call [`Self::prune`] first: every class still listed may take pods, and every
     /// group member is one of the index's classes (as when the groups are of the classes the index
-    /// was built from). `may_share(a, b)` says whether classes `a` and `b` may ever share a node (only those count
-    /// toward the share).
+    /// was built from). `may_share(a, b)` says whether classes `a` and `b` may ever share a node
+    /// (only those count toward the share).
     pub fn next_anchor<'d>(
         &self,
         remaining: &[u64],
