@@ -183,9 +183,9 @@ impl Tableau {
         self.rows[r][self.n + self.m]
     }
 
-    /// The stored entries `from..to` of column range `full_from..` of the full tableau, and whether
-    /// they are to be read negated: the structural columns, the surplus columns (the artificials,
-    /// negated) and the artificial columns, each one contiguous run of every row.
+    /// Where a range of columns of the full tableau is stored in every row, and whether it is read
+    /// negated. The range lies within one run: the structural columns (stored as they are), the
+    /// surplus columns (stored as the artificials, negated) or the artificial columns.
     fn stored(&self, full: std::ops::Range<usize>) -> (std::ops::Range<usize>, bool) {
         let (n, m) = (self.n, self.m);
         if full.end <= n {
