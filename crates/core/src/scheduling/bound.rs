@@ -72,10 +72,15 @@ pub fn compute(
         }
     }
     for (i, component) in components.iter().enumerate() {
-        let mut columns: Vec<usize> =
-            component.iter().flat_map(|&c| classes[c].templates.iter().copied()).collect();
-        columns.sort_unstable();
-        columns.dedup();
+        // The templates any class of the component uses, ascending (marked rather than collected
+        // and sorted: a large batch has thousands of classes naming hundreds of templates each).
+        let mut used = vec![false; templates.len()];
+        for &c in component {
+            for &t in &classes[c].templates {
+                used[t] = true;
+            }
+        }
+        let columns: Vec<usize> = (0..templates.len()).filter(|&t| used[t]).collect();
         if columns.is_empty() {
             continue;
         }

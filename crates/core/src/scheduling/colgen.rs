@@ -99,11 +99,17 @@ fn column_counts(p: &Pattern, classes: &[usize]) -> Vec<f64> {
 /// Whole copies of LP patterns to open, `(pattern, copies)`, leaving the remainder to the greedy (or
 /// to another round of column generation on what remains).
 pub(crate) fn plan(solver: &Solver, order: &[usize], remaining: &[u64]) -> Vec<(Pattern, u64)> {
-    let classes: Vec<usize> = eligible_classes(solver, order, remaining)
-        .into_iter()
-        .filter(|&c| !solver.candidates(c).is_empty())
-        .collect();
-    if classes.is_empty() || classes.len() > MAX_CLASSES {
+    // A large batch is left to the greedy packer: stop counting at the first class too many.
+    let mut classes: Vec<usize> = vec![];
+    for c in eligible_classes(solver, order, remaining) {
+        if solver.may_open(c) {
+            if classes.len() == MAX_CLASSES {
+                return vec![];
+            }
+            classes.push(c);
+        }
+    }
+    if classes.is_empty() {
         return vec![];
     }
     let mut templates: Vec<usize> = classes.iter().flat_map(|&c| solver.candidates(c)).collect();

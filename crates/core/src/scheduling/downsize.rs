@@ -707,7 +707,12 @@ impl Receivers {
             return None;
         }
         let since = self.refreshed.partition_point(|&(change, _)| change < last.at);
-        let mut candidates: Vec<usize> = self.refreshed[since..].iter().map(|&(_, b)| b).collect();
+        // A node refreshed several times since is listed once, at its last refresh.
+        let mut candidates: Vec<usize> = self.refreshed[since..]
+            .iter()
+            .filter(|&&(change, b)| self.refreshed_at[b] == change)
+            .map(|&(_, b)| b)
+            .collect();
         candidates.push(last.from);
         candidates.sort_unstable();
         candidates.dedup();

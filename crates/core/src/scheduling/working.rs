@@ -368,6 +368,12 @@ impl<'a> Solver<'a> {
             .unwrap_or(u64::MAX)
     }
 
+    /// Whether some template the class may use has room in its pool: [`Solver::candidates`] is
+    /// not empty.
+    pub(crate) fn may_open(&self, c: usize) -> bool {
+        self.classes()[c].masks.iter().enumerate().any(|(t, m)| *m != 0 && self.limit_copies(t) > 0)
+    }
+
     /// Templates the class may use now: its lowest tier with a template whose pool has room.
     pub(crate) fn candidates(&self, c: usize) -> Vec<usize> {
         let usable: Vec<usize> = self.classes()[c]
