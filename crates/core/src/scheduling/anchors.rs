@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 
-use crate::scheduling::pack::{Packer, Pattern};
+use crate::scheduling::pack::{PackClasses, Packer, Pattern};
 use crate::scheduling::shapes::fits;
 
 /// How many of the cheapest templates covering the target are filled and compared.
@@ -133,7 +133,7 @@ impl AnchorIndex {
     }
 }
 
-impl Packer<'_> {
+impl<C: PackClasses> Packer<'_, C> {
     /// The best balanced fill of `anchor` among the cheapest few of `candidates` that cover its
     /// target; `None` when no candidate covers it (the share is then larger than any node, and
     /// the ordinary packer's largest-first fill is the right one).
@@ -148,9 +148,9 @@ impl Packer<'_> {
         let mut covering: Vec<(f64, usize)> = candidates
             .iter()
             .filter(|&&t| {
-                self.classes[head].masks[t] != 0 && fits(&anchor.target, &self.templates[t].capacity)
+                self.classes.masks(head)[t] != 0 && fits(&anchor.target, &self.templates[t].capacity)
             })
-            .map(|&t| (self.templates[t].price(self.classes[head].masks[t]), t))
+            .map(|&t| (self.templates[t].price(self.classes.masks(head)[t]), t))
             .collect();
         covering.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
         let mut best: Option<Pattern> = None;
@@ -176,17 +176,17 @@ impl Packer<'_> {
         index: &AnchorIndex,
         remaining: &[u64],
     ) -> Option<Pattern> {
-        let mut mask = self.classes[head].masks[template];
+        let mut mask = self.classes.masks(head)[template];
         if mask == 0 {
             return None;
         }
         let capacity = &self.templates[template].capacity;
         let mut state = self.empty_state(template);
-        let n = state.max_addable(self.classes[head].traits, head_pods, self.bootstrap);
+        let n = state.max_addable(self.classes.traits(head), head_pods, self.bootstrap);
         if n == 0 {
             return None;
         }
-        state.add(self.classes[head].traits, n);
+        state.add(self.classes.traits(head), n);
         let mut counts: Vec<(usize, u64)> = vec![(head, n)];
         let mut groups = vec![self.group_of[head]];
         // Per demand, the first class that may still join: a class passed over (used up on this
@@ -213,17 +213,17 @@ impl Packer<'_> {
             let classes = &index.by_demand[b].1;
             while let Some(&c) = classes.get(cursor[b]) {
                 let on_node = counts.iter().find(|(k, _)| *k == c).map_or(0, |(_, n)| *n);
-                let m = self.classes[c].masks[template] & mask;
+                let m = self.classes.masks(c)[template] & mask;
                 let joins = c != head
                     && remaining[c] > on_node
                     && m != 0
                     && self.can_join(c, &groups)
-                    && state.max_addable(self.classes[c].traits, 1, self.bootstrap) == 1;
+                    && state.max_addable(self.classes.traits(c), 1, self.bootstrap) == 1;
                 if !joins {
                     cursor[b] += 1;
                     continue;
                 }
-                state.add(self.classes[c].traits, 1);
+                state.add(self.classes.traits(c), 1);
                 self.joined(c, &mut groups);
                 mask = m;
                 match counts.iter_mut().find(|(k, _)| *k == c) {

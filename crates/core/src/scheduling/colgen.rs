@@ -11,7 +11,7 @@
 
 use crate::scheduling::knapsack::{integer_knapsack, knapsack_bound, knapsack_items};
 use crate::scheduling::lp::CoveringLp;
-use crate::scheduling::pack::Pattern;
+use crate::scheduling::pack::{PackClasses, Pattern};
 use crate::scheduling::shapes::Rule;
 use crate::scheduling::valuation;
 use crate::scheduling::working::Solver;
@@ -56,7 +56,7 @@ fn generate(solver: &Solver, classes: &[usize], templates: &[usize], demand: &[u
         let best = solver.with_packer(&worth, vec![0.0; solver.dims().len()], |packer| {
             templates
                 .iter()
-                .filter(|&&t| packer.classes[c].masks[t] != 0)
+                .filter(|&&t| packer.classes.masks(c)[t] != 0)
                 .filter_map(|&t| packer.fill_greedy(t, c, &[c], demand))
                 .max_by(|a, b| {
                     a.efficiency().total_cmp(&b.efficiency()).then_with(|| b.template.cmp(&a.template))

@@ -16,12 +16,15 @@ use crate::scheduling::node::{NodeState, PodTraits};
 use crate::scheduling::shapes::Selectors;
 use crate::scheduling::templates::Template;
 
-/// What the packer needs to know about a class.
-pub struct PackClass<'a> {
-    pub traits: &'a PodTraits,
+/// What the packer reads of each class, by class index. The solver lends its own classes with the
+/// worths of a decision, so a decision costs nothing per class it does not read (a large batch has
+/// thousands of classes and makes a decision per node it opens).
+pub trait PackClasses {
+    fn traits(&self, c: usize) -> &PodTraits;
     /// Offering mask per template index (0 = the class cannot use the template).
-    pub masks: &'a [u32],
-    pub value: f64,
+    fn masks(&self, c: usize) -> &[u32];
+    /// What one pod of the class is worth.
+    fn value(&self, c: usize) -> f64;
 }
 
 /// One planned fill of a node.
@@ -60,9 +63,9 @@ impl Pattern {
 }
 
 /// Packing context for one batch.
-pub struct Packer<'a> {
+pub struct Packer<'a, C: PackClasses> {
     pub templates: &'a [Template],
-    pub classes: Vec<PackClass<'a>>,
+    pub classes: C,
     pub selectors: &'a Selectors,
     /// The requirements group of each class: classes with equal requirements share one.
     pub group_of: &'a [usize],
@@ -80,7 +83,7 @@ pub struct Packer<'a> {
 /// How many proportional fills to try per decision (on the best greedy templates).
 const PROPORTIONAL_CANDIDATES: usize = 6;
 
-impl<'a> Packer<'a> {
+impl<C: PackClasses> Packer<'_, C> {
     pub(crate) fn empty_state(&self, template: usize) -> NodeState {
         NodeState::empty(self.templates[template].capacity.clone(), self.selectors.list.len())
     }
@@ -112,30 +115,30 @@ impl<'a> Packer<'a> {
         order: &[usize],
         remaining: &[u64],
     ) -> Option<Pattern> {
-        let mut mask = self.classes[head].masks[template];
+        let mut mask = self.classes.masks(head)[template];
         if mask == 0 {
             return None;
         }
         let mut state = self.empty_state(template);
         let mut counts = vec![];
-        let n = state.max_addable(self.classes[head].traits, remaining[head], self.bootstrap);
+        let n = state.max_addable(self.classes.traits(head), remaining[head], self.bootstrap);
         if n == 0 {
             return None;
         }
-        state.add(self.classes[head].traits, n);
+        state.add(self.classes.traits(head), n);
         counts.push((head, n));
         let mut groups = vec![self.group_of[head]];
         for &c in order {
             if c == head || remaining[c] == 0 {
                 continue;
             }
-            let m = self.classes[c].masks[template] & mask;
+            let m = self.classes.masks(c)[template] & mask;
             if m == 0 || !self.can_join(c, &groups) {
                 continue;
             }
-            let n = state.max_addable(self.classes[c].traits, remaining[c], self.bootstrap);
+            let n = state.max_addable(self.classes.traits(c), remaining[c], self.bootstrap);
             if n > 0 {
-                state.add(self.classes[c].traits, n);
+                state.add(self.classes.traits(c), n);
                 counts.push((c, n));
                 self.joined(c, &mut groups);
                 mask = m;
@@ -167,15 +170,15 @@ impl<'a> Packer<'a> {
             if left == 0 {
                 continue;
             }
-            let m = self.classes[c].masks[template] & mask;
+            let m = self.classes.masks(c)[template] & mask;
             if m == 0 || !self.can_join(c, &groups) {
                 continue;
             }
-            let n = state.max_addable(self.classes[c].traits, left, self.bootstrap);
+            let n = state.max_addable(self.classes.traits(c), left, self.bootstrap);
             if n == 0 {
                 continue;
             }
-            state.add(self.classes[c].traits, n);
+            state.add(self.classes.traits(c), n);
             self.joined(c, &mut groups);
             mask = m;
             match counts.iter_mut().find(|(k, _)| *k == c) {
@@ -203,15 +206,15 @@ impl<'a> Packer<'a> {
         order: &[usize],
         remaining: &[u64],
     ) -> Option<Pattern> {
-        let mut mask = self.classes[head].masks[template];
+        let mut mask = self.classes.masks(head)[template];
         if mask == 0 {
             return None;
         }
         let mut state = self.empty_state(template);
-        if state.max_addable(self.classes[head].traits, 1, self.bootstrap) == 0 {
+        if state.max_addable(self.classes.traits(head), 1, self.bootstrap) == 0 {
             return None;
         }
-        state.add(self.classes[head].traits, 1);
+        state.add(self.classes.traits(head), 1);
         let mut counts: Vec<(usize, u64)> = vec![(head, 1)];
         let mut groups = vec![self.group_of[head]];
         // Position of each class in `counts`, and of each class in `order` (for ties).
@@ -239,14 +242,14 @@ impl<'a> Packer<'a> {
             if candidate.placed != placed(c, &counts, &slot_of) {
                 continue; // superseded by the entry pushed when a pod of `c` was added
             }
-            let m = self.classes[c].masks[template] & mask;
+            let m = self.classes.masks(c)[template] & mask;
             if m == 0
                 || !self.can_join(c, &groups)
-                || state.max_addable(self.classes[c].traits, 1, self.bootstrap) == 0
+                || state.max_addable(self.classes.traits(c), 1, self.bootstrap) == 0
             {
                 continue; // blocked for the rest of this node: its entry is not pushed again
             }
-            state.add(self.classes[c].traits, 1);
+            state.add(self.classes.traits(c), 1);
             self.joined(c, &mut groups);
             mask = m;
             let now = match slot_of.get(&c) {
@@ -280,7 +283,7 @@ impl<'a> Packer<'a> {
         counts: Vec<(usize, u64)>,
         state: NodeState,
     ) -> Pattern {
-        let value = counts.iter().map(|&(c, n)| self.classes[c].value * n as f64).sum();
+        let value = counts.iter().map(|&(c, n)| self.classes.value(c) * n as f64).sum();
         let price = self.templates[template].price(mask);
         Pattern { template, mask, counts, state, price, value }
     }
@@ -301,7 +304,7 @@ impl<'a> Packer<'a> {
                 let tpl = &self.templates[t];
                 let worth: f64 =
                     tpl.capacity.iter().zip(&self.resource_prices).map(|(c, p)| (*c).max(0) as f64 * p).sum();
-                let price = tpl.price(self.classes[head].masks[t]);
+                let price = tpl.price(self.classes.masks(head)[t]);
                 (t, if price > 0.0 { worth / price } else { f64::INFINITY })
             })
             .collect();

@@ -31,7 +31,7 @@ use crate::scheduling::bound::Bound;
 use crate::scheduling::cancel::{CancelLatch, Cancelled, ShouldCancel};
 use crate::scheduling::input::{SolveInput, Toleration};
 use crate::scheduling::node::{NodeState, PodTraits};
-use crate::scheduling::pack::{PackClass, Packer, Pattern};
+use crate::scheduling::pack::{PackClasses, Packer, Pattern};
 use crate::scheduling::shapes::{
     build_shapes, fits, group_shapes, intern_rules, Dims, Rule, Scope, Selectors, Shape,
 };
@@ -57,6 +57,27 @@ pub(crate) struct Class {
     pub rules: Vec<Rule>,
     /// The domains its pods could have been given.
     pub eligible: EligibleDomains,
+}
+
+/// The solver's classes as the packer reads them, with what one pod of each is worth in the
+/// decision at hand.
+pub(crate) struct ClassesWorth<'a> {
+    classes: &'a [Class],
+    worth: &'a [f64],
+}
+
+impl PackClasses for ClassesWorth<'_> {
+    fn traits(&self, c: usize) -> &PodTraits {
+        &self.classes[c].traits
+    }
+
+    fn masks(&self, c: usize) -> &[u32] {
+        &self.classes[c].masks
+    }
+
+    fn value(&self, c: usize) -> f64 {
+        self.worth[c]
+    }
 }
 
 /// A node being planned: an existing node, or a new one from a template.
@@ -494,16 +515,9 @@ impl<'a> Solver<'a> {
         &self,
         worth: &[f64],
         resource_prices: Vec<f64>,
-        f: impl FnOnce(&Packer) -> R,
+        f: impl FnOnce(&Packer<ClassesWorth>) -> R,
     ) -> R {
-        let classes: Vec<PackClass> = (0..self.classes.len())
-            .map(|c| PackClass {
-                traits: &self.classes[c].traits,
-                masks: &self.classes[c].masks,
-                value: worth[c],
-            })
-            .collect();
-
+        let classes = ClassesWorth { classes: &self.classes, worth };
         let matching = &self.matching_anywhere;
         let bootstrap = |s: usize| matching[s] == 0;
         let packer = Packer {
