@@ -21,6 +21,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use crate::scheduling::cancel::Cancelled;
 use crate::scheduling::node_fit;
@@ -63,7 +64,7 @@ pub(crate) fn downsize_nodes(solver: &mut Solver) -> Result<(), Cancelled> {
                         receivers.refresh(solver, &[to]);
                     }
                     receivers.refresh(solver, &[a]);
-                } else if let Some(s) = swap_from(solver, &by_price, a, &holders, &receivers) {
+                } else if let Some(s) = swap_from(solver, &by_price, a, &holders, &mut receivers) {
                     let (t_b, mask_b) = (s.receiver_template, s.receiver_mask);
                     solver.move_pod(a, s.to, s.class, s.template, s.mask);
                     solver.move_pod(s.to, a, s.back, t_b, mask_b);
@@ -282,7 +283,7 @@ fn swap_from(
     by_price: &[Vec<usize>],
     a: usize,
     holders: &Holders,
-    receivers: &Receivers,
+    receivers: &mut Receivers,
 ) -> Option<Swap> {
     let slot = &solver.slots()[a];
     let t_a = slot.template()?;
@@ -298,7 +299,7 @@ fn swap_from(
         let demand_rest = node_fit::total_demand(solver, &rest);
         let demand_p = &solver.classes()[p].traits.demand;
         // Per pod size, found once for all the cheaper sizes tried.
-        let mut partners_of: Vec<Option<Partners>> = holders.by_demand.iter().map(|_| None).collect();
+        let mut partners_of: Vec<Option<Rc<Partners>>> = holders.by_demand.iter().map(|_| None).collect();
         for t in cheaper_sizes(solver, by_price, t_a, &demand_rest, current) {
             let room: Vec<i64> =
                 solver.templates()[t].capacity.iter().zip(&demand_rest).map(|(c, d)| c - d).collect();
@@ -306,7 +307,7 @@ fn swap_from(
                 if !fits(demand_q, &room) {
                     continue;
                 }
-                let partners = partners.get_or_insert_with(|| Partners::new(receivers, demand_p, demand_q));
+                let partners = partners.get_or_insert_with(|| Partners::of(receivers, demand_p, demand_q));
                 if partners.none() {
                     continue;
                 }
@@ -341,13 +342,24 @@ enum Partners {
 }
 
 impl Partners {
-    fn new(receivers: &Receivers, demand_given: &[i64], demand_taken: &[i64]) -> Self {
+    /// The partners for giving a pod of `demand_given` and taking back one of `demand_taken`, read
+    /// once per refresh for each difference.
+    fn of(receivers: &mut Receivers, demand_given: &[i64], demand_taken: &[i64]) -> Rc<Self> {
         let extra: Vec<i64> = demand_given.iter().zip(demand_taken).map(|(g, t)| (g - t).max(0)).collect();
+        if let Some(partners) = receivers.partners.get(&extra) {
+            return Rc::clone(partners);
+        }
+        let partners = Rc::new(Partners::new(receivers, &extra));
+        receivers.partners.insert(extra, Rc::clone(&partners));
+        partners
+    }
+
+    fn new(receivers: &Receivers, extra: &[i64]) -> Self {
         if extra.iter().all(|&e| e == 0) {
             return Partners::Any;
         }
         let mut with_room: Vec<usize> =
-            receivers.with_room(&extra).filter(|&b| fits(&extra, receivers.free_of(b))).collect();
+            receivers.with_room(extra).filter(|&b| fits(extra, receivers.free_of(b))).collect();
         with_room.sort_unstable();
         Partners::WithRoom(with_room)
     }
@@ -492,6 +504,10 @@ struct Receivers {
     last: Vec<Option<Search>>,
     /// Per demand, the nodes with room for it, best first, as they are since the last refresh.
     nearest: HashMap<Vec<i64>, Nearest>,
+    /// Per difference between two pods' demands, the swap partners with room for it, as they are
+    /// since the last refresh: most nodes a sweep tries find no swap, and their pods come in few
+    /// sizes.
+    partners: HashMap<Vec<i64>, Rc<Partners>>,
     /// The slots refreshed, with the change count at the time, in order, and each slot's last
     /// change count: after a search only these can have changed their answer for a class.
     refreshed: Vec<(u64, usize)>,
@@ -540,6 +556,7 @@ impl Receivers {
             price: vec![(0.0, 0); solver.slots().len()],
             last: vec![None; solver.classes().len()],
             nearest: HashMap::new(),
+            partners: HashMap::new(),
             refreshed: vec![],
             refreshed_at: vec![0; solver.slots().len()],
             changes: 0,
@@ -561,6 +578,7 @@ impl Receivers {
     /// Copies the free capacity of `slots` after they changed.
     fn refresh(&mut self, solver: &Solver, slots: &[usize]) {
         self.nearest.clear();
+        self.partners.clear();
         for &i in slots {
             let slot = &solver.slots()[i];
             let free = &slot.state().free;
