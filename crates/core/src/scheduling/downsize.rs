@@ -93,6 +93,8 @@ struct Holders {
     /// it finds the candidates.
     of_class: Vec<Vec<usize>>,
     by_demand: Vec<(Vec<i64>, Vec<usize>)>,
+    /// Per class, its position in `by_demand` (None for a class no new node held at the start).
+    demand_of: Vec<Option<usize>>,
 }
 
 impl Holders {
@@ -109,8 +111,15 @@ impl Holders {
                 groups.entry(&solver.classes()[c].traits.demand).or_default().push(c);
             }
         }
-        let by_demand = groups.into_iter().map(|(demand, classes)| (demand.to_vec(), classes)).collect();
-        Holders { of_class, by_demand }
+        let by_demand: Vec<(Vec<i64>, Vec<usize>)> =
+            groups.into_iter().map(|(demand, classes)| (demand.to_vec(), classes)).collect();
+        let mut demand_of = vec![None; of_class.len()];
+        for (k, (_, classes)) in by_demand.iter().enumerate() {
+            for &c in classes {
+                demand_of[c] = Some(k);
+            }
+        }
+        Holders { of_class, by_demand, demand_of }
     }
 
     /// Records that a pod of class `c` went from slot `from` to slot `to`.
@@ -303,11 +312,15 @@ fn swap_from(
         for t in cheaper_sizes(solver, by_price, t_a, &demand_rest, current) {
             let room: Vec<i64> =
                 solver.templates()[t].capacity.iter().zip(&demand_rest).map(|(c, d)| c - d).collect();
-            for ((demand_q, classes), partners) in holders.by_demand.iter().zip(&mut partners_of) {
+            for (k, ((demand_q, classes), partners)) in
+                holders.by_demand.iter().zip(&mut partners_of).enumerate()
+            {
                 if !fits(demand_q, &room) {
                     continue;
                 }
-                let partners = partners.get_or_insert_with(|| Partners::of(receivers, demand_p, demand_q));
+                let sizes = holders.demand_of[p].map(|given| (given, k));
+                let partners =
+                    partners.get_or_insert_with(|| Partners::of(receivers, sizes, demand_p, demand_q));
                 if partners.none() {
                     continue;
                 }
@@ -343,14 +356,21 @@ enum Partners {
 
 impl Partners {
     /// The partners for giving a pod of `demand_given` and taking back one of `demand_taken`, read
-    /// once per refresh for each difference.
-    fn of(receivers: &mut Receivers, demand_given: &[i64], demand_taken: &[i64]) -> Rc<Self> {
-        let extra: Vec<i64> = demand_given.iter().zip(demand_taken).map(|(g, t)| (g - t).max(0)).collect();
-        if let Some(partners) = receivers.partners.get(&extra) {
+    /// once per refresh for each pair of sizes when `sizes` says which they are.
+    fn of(
+        receivers: &mut Receivers,
+        sizes: Option<(usize, usize)>,
+        demand_given: &[i64],
+        demand_taken: &[i64],
+    ) -> Rc<Self> {
+        if let Some(partners) = sizes.and_then(|key| receivers.partners.get(&key)) {
             return Rc::clone(partners);
         }
+        let extra: Vec<i64> = demand_given.iter().zip(demand_taken).map(|(g, t)| (g - t).max(0)).collect();
         let partners = Rc::new(Partners::new(receivers, &extra));
-        receivers.partners.insert(extra, Rc::clone(&partners));
+        if let Some(key) = sizes {
+            receivers.partners.insert(key, Rc::clone(&partners));
+        }
         partners
     }
 
@@ -504,10 +524,10 @@ struct Receivers {
     last: Vec<Option<Search>>,
     /// Per demand, the nodes with room for it, best first, as they are since the last refresh.
     nearest: HashMap<Vec<i64>, Nearest>,
-    /// Per difference between two pods' demands, the swap partners with room for it, as they are
-    /// since the last refresh: most nodes a sweep tries find no swap, and their pods come in few
-    /// sizes.
-    partners: HashMap<Vec<i64>, Rc<Partners>>,
+    /// Per pair of pod sizes (positions in [`Holders`]' sizes: the pod given, the pod taken back),
+    /// the swap partners with room for the difference, as they are since the last refresh: most
+    /// nodes a sweep tries find no swap, and their pods come in few sizes.
+    partners: HashMap<(usize, usize), Rc<Partners>>,
     /// The slots refreshed, with the change count at the time, in order, and each slot's last
     /// change count: after a search only these can have changed their answer for a class.
     refreshed: Vec<(u64, usize)>,
@@ -725,15 +745,7 @@ impl Receivers {
             return None;
         }
         let since = self.refreshed.partition_point(|&(change, _)| change < last.at);
-        // A node refreshed several times since is listed once, at its last refresh.
-        let mut candidates: Vec<usize> = self.refreshed[since..]
-            .iter()
-            .filter(|&&(change, b)| self.refreshed_at[b] == change)
-            .map(|&(_, b)| b)
-            .collect();
-        candidates.push(last.from);
-        candidates.sort_unstable();
-        candidates.dedup();
+        let candidates = self.refreshed_since(since, last.from);
         // No unchanged node is read again: it was not refreshed since, and a search never lists the
         // node it was made from.
         let mut search = self.ranked(solver, c, from, &candidates, unchanged, last.complete);
@@ -744,6 +756,28 @@ impl Receivers {
             search.complete = false;
         }
         Some(search)
+    }
+
+    /// The nodes refreshed at `self.refreshed[since..]`, and `also`, ascending and each once (a
+    /// node refreshed several times since is listed at its last refresh). A long list is marked
+    /// and read in node order rather than sorted: late in a pass most nodes changed since a class's
+    /// last search.
+    fn refreshed_since(&self, since: usize, also: usize) -> Vec<usize> {
+        let latest = self.refreshed[since..].iter().filter(|&&(change, b)| self.refreshed_at[b] == change);
+        let nodes = self.refreshed_at.len();
+        if (self.refreshed.len() - since) * 8 > nodes {
+            let mut marked = vec![false; nodes];
+            for &(_, b) in latest {
+                marked[b] = true;
+            }
+            marked[also] = true;
+            return (0..nodes).filter(|&b| marked[b]).collect();
+        }
+        let mut candidates: Vec<usize> = latest.map(|&(_, b)| b).collect();
+        candidates.push(also);
+        candidates.sort_unstable();
+        candidates.dedup();
+        candidates
     }
 
     /// Ranks `candidates` (distinct) together with `known` entries (nodes not among them),

@@ -93,6 +93,9 @@ pub(crate) fn pack_new(
     // The head is the first class in `order` with pods left and not parked; neither comes back
     // within the pass (pods are only taken, classes only parked), so the search never restarts.
     let mut next = 0;
+    // Whether a class may have run out of pods or been parked since the anchors were last pruned
+    // (pruning reads every class; most nodes opened leave every class with pods).
+    let mut prune_due = true;
     loop {
         while next < order.len() && (remaining[order[next]] == 0 || parked[order[next]]) {
             next += 1;
@@ -104,9 +107,13 @@ pub(crate) fn pack_new(
         let candidates = solver.candidates(head);
         if candidates.is_empty() {
             parked[head] = true;
+            prune_due = true;
             continue;
         }
-        anchor_index.prune(|c| remaining[c] == 0 || parked[c]);
+        if prune_due {
+            anchor_index.prune(|c| remaining[c] == 0 || parked[c]);
+            prune_due = false;
+        }
         let anchor = anchor_index
             .next_anchor(remaining, |c| &solver.classes()[c].traits.demand, |a, b| solver.pair_ok(a, b))
             .and_then(|anchor| {
@@ -129,6 +136,7 @@ pub(crate) fn pack_new(
         });
         let Some(pattern) = pattern else {
             parked[head] = true;
+            prune_due = true;
             continue;
         };
         let mut copies = repeats(&pattern, remaining).min(solver.limit_copies(pattern.template));
@@ -138,6 +146,7 @@ pub(crate) fn pack_new(
         for _ in 0..copies.max(1) {
             solver.open(&pattern, remaining);
         }
+        prune_due |= pattern.counts.iter().any(|&(c, _)| remaining[c] == 0);
     }
 }
 
