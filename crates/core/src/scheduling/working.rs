@@ -392,7 +392,14 @@ impl<'a> Solver<'a> {
     /// Whether some template the class may use has room in its pool: [`Solver::candidates`] is
     /// not empty.
     pub(crate) fn may_open(&self, c: usize) -> bool {
-        self.classes()[c].masks.iter().enumerate().any(|(t, m)| *m != 0 && self.limit_copies(t) > 0)
+        self.classes()[c].masks.iter().enumerate().any(|(t, m)| *m != 0 && self.pool_has_room(t))
+    }
+
+    /// Whether the limits of template `t`'s pool allow one more node of it: `limit_copies(t) > 0`,
+    /// without dividing (asked of every size of a class for every node a large batch opens).
+    fn pool_has_room(&self, t: usize) -> bool {
+        let Some(left) = &self.remaining[self.templates[t].pool] else { return true };
+        left.iter().zip(&self.limit_use[t]).all(|(left, per_node)| *per_node <= 0 || left >= per_node)
     }
 
     /// Templates the class may use now: its lowest tier with a template whose pool has room.
@@ -401,7 +408,7 @@ impl<'a> Solver<'a> {
             .masks
             .iter()
             .enumerate()
-            .filter(|(t, m)| **m != 0 && self.limit_copies(*t) > 0)
+            .filter(|(t, m)| **m != 0 && self.pool_has_room(*t))
             .map(|(t, _)| t)
             .collect();
         let Some(tier) = usable.iter().map(|&t| self.templates()[t].tier).min() else { return vec![] };
