@@ -307,20 +307,16 @@ fn swap_from(
         let rest = without(slot.classes(), &[p]);
         let demand_rest = node_fit::total_demand(solver, &rest);
         let demand_p = &solver.classes()[p].traits.demand;
-        // Per pod size, found once for all the cheaper sizes tried.
-        let mut partners_of: Vec<Option<Rc<Partners>>> = holders.by_demand.iter().map(|_| None).collect();
         for t in cheaper_sizes(solver, by_price, t_a, &demand_rest, current) {
             let room: Vec<i64> =
                 solver.templates()[t].capacity.iter().zip(&demand_rest).map(|(c, d)| c - d).collect();
-            for (k, ((demand_q, classes), partners)) in
-                holders.by_demand.iter().zip(&mut partners_of).enumerate()
-            {
+            for (k, (demand_q, classes)) in holders.by_demand.iter().enumerate() {
                 if !fits(demand_q, &room) {
                     continue;
                 }
+                // Read once per pair of sizes until a node changes, for every size and node tried.
                 let sizes = holders.demand_of[p].map(|given| (given, k));
-                let partners =
-                    partners.get_or_insert_with(|| Partners::of(receivers, sizes, demand_p, demand_q));
+                let partners = Partners::of(receivers, sizes, demand_p, demand_q);
                 if partners.none() {
                     continue;
                 }
