@@ -182,20 +182,6 @@ impl Tableau {
     fn rhs(&self, r: usize) -> f64 {
         self.rows[r][self.n + self.m]
     }
-
-    /// Where a range of columns of the full tableau is stored in every row, and whether it is read
-    /// negated. The range lies within one run: the structural columns (stored as they are), the
-    /// surplus columns (stored as the artificials, negated) or the artificial columns.
-    fn stored(&self, full: std::ops::Range<usize>) -> (std::ops::Range<usize>, bool) {
-        let (n, m) = (self.n, self.m);
-        if full.end <= n {
-            (full, false)
-        } else if full.start >= n && full.end <= n + m {
-            (full, true)
-        } else {
-            (full.start - m..full.end - m, false)
-        }
-    }
 }
 
 /// Entry `j` of the full tableau from a stored row (see [`Tableau`]).
@@ -214,17 +200,29 @@ fn cost_of(cost: &[f64], column: usize) -> f64 {
 }
 
 /// Pivots until no column among the first `enterable` has a negative reduced cost.
+///
+/// The reduced costs are kept in a row of their own and updated by each pivot, as the tableau's rows
+/// are, instead of being summed from the basis for every pivot: on a large cluster the LP has
+/// hundreds of rows and takes about a thousand pivots, and summing them was half of the simplex.
+/// The kept costs drift from the summed ones by rounding, so they are summed afresh every
+/// [`REPRICE_EVERY`] pivots, when a column they let enter has no row to leave, and before the run
+/// ends: the run ends only when the summed costs, not the kept ones, find no column to enter.
 fn run(t: &mut Tableau, basis: &mut [usize], cost: &[f64], enterable: usize) -> Option<()> {
     let m = t.m;
     let mut in_basis = vec![false; t.n + 2 * m];
     for &b in basis.iter() {
         in_basis[b] = true;
     }
-    let mut sums = [0.0; PRICING_BLOCK];
+    let mut reduced = reduced_costs(t, basis, cost, enterable);
+    let mut since_repriced = 0;
     for _ in 0..MAX_PIVOTS {
-        let Some(j) = entering_column(t, basis, &in_basis, cost, enterable, &mut sums) else {
-            return Some(());
-        };
+        let mut entering = first_negative(&reduced, &in_basis);
+        if entering.is_none() || since_repriced == REPRICE_EVERY {
+            reduced = reduced_costs(t, basis, cost, enterable);
+            since_repriced = 0;
+            entering = first_negative(&reduced, &in_basis);
+        }
+        let Some(j) = entering else { return Some(()) };
         // Ratio test; ties broken by the smallest basis index (Bland).
         let mut leave: Option<(usize, f64)> = None;
         for r in 0..m {
@@ -242,64 +240,62 @@ fn run(t: &mut Tableau, basis: &mut [usize], cost: &[f64], enterable: usize) -> 
                 }
             }
         }
-        let (r, _) = leave?; // unbounded: cannot happen with non-negative costs, but never loop
+        let Some((r, _)) = leave else {
+            // No row limits column j: its kept cost drifted below zero (a column whose summed
+            // cost is negative always has a row, the costs being non-negative). Sum them again.
+            if since_repriced == 0 {
+                return None; // unbounded: cannot happen with non-negative costs, but never loop
+            }
+            since_repriced = REPRICE_EVERY;
+            continue;
+        };
         pivot(t, r, j);
+        // The cost row is updated as every other row: less its entry in column j times row r.
+        let step = reduced[j];
+        for (k, d) in reduced.iter_mut().enumerate() {
+            *d -= step * t.at(r, k);
+        }
         in_basis[basis[r]] = false;
         in_basis[j] = true;
         basis[r] = j;
+        since_repriced += 1;
     }
     None
 }
 
-/// Columns priced together in [`entering_column`].
-const PRICING_BLOCK: usize = 64;
+/// Pivots between two summings of the reduced costs in [`run`]: enough that summing (a pass over
+/// the whole tableau) costs little next to the pivots, few enough that the kept costs stay within
+/// rounding of the summed ones.
+const REPRICE_EVERY: usize = 64;
 
-/// The first column (Bland's rule) among the first `enterable`, not in the basis, whose reduced cost
-/// `c_j − Σ_r c_B(r)·t[r][j]` is negative. Columns are priced a block at a time, reading the tableau
-/// along its rows rather than down each column, and rows whose basic column costs nothing are left
-/// out (their terms are zero). Each sum has the same non-zero terms in the same order as summing
-/// down the column, so the same column enters; a surplus column's sum is its artificial's, negated.
-fn entering_column(
-    t: &Tableau,
-    basis: &[usize],
-    in_basis: &[bool],
-    cost: &[f64],
-    enterable: usize,
-    sums: &mut [f64; PRICING_BLOCK],
-) -> Option<usize> {
-    let priced_rows: Vec<(f64, &[f64])> = basis
-        .iter()
-        .zip(&t.rows)
-        .map(|(&b, row)| (cost_of(cost, b), row.as_slice()))
-        .filter(|(c, _)| *c != 0.0)
-        .collect();
-    // Blocks never straddle the structural, surplus and artificial runs.
-    let run_ends = [t.n, t.n + t.m, t.n + 2 * t.m];
-    let mut start = 0;
-    while start < enterable {
-        let run_end = run_ends.iter().copied().find(|&e| e > start).unwrap_or(enterable);
-        let end = (start + PRICING_BLOCK).min(run_end).min(enterable);
-        let (stored, negated) = t.stored(start..end);
-        let block = &mut sums[..end - start];
-        block.fill(0.0);
-        for (c, row) in &priced_rows {
-            for (sum, a) in block.iter_mut().zip(&row[stored.clone()]) {
-                *sum += c * a;
-            }
-        }
-        let reduced = |j: usize| {
-            let sum = block[j - start];
-            cost_of(cost, j) - if negated { -sum } else { sum }
-        };
-        let found = (start..end).find(|&j| !in_basis[j] && reduced(j) < -EPS);
-        if found.is_some() {
-            return found;
-        }
-        start = end;
-    }
-    None
+/// The first column (Bland's rule) not in the basis whose reduced cost is negative.
+fn first_negative(reduced: &[f64], in_basis: &[bool]) -> Option<usize> {
+    (0..reduced.len()).find(|&j| !in_basis[j] && reduced[j] < -EPS)
 }
 
+/// The reduced cost `c_j − Σ_r c_B(r)·t[r][j]` of each of the first `enterable` columns. The tableau is
+/// read along its rows rather than down each column, and rows whose basic column costs nothing are
+/// left out (their terms are zero); each sum has the same non-zero terms in the same order as
+/// summing down the column. A surplus column's sum is its artificial's, negated.
+fn reduced_costs(t: &Tableau, basis: &[usize], cost: &[f64], enterable: usize) -> Vec<f64> {
+    let mut sums = vec![0.0; enterable];
+    for (&b, row) in basis.iter().zip(&t.rows) {
+        let c = cost_of(cost, b);
+        if c == 0.0 {
+            continue;
+        }
+        for (j, sum) in sums.iter_mut().enumerate() {
+            *sum += c * entry(row, j, t.n, t.m);
+        }
+    }
+    sums.iter().enumerate().map(|(j, sum)| cost_of(cost, j) - sum).collect()
+}
+
+/// Divides row `r` by its entry in column `j` and subtracts multiples of it from the other rows so
+/// that column `j` becomes the unit vector of row `r`. A pivot row is mostly zeros (a node-count row
+/// names only the templates its class may use, and stays sparse through the pivots), so when fewer
+/// than half its entries are non-zero only those are subtracted: the entries it would subtract zero
+/// from keep their value.
 fn pivot(t: &mut Tableau, r: usize, j: usize) {
     let (n, m) = (t.n, t.m);
     let p = t.at(r, j);
@@ -307,13 +303,23 @@ fn pivot(t: &mut Tableau, r: usize, j: usize) {
         *v /= p;
     }
     let pivot_row = t.rows[r].clone();
+    let nonzero: Vec<usize> = (0..pivot_row.len()).filter(|&i| pivot_row[i] != 0.0).collect();
+    let sparse = nonzero.len() * 2 < pivot_row.len();
     for (k, row) in t.rows.iter_mut().enumerate() {
-        if k != r {
-            let f = entry(row, j, n, m);
-            if f != 0.0 {
-                for (v, pv) in row.iter_mut().zip(&pivot_row) {
-                    *v -= f * pv;
-                }
+        if k == r {
+            continue;
+        }
+        let f = entry(row, j, n, m);
+        if f == 0.0 {
+            continue;
+        }
+        if sparse {
+            for &i in &nonzero {
+                row[i] -= f * pivot_row[i];
+            }
+        } else {
+            for (v, pv) in row.iter_mut().zip(&pivot_row) {
+                *v -= f * pv;
             }
         }
     }
